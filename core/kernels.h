@@ -1,0 +1,44 @@
+// kernels.h — dot products, mat-vec and mat-mat over quantized weights.
+// Three kernel paths with one contract:
+//   Kernel::Reference — dequantize each weight row to f32 and dot with f32 activations
+//                        (no activation quantization). The "exact" reference mode.
+//   Kernel::Scalar    — activations quantized to vec_dot_type(w) (Q8_K for K-quants,
+//                        Q8_0 for Q4_0/Q8_0, F32 for F32/F16/BF16), scalar _generic dots.
+//   Kernel::Simd      — same math as Scalar, AVX2 natively / simd128 in wasm; falls back
+//                        to Scalar where no SIMD path exists. Tested against Scalar.
+// Weights: `rows` rows of `cols` elements, each row row_bytes(wtype, cols) bytes, contiguous.
+// All entry points throw knot::Error on an unsupported type or a misaligned cols.
+#pragma once
+#include <cstdint>
+
+#include "quant.h"
+
+namespace knot {
+
+enum class Kernel { Reference, Scalar, Simd };
+
+const char* kernel_name(Kernel k);
+bool simd_compiled();  // true when a SIMD path is built in (AVX2 natively, simd128 in wasm)
+
+// Format the activations must be in for vec_dot with weights of type wtype.
+DType vec_dot_type(DType wtype);
+
+// Dot of one weight row with one activation row already in vec_dot_type(wtype) format.
+float vec_dot(DType wtype, int64_t n, const void* w_row, const void* act, Kernel k);
+
+// y[r] = sum_c W[r,c] * x[c]        x: [cols]   y: [rows]
+void matvec(DType wtype, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
+            Kernel k);
+
+// Y[t,r] = sum_c W[r,c] * X[t,c]    X: [ntok, cols] row-major   Y: [ntok, rows] row-major
+// Batched: activations are quantized once per token and each weight row is read once
+// per tile of tokens (not a loop of matvecs).
+void matmul(DType wtype, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ntok,
+            float* Y, Kernel k);
+
+// Same as matmul but computes only output rows [row_begin, row_end) of W (for sliced
+// FFN/vocab shards); Y is [ntok, row_end-row_begin].
+void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end, int64_t cols,
+                 const float* X, int64_t ntok, float* Y, Kernel k);
+
+}  // namespace knot
