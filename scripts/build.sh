@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Native build (library, CLI build/bin/knot, tests, benchmarks) and the wasm module.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+bash scripts/build-wasm.sh
