@@ -1,0 +1,155 @@
+// loader.mjs — instantiate build/wasm/knotwork.wasm without any Emscripten JS runtime.
+// Works in Node, browsers and Cloudflare Workers. Workers cannot compile wasm from bytes
+// at run time, so a precompiled WebAssembly.Module is accepted as well as bytes, a URL
+// (browser: fetch) or a file path / file: URL (Node).
+//
+// The module is built -sSTANDALONE_WASM: it imports env.emscripten_notify_memory_growth
+// and wasi_snapshot_preview1.proc_exit, nothing else (scripts/build-wasm.sh fails the
+// build when another import appears). Memory may grow, which detaches old views of
+// memory.buffer: always take fresh views (u8(), f32(), ...) after any call into wasm.
+
+/** Imports this loader implements; scripts/build-wasm.sh checks the module against it. */
+export const PROVIDED_IMPORTS = Object.freeze([
+  "env.emscripten_notify_memory_growth",
+  "wasi_snapshot_preview1.proc_exit",
+]);
+
+/** Thrown when the module calls exit (it should never: every ABI entry catches). */
+export class WasmExit extends Error {
+  constructor(code) { super(`knotwork wasm called proc_exit(${code})`); this.code = code; }
+}
+
+const isNode = typeof process !== "undefined" && !!process.versions?.node;
+
+/** Default location of the module, next to this package's build output. */
+export const DEFAULT_WASM_URL = new URL("../build/wasm/knotwork.wasm", import.meta.url);
+
+async function readSource(source) {
+  if (source instanceof URL) {
+    if (source.protocol === "file:") {
+      const {readFile} = await import("node:fs/promises");
+      return new Uint8Array(await readFile(source));
+    }
+    const res = await fetch(source);
+    if (!res.ok) throw new Error(`knotwork: fetching ${source} failed: HTTP ${res.status}`);
+    return new Uint8Array(await res.arrayBuffer());
+  }
+  if (typeof source === "string") {
+    if (/^(https?|file|blob|data):/i.test(source)) return readSource(new URL(source));
+    if (isNode) {
+      const {readFile} = await import("node:fs/promises");
+      return new Uint8Array(await readFile(source));
+    }
+    // Browser: a relative URL string, resolved against the page.
+    return readSource(new URL(source, globalThis.location?.href));
+  }
+  throw new TypeError("knotwork: wasm source must be a WebAssembly.Module, bytes, a URL or a path");
+}
+
+/**
+ * Instantiate the module.
+ * @param {WebAssembly.Module|ArrayBuffer|ArrayBufferView|URL|string} [source]
+ * @returns {Promise<KnotworkWasm>}
+ */
+export async function loadWasm(source = DEFAULT_WASM_URL) {
+  const state = {memory: null, grows: 0};
+  const imports = {
+    env: {
+      // Called after memory.grow; views are always re-created, so only count.
+      emscripten_notify_memory_growth: () => { state.grows++; },
+    },
+    wasi_snapshot_preview1: {
+      proc_exit: (code) => { throw new WasmExit(code); },
+    },
+  };
+  let instance;
+  if (source instanceof WebAssembly.Module) {
+    instance = await WebAssembly.instantiate(source, imports);
+  } else {
+    let bytes = source;
+    if (!(bytes instanceof ArrayBuffer) && !ArrayBuffer.isView(bytes)) bytes = await readSource(source);
+    ({instance} = await WebAssembly.instantiate(bytes, imports));
+  }
+  return new KnotworkWasm(instance, state);
+}
+
+/** Compile the module once (e.g. at module scope) and instantiate it many times. */
+export async function compileWasm(source = DEFAULT_WASM_URL) {
+  if (source instanceof WebAssembly.Module) return source;
+  let bytes = source;
+  if (!(bytes instanceof ArrayBuffer) && !ArrayBuffer.isView(bytes)) bytes = await readSource(source);
+  return WebAssembly.compile(bytes);
+}
+
+const te = new TextEncoder();
+const td = new TextDecoder("utf-8", {fatal: false});
+
+/** Thrown for a non-zero ABI status; message is the core's kw_last_error(). */
+export class KnotworkError extends Error {
+  constructor(fn, status, message) {
+    super(message || `${fn} failed with status ${status}`);
+    this.name = "KnotworkError";
+    this.fn = fn;
+    this.status = status;
+  }
+}
+
+/** A live instance: raw exports plus the small memory helpers every caller needs. */
+export class KnotworkWasm {
+  constructor(instance, state) {
+    this.instance = instance;
+    this.exports = instance.exports;
+    this.memory = instance.exports.memory;
+    this.state = state;
+    // Standalone reactor: run static constructors.
+    if (this.exports._initialize) this.exports._initialize();
+  }
+  u8() { return new Uint8Array(this.memory.buffer); }
+  i32(ptr, n) { return new Int32Array(this.memory.buffer, ptr, n); }
+  u32(ptr, n) { return new Uint32Array(this.memory.buffer, ptr, n); }
+  f32(ptr, n) { return new Float32Array(this.memory.buffer, ptr, n); }
+  f64(ptr, n) { return new Float64Array(this.memory.buffer, ptr, n); }
+
+  lastError() {
+    const p = this.exports.kw_last_error();
+    const n = this.exports.kw_last_error_len();
+    return td.decode(this.u8().subarray(p, p + n));
+  }
+  /** Call an ABI function that returns a status; throw KnotworkError on non-zero. */
+  call(fn, ...args) {
+    const f = this.exports[fn];
+    if (!f) throw new Error(`knotwork: the wasm module has no export ${fn}`);
+    const status = f(...args);
+    if (status !== 0) throw new KnotworkError(fn, status, this.lastError());
+    return status;
+  }
+  /** The module-owned result buffer of the last call that filled it. */
+  resultBytes() {
+    const p = this.exports.kw_result_ptr(), n = this.exports.kw_result_len();
+    return this.u8().slice(p, p + n);
+  }
+  resultText() {
+    const p = this.exports.kw_result_ptr(), n = this.exports.kw_result_len();
+    return td.decode(this.u8().subarray(p, p + n));
+  }
+  resultJSON() { return JSON.parse(this.resultText()); }
+
+  malloc(n) {
+    const p = this.exports.kw_alloc(Math.max(1, n));
+    if (!p) throw new KnotworkError("kw_alloc", -1, this.lastError() || `out of wasm memory allocating ${n} bytes`);
+    return p;
+  }
+  free(p) { if (p) this.exports.kw_free(p); }
+  /** Copy bytes into a fresh allocation; returns its pointer (caller frees). */
+  copyIn(bytes) {
+    const p = this.malloc(bytes.length);
+    this.u8().set(bytes, p);
+    return p;
+  }
+  /** Run fn(ptr, len) with a UTF-8 copy of str in wasm memory. */
+  withString(str, fn) {
+    const b = te.encode(str);
+    const p = this.copyIn(b);
+    try { return fn(p, b.length); } finally { this.free(p); }
+  }
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# build-wasm.sh — compile the C++ core + wasm/ ABI into ONE standalone wasm module,
+# build/wasm/knotwork.wasm (no Emscripten JS runtime: bindings/loader.mjs instantiates it).
+#
+# usage: scripts/build-wasm.sh [--clean]
+#
+# Objects are compiled one at a time (the build machine is shared) and reused when the
+# source and every header it includes (em++ -MMD) are older than the object, and the
+# flags are unchanged. After linking, the module's import list is checked against the
+# imports bindings/loader.mjs provides; anything else fails the build.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="$ROOT/build/wasm"
+OBJ="$OUT/obj"
+INC="$ROOT/build/wasm-include"
+export NODE_PATH="${NODE_PATH:-/usr/share/nodejs}"  # Debian's emscripten needs it
+
+if [[ "${1:-}" == "--clean" ]]; then rm -rf "$OUT" "$INC"; fi
+mkdir -p "$OBJ" "$INC"
+
+# nlohmann_json is header-only; expose ONLY it (never -I/usr/include: glibc headers
+# would shadow the wasm sysroot).
+if [[ ! -e "$INC/nlohmann" ]]; then ln -s /usr/include/nlohmann "$INC/nlohmann"; fi
+
+CXXFLAGS_COMMON=(-std=c++20 -msimd128 -fwasm-exceptions -Wall -Wextra -Wno-unused-parameter
+                 -I"$ROOT/core" -I"$ROOT/wasm" -I"$INC")
+# Hot loops get -O3; the rest -O2 keeps the module small and the build short.
+opt_for() {
+  case "$(basename "$1")" in
+    kernels*|quant*|forward*) echo -O3 ;;
+    *) echo -O2 ;;
+  esac
+}
+LDFLAGS=(-O2 -msimd128 -fwasm-exceptions -sSTANDALONE_WASM --no-entry
+         -sALLOW_MEMORY_GROWTH=1 -sINITIAL_MEMORY=16MB -sMAXIMUM_MEMORY=128MB
+         -sTOTAL_STACK=1MB)
+
+# Every core/*.cpp except native-only SIMD (AVX2) files, plus the ABI.
+SRCS=()
+for f in "$ROOT"/core/*.cpp "$ROOT"/wasm/*.cpp; do
+  [[ -e "$f" ]] || continue
+  case "$(basename "$f")" in
+    *avx2*|*sse*|*x86*) continue ;;
+  esac
+  SRCS+=("$f")
+done
+
+# Flags fingerprint: a change of flags rebuilds everything.
+STAMP="$OBJ/flags.stamp"
+FLAGS_NOW="$(em++ --version | head -1) ${CXXFLAGS_COMMON[*]}"
+if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$FLAGS_NOW" ]]; then
+  rm -f "$OBJ"/*.o "$OBJ"/*.d
+  printf '%s' "$FLAGS_NOW" > "$STAMP"
+fi
+
+# True when obj is missing or older than any dependency listed in its .d file.
+stale() {
+  local o="$1" d="$2"
+  [[ -f "$o" && -f "$d" ]] || return 0
+  local deps dep
+  deps="$(sed -e 's/^[^:]*://' -e 's/\\$//' "$d")"
+  for dep in $deps; do
+    [[ -e "$dep" && ! "$dep" -nt "$o" ]] || return 0
+  done
+  return 1
+}
+
+T0=$(date +%s)
+OBJS=()
+built=0
+for src in "${SRCS[@]}"; do
+  rel="${src#$ROOT/}"
+  name="${rel//\//_}"
+  o="$OBJ/${name%.cpp}.o"
+  d="$OBJ/${name%.cpp}.d"
+  OBJS+=("$o")
+  if stale "$o" "$d"; then
+    opt="$(opt_for "$src")"
+    echo "em++ $opt $rel" >&2
+    em++ "${CXXFLAGS_COMMON[@]}" "$opt" -MMD -MF "$d" -c "$src" -o "$o"
+    built=$((built + 1))
+  fi
+done
+# Drop objects whose source disappeared.
+for o in "$OBJ"/*.o; do
+  [[ -e "$o" ]] || continue
+  keep=0
+  for k in "${OBJS[@]}"; do [[ "$k" == "$o" ]] && keep=1 && break; done
+  if [[ $keep == 0 ]]; then rm -f "$o" "${o%.o}.d"; fi
+done
+
+WASM="$OUT/knotwork.wasm"
+TMPW="$OUT/knotwork.new.wasm"  # em++ picks the output kind from the extension
+echo "em++ link (${#OBJS[@]} objects, $built recompiled)" >&2
+em++ "${LDFLAGS[@]}" "${OBJS[@]}" -o "$TMPW"
+
+# Import check: the module may import only what bindings/loader.mjs implements.
+node --input-type=module - "$TMPW" "$ROOT/bindings/loader.mjs" <<'JS'
+import {readFileSync} from "node:fs";
+import {pathToFileURL} from "node:url";
+const [wasmPath, loaderPath] = process.argv.slice(2);
+const {PROVIDED_IMPORTS} = await import(pathToFileURL(loaderPath).href);
+const mod = new WebAssembly.Module(readFileSync(wasmPath));
+const imports = WebAssembly.Module.imports(mod).map(i => `${i.module}.${i.name}`);
+const bad = imports.filter(i => !PROVIDED_IMPORTS.includes(i));
+console.error(`imports: ${imports.join(", ")}`);
+if (bad.length) {
+  console.error(`build-wasm: unexpected imports (not provided by bindings/loader.mjs): ${bad.join(", ")}`);
+  process.exit(1);
+}
+JS
+mv "$TMPW" "$WASM"
+echo "built $WASM: $(stat -c %s "$WASM") bytes in $(( $(date +%s) - T0 )) s" >&2
