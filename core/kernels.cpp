@@ -1,0 +1,179 @@
+// kernels.cpp — kernel selection and the mat-vec / mat-mat drivers.
+// Reference: dequantize the weight row to f32, dot in double accumulation (rounded to
+//            f32 once at the end), activations unquantized.
+// Scalar/Simd: activations quantized once per token to vec_dot_type, then tiles of
+//            ROW_TILE weight rows x KMAX_TOK tokens through the multi-token dot kernels
+//            (each weight block decoded once per token tile).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+#include "kernels_internal.h"
+
+namespace knot {
+
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::Reference: return "reference";
+    case Kernel::Scalar: return "scalar";
+    case Kernel::Simd: return "simd";
+  }
+  return "unknown";
+}
+
+#if defined(KNOT_HAVE_AVX2_TU)
+static bool cpu_has_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c");
+  return ok;
+}
+#endif
+
+bool simd_compiled() {
+#if defined(__wasm_simd128__)
+  return true;
+#elif defined(KNOT_HAVE_AVX2_TU)
+  return cpu_has_avx2();  // built in, and usable on this CPU
+#else
+  return false;
+#endif
+}
+
+static const DotKernels& kernels_for(Kernel k) {
+  if (k == Kernel::Simd) {
+#if defined(__wasm_simd128__)
+    return kDotWasm;
+#elif defined(KNOT_HAVE_AVX2_TU)
+    if (cpu_has_avx2()) return kDotAvx2;
+#endif
+  }
+  return kDotGeneric;
+}
+
+DType vec_dot_type(DType wtype) {
+  switch (wtype) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16: return DType::F32;
+    case DType::Q4_0:
+    case DType::Q8_0: return DType::Q8_0;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K: return DType::Q8_K;
+    case DType::Q8_K: fail("Q8_K is an activation format, not a weight type");
+  }
+  fail("unsupported weight type id " + std::to_string((uint32_t)wtype));
+}
+
+// Validates a weight type + row length; returns the weight row size in bytes.
+static size_t check_weights(DType wtype, int64_t cols, const char* op) {
+  const DType vt = vec_dot_type(wtype);  // throws for non-weight types
+  const TypeTraits& wt = type_traits(wtype);
+  const TypeTraits& at = type_traits(vt);
+  if (cols < 0 || cols % wt.block_elems != 0 || cols % at.block_elems != 0)
+    fail(std::string(op) + ": row length " + std::to_string(cols) + " is not a multiple of the " +
+         wt.name + " block size " + std::to_string(std::max(wt.block_elems, at.block_elems)));
+  return row_bytes(wtype, cols);
+}
+
+static dot_fn dot_for(DType wtype, Kernel k) {
+  dot_fn f = pick_dot(kernels_for(k), wtype);
+  if (!f) fail(std::string("no dot kernel for weight type ") + dtype_name(wtype));
+  return f;
+}
+
+float vec_dot(DType wtype, int64_t n, const void* w_row, const void* act, Kernel k) {
+  check_weights(wtype, n, "vec_dot");
+  if (k == Kernel::Reference) {
+    // Reference on an already-quantized activation row: dequantize both sides.
+    const DType vt = vec_dot_type(wtype);
+    std::vector<float> wf((size_t)n), af((size_t)n);
+    dequantize_row(wtype, w_row, wf.data(), n);
+    dequantize_row(vt, act, af.data(), n);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)wf[i] * (double)af[i];
+    return (float)s;
+  }
+  const void* acts[1] = {act};
+  float out = 0.f;
+  dot_for(wtype, k)(n, w_row, acts, 1, &out);
+  return out;
+}
+
+void matvec(DType wtype, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
+            Kernel k) {
+  matmul_rows(wtype, W, 0, rows, cols, x, 1, y, k);
+}
+
+void matmul(DType wtype, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ntok,
+            float* Y, Kernel k) {
+  matmul_rows(wtype, W, 0, rows, cols, X, ntok, Y, k);
+}
+
+static void matmul_reference(DType wtype, const uint8_t* W, size_t rb, int64_t r0, int64_t r1,
+                             int64_t cols, const float* X, int64_t ntok, float* Y) {
+  const int64_t nout = r1 - r0;
+  std::vector<float> w((size_t)cols);  // [cols] one dequantized weight row
+  for (int64_t r = r0; r < r1; r++) {
+    dequantize_row(wtype, W + (size_t)r * rb, w.data(), cols);
+    for (int64_t t = 0; t < ntok; t++) {
+      const float* x = X + t * cols;
+      double s = 0;
+      for (int64_t c = 0; c < cols; c++) s += (double)w[c] * (double)x[c];
+      Y[t * nout + (r - r0)] = (float)s;
+    }
+  }
+}
+
+void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end, int64_t cols,
+                 const float* X, int64_t ntok, float* Y, Kernel k) {
+  const size_t rb = check_weights(wtype, cols, "matmul");
+  if (row_begin < 0 || row_end < row_begin)
+    fail("matmul: bad row range [" + std::to_string(row_begin) + ", " + std::to_string(row_end) +
+         ")");
+  if (ntok < 0) fail("matmul: negative token count " + std::to_string(ntok));
+  const int64_t nout = row_end - row_begin;
+  if (nout == 0 || ntok == 0) return;
+  if (!W || !X || !Y) fail("matmul: null weight, input or output buffer");
+  const uint8_t* Wb = (const uint8_t*)W;
+
+  if (k == Kernel::Reference) {
+    matmul_reference(wtype, Wb, rb, row_begin, row_end, cols, X, ntok, Y);
+    return;
+  }
+
+  // Activations in vec_dot_type, quantized once per token.  qa: [ntok, ab bytes]
+  const DType vt = vec_dot_type(wtype);
+  const size_t ab = row_bytes(vt, cols);
+  std::unique_ptr<uint32_t[]> qa;  // 4-byte aligned (block_q8_K starts with a float)
+  const uint8_t* acts_base;
+  if (vt == DType::F32) {
+    acts_base = (const uint8_t*)X;
+  } else {
+    qa.reset(new uint32_t[(ab * (size_t)ntok + 3) / 4]);
+    for (int64_t t = 0; t < ntok; t++)
+      quantize_row(vt, X + t * cols, (uint8_t*)qa.get() + (size_t)t * ab, cols);
+    acts_base = (const uint8_t*)qa.get();
+  }
+
+  const dot_fn dot = dot_for(wtype, k);
+  // Tile: ROW_TILE weight rows stay in cache while every token tile passes over them.
+  const int64_t ROW_TILE = 16;
+  for (int64_t rt = row_begin; rt < row_end; rt += ROW_TILE) {
+    const int64_t rt_end = std::min(row_end, rt + ROW_TILE);
+    for (int64_t t0 = 0; t0 < ntok; t0 += KMAX_TOK) {
+      const int nt = (int)std::min<int64_t>(KMAX_TOK, ntok - t0);
+      const void* acts[KMAX_TOK];
+      for (int j = 0; j < nt; j++) acts[j] = acts_base + (size_t)(t0 + j) * ab;
+      for (int64_t r = rt; r < rt_end; r++) {  // hot loop: one weight row x nt tokens
+        float out[KMAX_TOK];
+        dot(cols, Wb + (size_t)r * rb, acts, nt, out);
+        for (int j = 0; j < nt; j++) Y[(t0 + j) * nout + (r - row_begin)] = out[j];
+      }
+    }
+  }
+}
+
+}  // namespace knot

@@ -1,0 +1,123 @@
+// kernels_internal.h — shared between quant.cpp and the kernel back ends
+// (kernels_generic.cpp, kernels_avx2.cpp, kernels_wasm.cpp). Not a public interface.
+//
+// Every dot kernel has one signature: a weight row of n elements against nt (1..4)
+// activation rows already in vec_dot_type format; out[t] = dot(w, act[t]).
+// A multi-token call decodes each weight block once and reuses it for all nt tokens.
+//
+// Numerics contract that makes Simd == Scalar bit for bit on the quantized types:
+// each block's integer dot (and, for K-quants, the integer min correction) is exact,
+// and the per-block float combine is done in scalar float, in block order, with the
+// expressions written in block_accum_* below (floating contraction disabled in every
+// kernel TU so no FMA changes rounding).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "quant.h"
+
+namespace knot {
+
+constexpr int KMAX_TOK = 4;  // token tile width of the multi-token kernels
+
+typedef void (*dot_fn)(int64_t n, const void* w, const void* const* act, int nt, float* out);
+
+struct DotKernels {
+  dot_fn f32, f16, bf16, q4_0, q8_0, q4_K, q5_K, q6_K;
+};
+
+// Scalar integer kernels (kernels_generic.cpp): always available.
+extern const DotKernels kDotGeneric;
+// Native AVX2+FMA+F16C kernels (kernels_avx2.cpp); only valid when the CPU has them.
+#if defined(__x86_64__) || defined(__i386__)
+// #define KNOT_HAVE_AVX2_TU 1  (enabled once kernels_avx2.cpp lands)
+// extern const DotKernels kDotAvx2;
+#endif
+// wasm simd128 kernels (kernels_wasm.cpp).
+#if defined(__wasm_simd128__)
+extern const DotKernels kDotWasm;
+#endif
+
+inline dot_fn pick_dot(const DotKernels& k, DType t) {
+  switch (t) {
+    case DType::F32: return k.f32;
+    case DType::F16: return k.f16;
+    case DType::BF16: return k.bf16;
+    case DType::Q4_0: return k.q4_0;
+    case DType::Q8_0: return k.q8_0;
+    case DType::Q4_K: return k.q4_K;
+    case DType::Q5_K: return k.q5_K;
+    case DType::Q6_K: return k.q6_K;
+    default: return nullptr;
+  }
+}
+
+// Q4_K/Q5_K packed 6-bit scale and min of sub-block j (0..7) from the 12 scale bytes:
+// bytes 0..3 hold scales 0..3 (low 6 bits) and the top 2 bits of scales 4..7,
+// bytes 4..7 hold mins 0..3 and the top 2 bits of mins 4..7, bytes 8..11 hold the low
+// nibbles of scales 4..7 (low) and mins 4..7 (high).
+inline void k4_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (uint8_t)((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
+    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Unpack all 8 scales and 8 mins of a Q4_K/Q5_K block.
+inline void k4_unpack_scales(const uint8_t* q, uint8_t sc[8], uint8_t m[8]) {
+  for (int j = 0; j < 8; j++) k4_scale_min(j, q, &sc[j], &m[j]);
+}
+
+// Per-block float combines shared by all back ends (see header comment).
+// K-quants with mins: acc += (dw*da)*sumi - (dminw*da)*summs.
+inline float block_accum_kmin(float acc, float dw, float dminw, float da, int32_t sumi,
+                              int32_t summs) {
+  const float d = dw * da;
+  const float dm = dminw * da;
+  const float a = d * (float)sumi;
+  const float b = dm * (float)summs;
+  return acc + (a - b);
+}
+// Q6_K, Q4_0, Q8_0: acc += (dw*da)*sumi.
+inline float block_accum(float acc, float dw, float da, int32_t sumi) {
+  const float d = dw * da;
+  return acc + d * (float)sumi;
+}
+
+// Scalar fp16 -> fp32 exact (defined in quant.cpp; inline copy for hot loops).
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);  // inf / nan (payload kept)
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {
+    // subnormal half: normalise into an f32 normal
+    int e = -1;
+    do {
+      e++;
+      mant <<= 1;
+    } while ((mant & 0x400) == 0);
+    bits = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3FF) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline float bf16_bits_to_float(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace knot
