@@ -4,7 +4,9 @@
 // a tensor whose bytes run past the file, an unknown tensor type all throw knot::Error.
 #pragma once
 #include <string>
+#include <string_view>
 
+#include "gguf.h"
 #include "model.h"
 
 namespace knot {
@@ -16,5 +18,27 @@ struct LoadOptions {
 
 // Reads a .gguf or .knot file from disk into a Model (tensor names in knot convention).
 Model load_model_file(const std::string& path, const LoadOptions& opts = {});
+
+enum class FileFormat { Unknown, Gguf, Knot };
+FileFormat detect_format(const std::string& path);  // by magic; throws if unreadable
+
+// GGUF metadata -> config / tokenizer (keys as in llama.cpp). `what` names the file.
+// Config needs the tensor table too (n_vocab_tensor from token_embd rows, tied = no
+// output.weight) and the tokenizer (n_vocab).
+ModelConfig config_from_gguf(const gguf::File& f, const std::string& what);
+TokenizerData tokenizer_from_gguf(const gguf::File& f, const std::string& what);
+// Writes the keys config_from_gguf/tokenizer_from_gguf read (used by synth).
+void config_to_gguf(const ModelConfig& c, gguf::Writer& w);
+void tokenizer_to_gguf(const TokenizerData& t, gguf::Writer& w);
+
+// JSON forms used inside .knot metadata (config) and the tokenizer payload blob.
+// Tokens that are not valid UTF-8 are stored as {"hex": "..."} so bytes round-trip.
+std::string config_to_json(const ModelConfig& c);
+ModelConfig config_from_json(std::string_view json, const std::string& what);
+std::string tokenizer_to_json(const TokenizerData& t);
+TokenizerData tokenizer_from_json(std::string_view json, const std::string& what);
+
+// Sanity checks shared by both loaders (positive dims, heads divide, ...).
+void validate_config(const ModelConfig& c, const std::string& what);
 
 }  // namespace knot
