@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace knot {
@@ -24,6 +26,11 @@ class Sampler {
   int32_t sample(const float* logits, int n);
   void accept(int32_t id);  // record a token (prompt or generated) for the penalty
   void reset();
+  // Same pipeline over an explicit candidate list (e.g. merged per-shard top-k):
+  // ids[i] has logit logits[i]; ids >= n_vocab are ignored. Exact for greedy and for
+  // top-k/top-p/min-p as long as the list holds every token those filters would keep.
+  int32_t sample_candidates(const int32_t* ids, const float* logits, int n);
+  const SamplerParams& params() const { return p_; }
 
  private:
   SamplerParams p_;
@@ -31,6 +38,26 @@ class Sampler {
   uint64_t rng_state_;
   std::deque<int32_t> recent_;
   std::vector<std::pair<float, int32_t>> cand_;
+  int32_t sample_cand();  // runs the filters on cand_ and draws
+};
+
+// Stop strings for streamed text. push() returns the text that is safe to show now:
+// text that could still be the start of a stop string is held back. When a stop
+// string completes, stopped() turns true, the text before it is returned and the stop
+// string and everything after it are dropped. flush() releases held-back text at the
+// end of generation. Feed it complete UTF-8 (e.g. from StreamDecoder).
+struct StopMatcher {
+  explicit StopMatcher(std::vector<std::string> stops);
+  std::string push(std::string_view piece);
+  std::string flush();
+  bool stopped() const { return stopped_; }
+  const std::string& matched() const { return matched_; }  // the stop string hit
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  std::string matched_;
+  bool stopped_ = false;
 };
 
 }  // namespace knot
