@@ -41,7 +41,7 @@ bool simd_compiled() {
 #endif
 }
 
-static const DotKernels& kernels_for(Kernel k) {
+const DotKernels& dot_kernels(Kernel k) {
   if (k == Kernel::Simd) {
 #if defined(__wasm_simd128__)
     return kDotWasm;
@@ -79,7 +79,7 @@ static size_t check_weights(DType wtype, int64_t cols, const char* op) {
 }
 
 static dot_fn dot_for(DType wtype, Kernel k) {
-  dot_fn f = pick_dot(kernels_for(k), wtype);
+  dot_fn f = pick_dot(dot_kernels(k), wtype);
   if (!f) fail(std::string("no dot kernel for weight type ") + dtype_name(wtype));
   return f;
 }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels.h"
 #include "quant.h"
 
 namespace knot {
@@ -30,13 +31,16 @@ struct DotKernels {
 extern const DotKernels kDotGeneric;
 // Native AVX2+FMA+F16C kernels (kernels_avx2.cpp); only valid when the CPU has them.
 #if defined(__x86_64__) || defined(__i386__)
-// #define KNOT_HAVE_AVX2_TU 1  (enabled once kernels_avx2.cpp lands)
-// extern const DotKernels kDotAvx2;
+#define KNOT_HAVE_AVX2_TU 1
+extern const DotKernels kDotAvx2;
 #endif
 // wasm simd128 kernels (kernels_wasm.cpp).
 #if defined(__wasm_simd128__)
 extern const DotKernels kDotWasm;
 #endif
+
+// The table Kernel k runs on this machine (Simd falls back to kDotGeneric). kernels.cpp.
+const DotKernels& dot_kernels(Kernel k);
 
 inline dot_fn pick_dot(const DotKernels& k, DType t) {
   switch (t) {

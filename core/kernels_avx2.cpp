@@ -1,0 +1,279 @@
+// kernels_avx2.cpp — AVX2/FMA/F16C dot kernels (Kernel::Simd natively). Compiled with
+// -mavx2 -mfma -mf16c (CMakeLists.txt); used only when the CPU reports all three.
+// Integer block dots are exact; per-block float combine is the shared scalar
+// block_accum_* with contraction off, so results equal kernels_generic.cpp bit for bit.
+// Multi-token (NT <= 4): each weight block is loaded and unpacked once, then multiplied
+// with every token's activation block.
+#if defined(__x86_64__) || defined(__i386__)
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <immintrin.h>
+
+#include "kernels_internal.h"
+
+namespace knot {
+
+static inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+static inline float hsum_f32(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Exact signed 8-bit dot of 32 bytes: sign-extend to 16 bits, madd (no saturation).
+static inline __m256i dot_i8x32(__m256i w_lo16, __m256i w_hi16, const int8_t* a) {
+  const __m256i a_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)a));
+  const __m256i a_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(a + 16)));
+  return _mm256_add_epi32(_mm256_madd_epi16(w_lo16, a_lo), _mm256_madd_epi16(w_hi16, a_hi));
+}
+
+// ---- float weights: 16 elements per step, two accumulators per token, scalar tail.
+// The per-token operation sequence does not depend on NT (matmul == loop of matvec).
+
+template <int NT, typename Load16>
+static inline void dot_float_avx2(int64_t n, const void* const* act, float* out, Load16 load) {
+  __m256 acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {  // hot loop
+    __m256 w0, w1;
+    load(i, w0, w1);
+    for (int t = 0; t < NT; t++) {
+      const float* a = (const float*)act[t] + i;
+      acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a), acc0[t]);
+      acc1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(a + 8), acc1[t]);
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = hsum_f32(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+template <int NT>
+static void f32_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const float* x = (const float*)w;
+  dot_float_avx2<NT>(n, act, out, [x](int64_t i, __m256& w0, __m256& w1) {
+    w0 = _mm256_loadu_ps(x + i);
+    w1 = _mm256_loadu_ps(x + i + 8);
+  });
+  for (int64_t i = n & ~(int64_t)15; i < n; i++)
+    for (int t = 0; t < NT; t++) out[t] += x[i] * ((const float*)act[t])[i];
+}
+
+template <int NT>
+static void f16_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const uint16_t* x = (const uint16_t*)w;
+  dot_float_avx2<NT>(n, act, out, [x](int64_t i, __m256& w0, __m256& w1) {
+    w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(x + i)));
+    w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(x + i + 8)));
+  });
+  for (int64_t i = n & ~(int64_t)15; i < n; i++)
+    for (int t = 0; t < NT; t++) out[t] += half_to_float(x[i]) * ((const float*)act[t])[i];
+}
+
+template <int NT>
+static void bf16_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const uint16_t* x = (const uint16_t*)w;
+  dot_float_avx2<NT>(n, act, out, [x](int64_t i, __m256& w0, __m256& w1) {
+    const __m256i v = _mm256_loadu_si256((const __m256i*)(x + i));
+    w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16));
+    w1 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16));
+  });
+  for (int64_t i = n & ~(int64_t)15; i < n; i++)
+    for (int t = 0; t < NT; t++) out[t] += bf16_bits_to_float(x[i]) * ((const float*)act[t])[i];
+}
+
+// ---- Q4_0 / Q8_0 x Q8_0
+
+template <int NT>
+static void q4_0_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q4_0* x = (const block_q4_0*)w;
+  const int64_t nb = n / QK4_0;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const __m128i m4 = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
+  for (int64_t i = 0; i < nb; i++) {  // hot loop
+    const __m128i q = _mm_loadu_si128((const __m128i*)x[i].qs);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), k8);                      // elems 0..15
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), k8);   // 16..31
+    const __m256i w_lo = _mm256_cvtepi8_epi16(lo), w_hi = _mm256_cvtepi8_epi16(hi);
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_0* a = (const block_q8_0*)act[t] + i;
+      acc[t] = block_accum(acc[t], dw, half_to_float(a->d), hsum_i32(dot_i8x32(w_lo, w_hi, a->qs)));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+template <int NT>
+static void q8_0_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q8_0* x = (const block_q8_0*)w;
+  const int64_t nb = n / QK8_0;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  for (int64_t i = 0; i < nb; i++) {  // hot loop
+    const __m256i w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x[i].qs));
+    const __m256i w_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(x[i].qs + 16)));
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_0* a = (const block_q8_0*)act[t] + i;
+      acc[t] = block_accum(acc[t], dw, half_to_float(a->d), hsum_i32(dot_i8x32(w_lo, w_hi, a->qs)));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+// ---- K-quants x Q8_K
+// maddubs(u8 weights, s8 activations) cannot saturate here: |pair| <= 2*63*128 < 32767.
+
+// [m0,m0,m1,m1,...,m7,m7] as 16 x i16: pairs with bsums (16 groups of 16) per sub-block.
+static inline __m256i mins_pairs(const uint8_t m[8]) {
+  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i*)m), dup));
+}
+
+template <int NT, bool Q5>
+static void kmin_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const int64_t nb = n / QK_K;
+  const size_t bsz = Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t* blk = (const uint8_t*)w + (size_t)i * bsz;
+    fp16_t d16, dmin16;
+    std::memcpy(&d16, blk, 2);
+    std::memcpy(&dmin16, blk + 2, 2);
+    const uint8_t* scales = blk + 4;
+    const uint8_t* qh = blk + 16;                 // Q5_K only
+    const uint8_t* qs = blk + (Q5 ? 48 : 16);
+    uint8_t sc[8], m[8];
+    k4_unpack_scales(scales, sc, m);
+    __m256i isum[NT];
+    for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+    __m256i hb = Q5 ? _mm256_loadu_si256((const __m256i*)qh) : _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {  // hot loop: 64 weights = sub-blocks 2c, 2c+1
+      const __m256i q = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
+      __m256i lo = _mm256_and_si256(q, m4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      if (Q5) {  // bit 2c -> lo, bit 2c+1 -> hi; hb is shifted right by 2 per chunk
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
+        hb = _mm256_srli_epi16(hb, 2);
+      }
+      const __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
+      for (int t = 0; t < NT; t++) {
+        const int8_t* a = ((const block_q8_K*)act[t])[i].qs + 64 * c;
+        const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)a));
+        const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(a + 32)));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo),
+                                                              _mm256_madd_epi16(p_hi, s_hi)));
+      }
+    }
+    const __m256i mp = mins_pairs(m);
+    const float dw = half_to_float(d16), dminw = half_to_float(dmin16);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_K* a = (const block_q8_K*)act[t] + i;
+      const int32_t summs = hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)a->bsums), mp));
+      acc[t] = block_accum_kmin(acc[t], dw, dminw, a->d, hsum_i32(isum[t]), summs);
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+// Q6_K: unsigned 6-bit q (0..63) via maddubs, then subtract 32 * sum_j sc[j]*bsums[j].
+template <int NT>
+static void q6_K_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q6_K* x = (const block_q6_K*)w;
+  const int64_t nb = n / QK_K;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int64_t i = 0; i < nb; i++) {
+    const __m128i sc8 = _mm_loadu_si128((const __m128i*)x[i].scales);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);  // [16] scales as i16
+    __m256i isum[NT];
+    for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {  // hot loop: 128 weights
+      const __m256i q0 = _mm256_loadu_si256((const __m256i*)(x[i].ql + 64 * h));
+      const __m256i q1 = _mm256_loadu_si256((const __m256i*)(x[i].ql + 64 * h + 32));
+      const __m256i hb = _mm256_loadu_si256((const __m256i*)(x[i].qh + 32 * h));
+      __m256i v[4];
+      v[0] = _mm256_or_si256(_mm256_and_si256(q0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+      v[1] = _mm256_or_si256(_mm256_and_si256(q1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+      v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4), _mm256_and_si256(hb, m30));
+      v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                             _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+      // v[k] covers sub-blocks 8h+2k (first 16 bytes) and 8h+2k+1 (last 16)
+      __m256i s[4];
+      for (int k = 0; k < 4; k++) {
+        const int j = 8 * h + 2 * k;
+        s[k] = _mm256_setr_m128i(_mm_set1_epi16(x[i].scales[j]), _mm_set1_epi16(x[i].scales[j + 1]));
+      }
+      for (int t = 0; t < NT; t++) {
+        const int8_t* a = ((const block_q8_K*)act[t])[i].qs + 128 * h;
+        for (int k = 0; k < 4; k++) {
+          const __m256i p = _mm256_maddubs_epi16(v[k], _mm256_loadu_si256((const __m256i*)(a + 32 * k)));
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, s[k]));
+        }
+      }
+    }
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_K* a = (const block_q8_K*)act[t] + i;
+      const int32_t off = hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)a->bsums), sc16));
+      acc[t] = block_accum(acc[t], dw, a->d, hsum_i32(isum[t]) - 32 * off);
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+// nt -> template instantiation
+#define KNOT_NT_DISPATCH(name, tmpl)                                                     \
+  static void name(int64_t n, const void* w, const void* const* act, int nt, float* out) { \
+    switch (nt) {                                                                        \
+      case 1: tmpl<1>(n, w, act, out); break;                                            \
+      case 2: tmpl<2>(n, w, act, out); break;                                            \
+      case 3: tmpl<3>(n, w, act, out); break;                                            \
+      default: tmpl<4>(n, w, act, out); break;                                           \
+    }                                                                                    \
+  }
+
+template <int NT>
+static void q4_K_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  kmin_avx2<NT, false>(n, w, act, out);
+}
+template <int NT>
+static void q5_K_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  kmin_avx2<NT, true>(n, w, act, out);
+}
+
+KNOT_NT_DISPATCH(dot_f32_avx2, f32_avx2)
+KNOT_NT_DISPATCH(dot_f16_avx2, f16_avx2)
+KNOT_NT_DISPATCH(dot_bf16_avx2, bf16_avx2)
+KNOT_NT_DISPATCH(dot_q4_0_avx2, q4_0_avx2)
+KNOT_NT_DISPATCH(dot_q8_0_avx2, q8_0_avx2)
+KNOT_NT_DISPATCH(dot_q4_K_avx2, q4_K_avx2)
+KNOT_NT_DISPATCH(dot_q5_K_avx2, q5_K_avx2)
+KNOT_NT_DISPATCH(dot_q6_K_avx2, q6_K_avx2)
+
+const DotKernels kDotAvx2 = {
+    dot_f32_avx2,  dot_f16_avx2,  dot_bf16_avx2, dot_q4_0_avx2,
+    dot_q8_0_avx2, dot_q4_K_avx2, dot_q5_K_avx2, dot_q6_K_avx2,
+};
+
+}  // namespace knot
+
+#endif  // x86
