@@ -1,0 +1,307 @@
+// knot.cpp — the `knot` command line: inspect, convert, verify, synth, help.
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "commands.h"
+#include "convert.h"
+#include "gguf.h"
+#include "hash.h"
+#include "knot.h"
+#include "model_io.h"
+#include "synth.h"
+
+using namespace knot;
+
+__attribute__((weak)) int cmd_generate(int, char**) {
+  std::fprintf(stderr, "knot: error: generate is not built into this binary\n");
+  return 2;
+}
+
+static const char* USAGE =
+    "usage: knot <command> [args]\n"
+    "\n"
+    "commands:\n"
+    "  inspect FILE [--kv] [--hash]   config, tensor table and totals of a .gguf or .knot\n"
+    "                                 (--kv: all GGUF metadata; --hash: hash GGUF tensors)\n"
+    "  convert IN.gguf OUT.knot [--type T] [--allow-requantize]\n"
+    "                                 T: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M\n"
+    "                                 (default: keep the source types)\n"
+    "  verify FILE                    layout, stale check, every hash, NaN/Inf scales\n"
+    "  synth --arch llama|qwen2 --hidden N --layers N --heads N --kv-heads N --ffn N\n"
+    "        --vocab N [--type T] [--seed S] [--tied] [--ctx N] OUT(.gguf|.knot)\n"
+    "                                 deterministic random-weight model\n"
+    "  generate ...                   run a model (see `knot generate --help`)\n"
+    "  help                           this text\n";
+
+static std::string human(uint64_t b) {
+  char buf[32];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / 1048576.0);
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%llu B", (unsigned long long)b);
+  return buf;
+}
+
+static std::string shape_str(const std::vector<int64_t>& s) {
+  std::string o;
+  for (size_t i = 0; i < s.size(); i++) o += (i ? " x " : "") + std::to_string(s[i]);
+  return o;
+}
+
+static void print_config(const ModelConfig& c) {
+  std::printf("config:\n");
+  std::printf("  arch             %s\n", c.arch.c_str());
+  std::printf("  n_embd           %d\n", c.n_embd);
+  std::printf("  n_layer          %d\n", c.n_layer);
+  std::printf("  n_head           %d\n", c.n_head);
+  std::printf("  n_head_kv        %d\n", c.n_head_kv);
+  std::printf("  head_dim         %d\n", c.head_dim);
+  std::printf("  n_ff             %d\n", c.n_ff);
+  std::printf("  n_vocab          %d\n", c.n_vocab);
+  std::printf("  n_vocab_tensor   %d\n", c.n_vocab_tensor);
+  std::printf("  rope             %s, dims %d, theta %g\n", c.rope_style == RopeStyle::Neox ? "neox" : "norm", c.rope_dims, c.rope_theta);
+  std::printf("  rms_eps          %g\n", c.rms_eps);
+  std::printf("  n_ctx_train      %d\n", c.n_ctx_train);
+  std::printf("  tied_embeddings  %s\n", c.tied_embeddings ? "yes" : "no");
+}
+
+static void print_tokenizer(const TokenizerData& t) {
+  std::printf("tokenizer:\n");
+  std::printf("  model %s%s%s, %zu tokens, %zu merges, bos %d, eos %d, unk %d, pad %d, eot %d, add_bos %s, add_space_prefix %s%s\n",
+              t.model.c_str(), t.pre.empty() ? "" : ", pre ", t.pre.c_str(), t.tokens.size(), t.merges.size(), t.bos_id, t.eos_id,
+              t.unk_id, t.pad_id, t.eot_id, t.add_bos ? "yes" : "no", t.add_space_prefix ? "yes" : "no",
+              t.chat_template.empty() ? "" : ", chat template");
+}
+
+struct Row {
+  std::string name, type, shape;
+  uint64_t bytes;
+  std::string hash;
+};
+
+static void print_table(const std::vector<Row>& rows) {
+  size_t wn = 4, wt = 4, ws = 5;
+  for (auto& r : rows) wn = std::max(wn, r.name.size()), wt = std::max(wt, r.type.size()), ws = std::max(ws, r.shape.size());
+  std::printf("tensors:\n  %-5s %-*s %-*s %-*s %12s  %s\n", "#", (int)wn, "name", (int)wt, "type", (int)ws, "shape", "bytes", "hash");
+  std::map<std::string, std::pair<int, uint64_t>> by_type;
+  uint64_t total = 0;
+  for (size_t i = 0; i < rows.size(); i++) {
+    auto& r = rows[i];
+    std::printf("  %-5zu %-*s %-*s %-*s %12llu  %s\n", i, (int)wn, r.name.c_str(), (int)wt, r.type.c_str(), (int)ws, r.shape.c_str(),
+                (unsigned long long)r.bytes, r.hash.c_str());
+    by_type[r.type].first++;
+    by_type[r.type].second += r.bytes;
+    total += r.bytes;
+  }
+  std::printf("totals: %zu tensors, %llu bytes (%s)", rows.size(), (unsigned long long)total, human(total).c_str());
+  for (auto& [t, v] : by_type) std::printf(", %s x%d %s", t.c_str(), v.first, human(v.second).c_str());
+  std::printf("\n");
+}
+
+static bool has_flag(std::vector<std::string>& args, const char* flag) {
+  for (size_t i = 0; i < args.size(); i++)
+    if (args[i] == flag) {
+      args.erase(args.begin() + (long)i);
+      return true;
+    }
+  return false;
+}
+
+static std::string take_opt(std::vector<std::string>& args, const char* opt, const std::string& dflt) {
+  for (size_t i = 0; i < args.size(); i++)
+    if (args[i] == opt) {
+      if (i + 1 >= args.size()) fail(std::string(opt) + " needs a value");
+      std::string v = args[i + 1];
+      args.erase(args.begin() + (long)i, args.begin() + (long)i + 2);
+      return v;
+    }
+  return dflt;
+}
+
+static int64_t parse_int(const std::string& s, const char* opt) {
+  int64_t v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size()) fail(std::string(opt) + ": '" + s + "' is not an integer");
+  return v;
+}
+
+static std::vector<std::string> rest(int argc, char** argv) { return std::vector<std::string>(argv + 1, argv + argc); }
+
+static void no_unknown_flags(const std::vector<std::string>& args) {
+  for (auto& a : args)
+    if (a.size() > 1 && a[0] == '-') fail("unknown option " + a + " (see `knot help`)");
+}
+
+// Progress on stderr only for a terminal: logs and pipes stay clean.
+static std::function<void(uint64_t, uint64_t, const std::string&)> progress_bar(const char* verb) {
+  if (!isatty(2)) return {};
+  return [verb](uint64_t done, uint64_t total, const std::string& name) {
+    int pct = total ? (int)(done * 100 / total) : 100;
+    int fill = pct * 30 / 100;
+    std::fprintf(stderr, "\r%s [%.*s%*s] %3d%% %-40.40s", verb, fill, "##############################", 30 - fill, "", pct, name.c_str());
+    if (done >= total && name.empty()) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
+}
+
+int cmd_inspect(int argc, char** argv) {
+  auto args = rest(argc, argv);
+  bool all_kv = has_flag(args, "--kv"), do_hash = has_flag(args, "--hash");
+  no_unknown_flags(args);
+  if (args.size() != 1) fail("usage: knot inspect FILE [--kv] [--hash]");
+  const std::string path = args[0];
+  FileFormat fmt = detect_format(path);
+  if (fmt == FileFormat::Gguf) {
+    gguf::File f = gguf::parse_file(path);
+    std::printf("file: %s\nformat: GGUF v%u, %zu metadata keys, %zu tensors, alignment %llu, data at offset %llu, %llu bytes\n", path.c_str(),
+                f.version, f.kv.size(), f.tensors.size(), (unsigned long long)f.alignment, (unsigned long long)f.data_offset,
+                (unsigned long long)f.file_size);
+    std::printf("metadata:\n");
+    for (auto& [k, v] : f.kv) {
+      if (!all_kv && v.type == gguf::VType::ARRAY && v.arr.size() > 16)
+        std::printf("  %-44s [%s x %zu]\n", k.c_str(), gguf::vtype_name(v.elem), v.arr.size());
+      else
+        std::printf("  %-44s %s\n", k.c_str(), v.to_display(all_kv ? SIZE_MAX : 8).c_str());
+    }
+    print_config(config_from_gguf(f, path));
+    print_tokenizer(tokenizer_from_gguf(f, path));
+    std::vector<Row> rows;
+    FileSource src(path);
+    for (auto& t : f.tensors) {
+      std::string h = "-";
+      if (do_hash) {
+        std::vector<uint8_t> buf((size_t)t.size);
+        src.read(f.data_offset + t.offset, t.size, buf.data());
+        h = hash_hex(hash64(buf.data(), buf.size()));
+      }
+      rows.push_back({knot_tensor_name(t.name), dtype_name(t.type), shape_str(t.shape), t.size, h});
+    }
+    print_table(rows);
+    return 0;
+  }
+  if (fmt == FileFormat::Knot) {
+    FileSource src(path);
+    KnotHeader h = read_knot_header(src);
+    std::printf("file: %s\nformat: knot v%u, schema %d, metaLen %u, codec marker at %llu, payload at offset %llu, %llu bytes\n", path.c_str(),
+                h.version, h.schema, h.meta_len, (unsigned long long)h.align, (unsigned long long)h.payload_offset,
+                (unsigned long long)h.file_size);
+    print_config(h.config);
+    std::printf("tokenizer blob: offset %llu, %llu bytes, hash %s\n", (unsigned long long)h.tokenizer.offset,
+                (unsigned long long)h.tokenizer.size, hash_hex(h.tokenizer.hash).c_str());
+    print_tokenizer(read_knot_tokenizer(src, h, true));
+    std::vector<Row> rows;
+    for (auto& t : h.tensors) {
+      std::string hs = hash_hex(t.hash);
+      if (t.chunk_rows) hs += " (+" + std::to_string(t.chunk_hashes.size()) + " chunk hashes / " + std::to_string(t.chunk_rows) + " rows)";
+      rows.push_back({t.name, dtype_name(t.type), shape_str(t.shape), t.size, hs});
+    }
+    print_table(rows);
+    return 0;
+  }
+  fail(path + ": bad magic: neither a GGUF nor a .knot file");
+}
+
+int cmd_convert(int argc, char** argv) {
+  auto args = rest(argc, argv);
+  ConvertOptions o;
+  o.type = take_opt(args, "--type", "");
+  o.allow_requantize = has_flag(args, "--allow-requantize");
+  no_unknown_flags(args);
+  if (args.size() != 2) fail("usage: knot convert IN.gguf OUT.knot [--type T] [--allow-requantize]");
+  if (detect_format(args[0]) != FileFormat::Gguf) fail(args[0] + ": not a GGUF file (bad magic)");
+  o.progress = progress_bar("converting");
+  ConvertResult r = convert_gguf_to_knot(args[0], args[1], o);
+  for (auto& n : r.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+  std::printf("%s: %zu tensors, %s -> %s\n", args[1].c_str(), r.n_tensors, human(r.bytes_in).c_str(), human(r.bytes_out).c_str());
+  return 0;
+}
+
+int cmd_verify(int argc, char** argv) {
+  auto args = rest(argc, argv);
+  no_unknown_flags(args);
+  if (args.size() != 1) fail("usage: knot verify FILE");
+  const std::string path = args[0];
+  FileFormat fmt = detect_format(path);
+  std::vector<std::string> problems;
+  size_t n = 0;
+  if (fmt == FileFormat::Knot) {
+    FileSource src(path);
+    problems = verify_knot(src);
+    n = read_knot_header(src).tensors.size();
+  } else if (fmt == FileFormat::Gguf) {
+    gguf::File f = gguf::parse_file(path);  // layout: ranges, overlaps, types, row lengths
+    config_from_gguf(f, path);
+    tokenizer_from_gguf(f, path);
+    FileSource src(path);
+    for (auto& t : f.tensors) {
+      std::vector<uint8_t> buf((size_t)t.size);
+      src.read(f.data_offset + t.offset, t.size, buf.data());
+      int64_t bad = first_nonfinite_block(t.type, buf.data(), t.size);
+      if (bad >= 0) problems.push_back(path + ": tensor " + t.name + ": non-finite scale or value at block " + std::to_string(bad));
+    }
+    n = f.tensors.size();
+  } else {
+    fail(path + ": bad magic: neither a GGUF nor a .knot file");
+  }
+  if (!problems.empty()) {
+    for (auto& p : problems) std::fprintf(stderr, "knot: error: %s\n", p.c_str());
+    std::fprintf(stderr, "knot: error: %s: %zu problem(s)\n", path.c_str(), problems.size());
+    return 1;
+  }
+  std::printf("%s: ok (%zu tensors%s)\n", path.c_str(), n, fmt == FileFormat::Knot ? ", layout, hashes and scales verified" : ", layout and scales verified");
+  return 0;
+}
+
+int cmd_synth(int argc, char** argv) {
+  auto args = rest(argc, argv);
+  SynthOptions o;
+  o.arch = take_opt(args, "--arch", o.arch);
+  o.hidden = (int)parse_int(take_opt(args, "--hidden", std::to_string(o.hidden)), "--hidden");
+  o.layers = (int)parse_int(take_opt(args, "--layers", std::to_string(o.layers)), "--layers");
+  o.heads = (int)parse_int(take_opt(args, "--heads", std::to_string(o.heads)), "--heads");
+  o.kv_heads = (int)parse_int(take_opt(args, "--kv-heads", std::to_string(o.kv_heads)), "--kv-heads");
+  o.ffn = (int)parse_int(take_opt(args, "--ffn", std::to_string(o.ffn)), "--ffn");
+  o.vocab = (int)parse_int(take_opt(args, "--vocab", std::to_string(o.vocab)), "--vocab");
+  o.ctx = (int)parse_int(take_opt(args, "--ctx", std::to_string(o.ctx)), "--ctx");
+  o.type = take_opt(args, "--type", o.type);
+  o.seed = (uint64_t)parse_int(take_opt(args, "--seed", "1"), "--seed");
+  o.tied = has_flag(args, "--tied");
+  no_unknown_flags(args);
+  if (args.size() != 1) fail("usage: knot synth --arch llama|qwen2 --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N [--type T] [--seed S] OUT");
+  o.progress = progress_bar("synth");
+  synth_model(o, args[0]);
+  std::printf("%s: synthetic %s, hidden %d, %d layers, %d/%d heads, ffn %d, vocab %d, %s, seed %llu\n", args[0].c_str(), o.arch.c_str(),
+              o.hidden, o.layers, o.heads, o.kv_heads, o.ffn, o.vocab, o.type.c_str(), (unsigned long long)o.seed);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(USAGE, stderr);
+    return 1;
+  }
+  std::string cmd = argv[1];
+  try {
+    if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+      std::fputs(USAGE, stdout);
+      return 0;
+    }
+    if (cmd == "inspect") return cmd_inspect(argc - 1, argv + 1);
+    if (cmd == "convert") return cmd_convert(argc - 1, argv + 1);
+    if (cmd == "verify") return cmd_verify(argc - 1, argv + 1);
+    if (cmd == "synth") return cmd_synth(argc - 1, argv + 1);
+    if (cmd == "generate") return cmd_generate(argc - 1, argv + 1);
+    std::fprintf(stderr, "knot: error: unknown command '%s'\n%s", cmd.c_str(), USAGE);
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "knot: error: %s\n", e.what());
+    return 1;
+  }
+}
