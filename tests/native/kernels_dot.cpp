@@ -1,0 +1,254 @@
+// vec_dot / matvec / matmul: hand-computed dots, Reference vs Scalar within the
+// activation-quantization bound, Simd vs Scalar bit-exact (quantized types), matmul vs a
+// loop of matvec, matmul_rows vs a slice, argument errors, and the full kernel_selftest.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels.h"
+#include "selftest.h"
+
+using namespace knot;
+
+namespace {
+
+const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
+                              DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const Kernel kKernels[] = {Kernel::Reference, Kernel::Scalar, Kernel::Simd};
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+std::vector<float> gauss(size_t n, uint32_t seed, float sigma = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+std::vector<uint8_t> quant_matrix(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const size_t rb = row_bytes(t, cols);
+  std::vector<uint8_t> W(rb * rows);
+  std::vector<float> x = gauss((size_t)(rows * cols), seed, 0.05f);
+  for (int64_t r = 0; r < rows; r++) quantize_row(t, x.data() + r * cols, W.data() + rb * r, cols);
+  return W;
+}
+
+void set_bsums(block_q8_K& b) {
+  for (int g = 0; g < 16; g++) {
+    int s = 0;
+    for (int l = 0; l < 16; l++) s += b.qs[16 * g + l];
+    b.bsums[g] = (int16_t)s;
+  }
+}
+
+bool bit_equal(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+}  // namespace
+
+TEST(KernelsDot, SelftestPasses) {
+  for (uint64_t seed : {1ull, 2ull, 0xDEADBEEFull}) {
+    std::string report;
+    const int failures = kernel_selftest(seed, &report);
+    EXPECT_EQ(failures, 0) << report;
+    EXPECT_NE(report.find("0 failure(s)"), std::string::npos) << report;
+  }
+}
+
+TEST(KernelsDot, SimdIsActiveOnAvx2Machines) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    EXPECT_TRUE(simd_compiled());
+  }
+#endif
+  EXPECT_STREQ(kernel_name(Kernel::Simd), "simd");
+}
+
+TEST(KernelsDot, VecDotTypes) {
+  EXPECT_EQ(vec_dot_type(DType::Q4_K), DType::Q8_K);
+  EXPECT_EQ(vec_dot_type(DType::Q5_K), DType::Q8_K);
+  EXPECT_EQ(vec_dot_type(DType::Q6_K), DType::Q8_K);
+  EXPECT_EQ(vec_dot_type(DType::Q4_0), DType::Q8_0);
+  EXPECT_EQ(vec_dot_type(DType::Q8_0), DType::Q8_0);
+  EXPECT_EQ(vec_dot_type(DType::F16), DType::F32);
+  EXPECT_EQ(vec_dot_type(DType::BF16), DType::F32);
+  EXPECT_THROW(vec_dot_type(DType::Q8_K), Error);
+  EXPECT_THROW(vec_dot_type((DType)77), Error);
+}
+
+TEST(KernelsDot, ArgumentErrors) {
+  std::vector<uint8_t> W(4096);
+  std::vector<float> x(512), y(16);
+  try {
+    matvec(DType::Q4_K, W.data(), 2, 300, x.data(), y.data(), Kernel::Simd);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("300"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(matvec(DType::Q8_K, W.data(), 1, 256, x.data(), y.data(), Kernel::Scalar), Error);
+  EXPECT_THROW(matvec((DType)3, W.data(), 1, 32, x.data(), y.data(), Kernel::Reference), Error);
+  EXPECT_THROW(matmul_rows(DType::F32, W.data(), 3, 2, 4, x.data(), 1, y.data(), Kernel::Scalar), Error);
+  EXPECT_THROW(matmul(DType::F32, W.data(), 2, 4, x.data(), -1, y.data(), Kernel::Scalar), Error);
+  EXPECT_THROW(vec_dot(DType::Q8_0, 40, W.data(), x.data(), Kernel::Simd), Error);
+}
+
+// Hand-computed: y = W x for a 2x3 F32 matrix, all kernels, exact small integers.
+TEST(KernelsDot, F32MatvecByHand) {
+  const float W[6] = {1, 2, 3, -4, 5, 0.5f};
+  const float x[3] = {2, -1, 4};
+  for (Kernel k : kKernels) {
+    float y[2];
+    matvec(DType::F32, W, 2, 3, x, y, k);
+    EXPECT_EQ(y[0], 12.f) << kernel_name(k);  // 2 - 2 + 12
+    EXPECT_EQ(y[1], -11.f) << kernel_name(k);  // -8 - 5 + 2
+  }
+}
+
+// Q8_0 x Q8_0 on raw blocks: (sum qw*qa) * dw * da, worked from the integers.
+TEST(KernelsDot, Q8_0DotByHand) {
+  block_q8_0 w[2], a[2];
+  std::memset(w, 0, sizeof w);
+  std::memset(a, 0, sizeof a);
+  w[0].d = 0x3800;  // 0.5
+  a[0].d = 0x4000;  // 2
+  w[1].d = 0x3C00;  // 1
+  a[1].d = 0xB800;  // -0.5
+  for (int j = 0; j < 32; j++) {
+    w[0].qs[j] = (int8_t)(j - 16);  // -16..15
+    a[0].qs[j] = 3;
+    w[1].qs[j] = -128;
+    a[1].qs[j] = (int8_t)(j == 5 ? -128 : 0);
+  }
+  // block 0: sum(j-16)*3 = -16*3 = -48 -> * 0.5*2 = -48; block 1: -128*-128 * -0.5 = -8192
+  for (Kernel k : kKernels) EXPECT_EQ(vec_dot(DType::Q8_0, 64, w, a, k), -48.f - 8192.f) << kernel_name(k);
+}
+
+// Q4_K block with known dequantized values (see kernels_quant DequantQ4_KByHand),
+// dotted with a one-hot-ish Q8_K activation: expected from the ggml formula by hand.
+TEST(KernelsDot, Q4_KDotByHand) {
+  block_q4_K w;
+  std::memset(&w, 0, sizeof w);
+  w.d = 0x3C00;
+  w.dmin = 0x3800;
+  w.scales[0] = 3;
+  w.scales[4] = 2;
+  w.scales[9] = 0x15;
+  w.scales[1] = 0x80;
+  w.scales[5] = 0xC0;
+  w.qs[0] = 0x07;   // w[0] = 20
+  w.qs[67] = 0xA0;  // w[163] = 345.5; w[160] = -24.5; w[1] = -1
+  block_q8_K a;
+  std::memset(&a, 0, sizeof a);
+  a.d = 0.25f;
+  a.qs[0] = 4;     // 20 * 1
+  a.qs[1] = -8;    // -1 * -2
+  a.qs[163] = 2;   // 345.5 * 0.5
+  a.qs[160] = 127; // -24.5 * 31.75
+  set_bsums(a);
+  const float want = 20.f + 2.f + 172.75f - 24.5f * 31.75f;
+  for (Kernel k : kKernels) EXPECT_FLOAT_EQ(vec_dot(DType::Q4_K, 256, &w, &a, k), want) << kernel_name(k);
+}
+
+TEST(KernelsDot, Q6_KDotByHand) {
+  block_q6_K w;
+  std::memset(&w, 0, sizeof w);
+  w.d = 0x3400;  // 0.25
+  for (int j = 0; j < 16; j++) w.scales[j] = 1;
+  w.scales[0] = -3;
+  w.scales[9] = -128;
+  w.ql[1] = 0xF5;
+  w.qh[1] = 0x8D;   // w[1] = 0.25*-3*(21-32) = 8.25
+  w.ql[81] = 0x0E;
+  w.qh[49] = 0x03;  // w[145] = 0.25*-128*30 = -960
+  // every other element: q = 0 -> 0.25 * scale * -32
+  block_q8_K a;
+  std::memset(&a, 0, sizeof a);
+  a.d = 2.f;
+  a.qs[1] = 3;     // 8.25 * 6
+  a.qs[145] = -1;  // -960 * -2
+  a.qs[200] = 5;   // sub-block 12 (scale 1), q = 0: 0.25*1*-32 = -8 -> * 10
+  set_bsums(a);
+  const float want = 8.25f * 6 + 1920.f - 80.f;
+  for (Kernel k : kKernels) EXPECT_FLOAT_EQ(vec_dot(DType::Q6_K, 256, &w, &a, k), want) << kernel_name(k);
+}
+
+// Reference (f32 activations) vs Scalar (quantized activations): the difference is
+// bounded by sum_i |w_i| * |x_i - xq_i| (activation rounding), plus float slack.
+TEST(KernelsDot, ReferenceVsScalarWithinQuantizationBound) {
+  const int64_t rows = 24, cols = 4096;
+  std::vector<float> x = gauss(cols, 77);
+  for (DType t : kWeightTypes) {
+    std::vector<uint8_t> W = quant_matrix(t, rows, cols, 5);
+    std::vector<float> yr(rows), ys(rows);
+    matvec(t, W.data(), rows, cols, x.data(), yr.data(), Kernel::Reference);
+    matvec(t, W.data(), rows, cols, x.data(), ys.data(), Kernel::Scalar);
+    const DType vt = vec_dot_type(t);
+    std::vector<uint8_t> qa(row_bytes(vt, cols));
+    std::vector<float> xq(cols), wf(cols);
+    quantize_row(vt, x.data(), qa.data(), cols);
+    dequantize_row(vt, qa.data(), xq.data(), cols);
+    for (int64_t r = 0; r < rows; r++) {
+      dequantize_row(t, W.data() + row_bytes(t, cols) * r, wf.data(), cols);
+      double bound = 0, mag = 0;
+      for (int64_t c = 0; c < cols; c++) {
+        bound += std::fabs((double)wf[c]) * std::fabs((double)x[c] - xq[c]);
+        mag += std::fabs((double)wf[c] * x[c]);
+      }
+      EXPECT_LE(std::fabs((double)yr[r] - ys[r]), bound + 1e-5 * mag) << dtype_name(t) << " row " << r;
+      // and the quantized path really is close (not just "within a loose bound")
+      EXPECT_LE(std::fabs((double)yr[r] - ys[r]), 0.02 * mag) << dtype_name(t);
+    }
+  }
+}
+
+TEST(KernelsDot, SimdMatchesScalar) {
+  const int64_t rows = 19, cols = 2048;
+  std::vector<float> x = gauss(cols, 3, 2.f);
+  for (DType t : kWeightTypes) {
+    std::vector<uint8_t> W = quant_matrix(t, rows, cols, 9);
+    std::vector<float> ys(rows), yv(rows);
+    matvec(t, W.data(), rows, cols, x.data(), ys.data(), Kernel::Scalar);
+    matvec(t, W.data(), rows, cols, x.data(), yv.data(), Kernel::Simd);
+    for (int64_t r = 0; r < rows; r++) {
+      if (is_float(t)) {
+        EXPECT_NEAR(yv[r], ys[r], 1e-4 * (std::fabs(ys[r]) + 1.f)) << dtype_name(t) << " row " << r;
+      } else {
+        EXPECT_TRUE(bit_equal(yv[r], ys[r])) << dtype_name(t) << " row " << r << ": " << yv[r] << " vs " << ys[r];
+      }
+    }
+  }
+}
+
+TEST(KernelsDot, MatmulEqualsLoopOfMatvecAndRowsSlice) {
+  const int64_t rows = 37, ntok = 13;
+  for (DType t : kWeightTypes) {
+    const int64_t cols = is_float(t) ? 300 : 768;
+    std::vector<uint8_t> W = quant_matrix(t, rows, cols, 11);
+    std::vector<float> X = gauss((size_t)(ntok * cols), 12);
+    for (Kernel k : kKernels) {
+      std::vector<float> Y(ntok * rows), y(rows);
+      matmul(t, W.data(), rows, cols, X.data(), ntok, Y.data(), k);
+      for (int64_t tk = 0; tk < ntok; tk++) {
+        matvec(t, W.data(), rows, cols, X.data() + tk * cols, y.data(), k);
+        for (int64_t r = 0; r < rows; r++)
+          ASSERT_TRUE(bit_equal(Y[tk * rows + r], y[r]))
+              << dtype_name(t) << " " << kernel_name(k) << " tok " << tk << " row " << r;
+      }
+      const int64_t r0 = 5, r1 = 30;
+      std::vector<float> Ys(ntok * (r1 - r0));
+      matmul_rows(t, W.data(), r0, r1, cols, X.data(), ntok, Ys.data(), k);
+      for (int64_t tk = 0; tk < ntok; tk++)
+        for (int64_t r = r0; r < r1; r++)
+          ASSERT_TRUE(bit_equal(Ys[tk * (r1 - r0) + r - r0], Y[tk * rows + r]))
+              << dtype_name(t) << " " << kernel_name(k) << " slice row " << r;
+    }
+  }
+}
+
+TEST(KernelsDot, BenchHelpersReturnPositiveRates) {
+  EXPECT_GT(kernel_bench_matvec(DType::Q4_K, 64, 1024, Kernel::Simd, 0.01), 0.0);
+  EXPECT_GT(kernel_bench_dequant_dot(DType::Q6_K, 64, 1024, 0.01), 0.0);
+}
