@@ -23,7 +23,8 @@ mkdir -p "$OBJ" "$INC"
 # would shadow the wasm sysroot).
 if [[ ! -e "$INC/nlohmann" ]]; then ln -s /usr/include/nlohmann "$INC/nlohmann"; fi
 
-CXXFLAGS_COMMON=(-std=c++20 -msimd128 -fwasm-exceptions -Wall -Wextra -Wno-unused-parameter
+# NDEBUG: assert() would pull in stdio (fprintf to stderr -> WASI fd_* imports).
+CXXFLAGS_COMMON=(-std=c++20 -DNDEBUG -msimd128 -fwasm-exceptions -Wall -Wextra -Wno-unused-parameter
                  -I"$ROOT/core" -I"$ROOT/wasm" -I"$INC")
 # Hot loops get -O3; the rest -O2 keeps the module small and the build short.
 opt_for() {

@@ -7,22 +7,29 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "abi_internal.h"
 #include "common.h"
+#include "kernels.h"
+#include "model.h"
+#include "quant.h"
+#include "selftest.h"
 
-#define KW_EXPORT(name) extern "C" __attribute__((export_name(#name)))
+namespace kw {
+
+std::string g_error;
+std::string g_result;
 
 namespace {
-
-std::string g_error;   // last error message
-std::string g_result;  // module-owned result buffer
-
 uint32_t g_peak_linear = 0;
 uint32_t g_peak_heap = 0;
 
 uint32_t linear_bytes() { return (uint32_t)(__builtin_wasm_memory_size(0) * 65536u); }
 uint32_t heap_in_use() { return (uint32_t)mallinfo().uordblks; }
+}  // namespace
 
 void sample_memory() {
   uint32_t l = linear_bytes(), h = heap_in_use();
@@ -30,30 +37,9 @@ void sample_memory() {
   if (h > g_peak_heap) g_peak_heap = h;
 }
 
-template <class F>
-int guard(F&& f) {
-  sample_memory();
-  int status = KW_OK;
-  try {
-    f();
-  } catch (const knot::Error& e) {
-    g_error = e.what();
-    status = KW_ERR_KNOT;
-  } catch (const std::bad_alloc&) {
-    g_error = "out of memory: wasm linear memory is capped at 128 MB";
-    status = KW_ERR_OOM;
-  } catch (const std::exception& e) {
-    g_error = e.what();
-    status = KW_ERR_STD;
-  } catch (...) {
-    g_error = "unknown exception";
-    status = KW_ERR_UNKNOWN;
-  }
-  sample_memory();
-  return status;
-}
+}  // namespace kw
 
-}  // namespace
+using namespace kw;
 
 KW_EXPORT(kw_last_error) const char* kw_last_error() { return g_error.c_str(); }
 KW_EXPORT(kw_last_error_len) uint32_t kw_last_error_len() { return (uint32_t)g_error.size(); }
@@ -82,5 +68,95 @@ KW_EXPORT(kw_memory_reset_peak) int kw_memory_reset_peak() {
   return guard([&] {
     g_peak_linear = linear_bytes();
     g_peak_heap = heap_in_use();
+  });
+}
+
+// ---- kernel benchmark ----------------------------------------------------------------
+// JS times kw_bench_matvec_run (no clock import in the module). The matrix is `rows`
+// distinct-address rows; only 16 distinct rows are quantized (the reference quantizers
+// are slow) and then tiled, which keeps the memory traffic of a real matrix.
+
+namespace {
+struct BenchMat {
+  knot::DType type;
+  int64_t rows, cols;
+  std::shared_ptr<uint8_t> w;  // rows * row_bytes
+  std::vector<float> x, y;     // [cols], [rows]
+};
+Table<BenchMat> g_bench;
+
+uint32_t lcg(uint64_t& s) {
+  s = s * 6364136223846793005ull + 1442695040888963407ull;
+  return (uint32_t)(s >> 33);
+}
+float frand(uint64_t& s) { return (float)lcg(s) / 2147483648.0f - 1.0f; }  // [-1, 1)
+}  // namespace
+
+KW_EXPORT(kw_bench_matvec_prepare)
+int kw_bench_matvec_prepare(uint32_t type_id, int32_t rows, int32_t cols, uint32_t seed, int32_t* out_handle) {
+  return guard([&] {
+    *out_handle = 0;
+    knot::DType t = knot::dtype_from_id(type_id, "kw_bench_matvec_prepare");
+    if (rows <= 0 || cols <= 0) knot::fail("kw_bench_matvec_prepare: rows and cols must be positive");
+    size_t rb = knot::row_bytes(t, cols, "bench matrix");
+    auto b = std::make_unique<BenchMat>();
+    b->type = t;
+    b->rows = rows;
+    b->cols = cols;
+    b->w = knot::alloc_aligned(rb * (size_t)rows);
+    b->x.resize(cols);
+    b->y.resize(rows);
+    uint64_t s = seed * 2654435761ull + 1;
+    std::vector<float> row(cols);
+    const int distinct = rows < 16 ? rows : 16;
+    for (int r = 0; r < distinct; r++) {
+      for (auto& v : row) v = frand(s);
+      knot::quantize_row(t, row.data(), b->w.get() + (size_t)r * rb, cols);
+    }
+    for (int r = distinct; r < rows; r++)
+      std::memcpy(b->w.get() + (size_t)r * rb, b->w.get() + (size_t)(r % distinct) * rb, rb);
+    for (auto& v : b->x) v = frand(s);
+    *out_handle = g_bench.add(std::move(b));
+  });
+}
+
+// kernel: 0 reference, 1 scalar, 2 simd. result: f64 checksum (sum of y) of the last run.
+KW_EXPORT(kw_bench_matvec_run)
+int kw_bench_matvec_run(int32_t h, int32_t kernel, int32_t iters) {
+  return guard([&] {
+    BenchMat& b = g_bench.get(h, "kw_bench_matvec_run");
+    if (kernel < 0 || kernel > 2) knot::fail("kw_bench_matvec_run: kernel must be 0 (reference), 1 (scalar) or 2 (simd)");
+    auto k = (knot::Kernel)kernel;
+    for (int i = 0; i < iters; i++) knot::matvec(b.type, b.w.get(), b.rows, b.cols, b.x.data(), b.y.data(), k);
+    double sum = 0;
+    for (float v : b.y) sum += v;
+    set_result_bytes(&sum, sizeof sum);
+  });
+}
+
+KW_EXPORT(kw_bench_free)
+int kw_bench_free(int32_t h) {
+  return guard([&] {
+    if (!g_bench.remove(h)) throw HandleError("kw_bench_free: unknown or freed handle " + std::to_string(h));
+  });
+}
+
+// ---- kernel self-check -------------------------------------------------------------------
+// result: {"failures": N, "simd": bool, "report": "..."} — SIMD (simd128) vs scalar on
+// random and adversarial blocks, run inside the module.
+KW_EXPORT(kw_kernel_selftest)
+int kw_kernel_selftest(uint32_t seed) {
+  return guard([&] {
+    std::string report;
+    int failures = knot::kernel_selftest(seed, &report);
+    std::string out = "{\"failures\":" + std::to_string(failures) +
+                      ",\"simd\":" + (knot::simd_compiled() ? "true" : "false") + ",\"report\":\"";
+    for (char c : report) {  // JSON string escape
+      if (c == '"' || c == '\\') out += '\\', out += c;
+      else if (c == '\n') out += "\\n";
+      else if ((unsigned char)c < 0x20) out += ' ';
+      else out += c;
+    }
+    set_result(out + "\"}");
   });
 }

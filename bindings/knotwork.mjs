@@ -1,0 +1,294 @@
+// knotwork.mjs — typed JS API over the wasm C ABI (wasm/abi.h). Plain glue: every
+// call maps to one kw_* export; the core does the work and the validation.
+//
+//   import {openModel, fileSource} from "knotwork";
+//   const model = await openModel(await fileSource("m.knot"));
+//   for await (const ev of model.generate("Once upon a time", {maxTokens: 32})) ...
+//
+// One wasm instance per JS realm (module scope) is shared by every model: a Worker
+// isolate has 128 MB, and the module's memory is capped at that.
+import {loadWasm, KnotworkError} from "./loader.mjs";
+import {bytesSource, fileSource, urlSource, countingSource} from "./sources.mjs";
+
+export {bytesSource, fileSource, urlSource, countingSource, KnotworkError};
+
+const te = new TextEncoder();
+
+/** @type {Promise<import("./loader.mjs").KnotworkWasm>|null} */
+let runtime = null;
+
+/**
+ * Load (once) the wasm module. Call before anything else to pass a precompiled
+ * WebAssembly.Module (Workers), bytes, or a URL/path; otherwise the default build
+ * output next to this package is used.
+ * @param {WebAssembly.Module|ArrayBuffer|ArrayBufferView|URL|string} [wasmSource]
+ */
+export function init(wasmSource) {
+  runtime ??= loadWasm(wasmSource);
+  return runtime;
+}
+
+/** Current and peak linear memory and malloc'd bytes, from the module. */
+export async function memoryStats() {
+  const w = await init();
+  return readMemoryStats(w);
+}
+
+function readMemoryStats(w) {
+  const p = w.malloc(16);
+  try {
+    w.call("kw_memory_stats", p);
+    const [linear, peakLinear, heap, peakHeap] = w.u32(p, 4);
+    return {linear, peakLinear, heap, peakHeap};
+  } finally { w.free(p); }
+}
+
+/** Reset the peak marks to the current values. */
+export async function resetPeakMemory() {
+  (await init()).call("kw_memory_reset_peak");
+}
+
+// Call fn(ptr) with a fresh 4-byte out slot; returns the i32 left in it.
+function withOut(w, fn) {
+  const p = w.malloc(8);
+  try { fn(p); return w.i32(p, 1)[0]; } finally { w.free(p); }
+}
+
+/**
+ * Drive a prefix-parsing ABI call through a byte source: fetch `probe` bytes, and when
+ * the core answers {"need": N}, fetch the first N bytes and call again (two-fetch case).
+ * fn(ptr, len) must fill the result buffer. Returns the parsed JSON result.
+ */
+async function parsePrefix(w, source, probe, fn) {
+  let len = Math.min(source.size, probe);
+  for (let attempt = 0; ; attempt++) {
+    const bytes = await source.read(0, len);
+    const p = w.copyIn(bytes);
+    let res;
+    try { res = fn(p, len); } finally { w.free(p); }
+    if (res.need === undefined) return res;
+    if (!(res.need > len) || res.need > source.size || attempt > 32)
+      throw new KnotworkError("parse", -1, `${source.name}: header parse asked for ${res.need} bytes after ${len} (file ${source.size})`);
+    len = res.need;
+  }
+}
+
+function nameArgs(w, name) {
+  const b = te.encode(name ?? "model");
+  return {ptr: w.copyIn(b), len: b.length};
+}
+
+async function resolveSource(source) {
+  source = await source;
+  if (typeof source === "string" || source instanceof URL) {
+    const s = String(source);
+    if (/^https?:/i.test(s)) return urlSource(s);
+    return fileSource(source instanceof URL ? source.pathname : s);
+  }
+  if (source instanceof Uint8Array || source instanceof ArrayBuffer) return bytesSource(source);
+  if (!source || typeof source.read !== "function" || !(source.size >= 0))
+    throw new TypeError("knotwork: a source is {size, read(offset, len)}, bytes, a path or an http(s) URL");
+  return source;
+}
+
+/**
+ * Parse a .knot or .gguf header through a byte source (probe, then one more read when
+ * the header is longer than the probe).
+ * @param {import("./sources.mjs").ByteSource} source
+ * @param {{probe?: number}} [opts]
+ */
+export async function parseKnotHeader(source, {probe = 64 * 1024} = {}) {
+  const w = await init();
+  const given = await source;
+  source = await resolveSource(given);
+  const nm = nameArgs(w, source.name);
+  try {
+    return await parsePrefix(w, source, probe, (p, len) => {
+      w.call("kw_parse_header", p, len, source.size, nm.ptr, nm.len);
+      return w.resultJSON();
+    });
+  } finally {
+    w.free(nm.ptr);
+    if (source !== given) await source.close?.();
+  }
+}
+export {parseKnotHeader as parseHeader};
+
+/**
+ * Open a model (.knot or .gguf) from a byte source: the header by range, then each
+ * tensor by range straight into wasm memory (in chunks, so the JS heap stays small);
+ * the core verifies every tensor (.knot content hashes, finite block scales).
+ * @param {import("./sources.mjs").ByteSource|string|URL|Uint8Array} source
+ * @param {{probe?: number, chunkBytes?: number, onProgress?: (done: number, total: number) => void}} [opts]
+ * @returns {Promise<Model>}
+ */
+export async function openModel(source, {probe = 256 * 1024, chunkBytes = 4 << 20, onProgress} = {}) {
+  const w = await init();
+  const given = await source;
+  source = await resolveSource(given);
+  const owned = source !== given;  // opened here from a path/URL/bytes: close it here
+  const nm = nameArgs(w, source.name);
+  let handle = 0;
+  try {
+    const table = await parsePrefix(w, source, probe, (p, len) => {
+      const out = w.malloc(4);
+      try {
+        w.call("kw_model_open", p, len, source.size, nm.ptr, nm.len, out);
+        handle = w.i32(out, 1)[0];
+      } finally { w.free(out); }
+      return w.resultJSON();
+    });
+    const total = table.tensors.reduce((a, t) => a + t.size, 0);
+    let done = 0;
+    for (const t of table.tensors) {
+      const dst = withOut(w, (out) => w.call("kw_model_tensor_buffer", handle, t.i, out)) >>> 0;
+      for (let off = 0; off < t.size; off += chunkBytes) {
+        const n = Math.min(chunkBytes, t.size - off);
+        const bytes = await source.read(t.offset + off, n);
+        if (bytes.length !== n) throw new Error(`${source.name}: short read of ${t.name} at ${t.offset + off}`);
+        w.u8().set(bytes, dst + off);  // fresh view: memory may have grown during the await
+      }
+      w.call("kw_model_tensor_loaded", handle, t.i);
+      done += t.size;
+      onProgress?.(done, total);
+    }
+    w.call("kw_model_finish", handle);
+    const info = w.resultJSON();
+    const model = new Model(w, handle, info);
+    handle = 0;
+    return model;
+  } finally {
+    w.free(nm.ptr);
+    if (handle) w.exports.kw_model_free(handle);
+    if (owned) await source.close?.();
+  }
+}
+
+/** Run the SIMD-vs-scalar kernel checks inside wasm; returns the core's report. */
+export async function kernelSelftest({seed = 1} = {}) {
+  const w = await init();
+  w.call("kw_kernel_selftest", seed);
+  return w.resultJSON();
+}
+
+export const KERNELS = Object.freeze({reference: 0, scalar: 1, simd: 2});
+export const DTYPES = Object.freeze({F32: 0, F16: 1, Q4_0: 2, Q8_0: 8, Q4_K: 12, Q5_K: 13, Q6_K: 14, BF16: 30});
+
+/**
+ * Time the core's matvec on a rows x cols matrix of `type` with a kernel path.
+ * @returns {Promise<{type, kernel, rows, cols, iters, msPerIter, gWeightsPerS, checksum}>}
+ */
+export async function benchMatvec(type, rows, cols, {kernel = "simd", minMs = 500, minIters = 3, seed = 1} = {}) {
+  const w = await init();
+  const h = withOut(w, (out) => w.call("kw_bench_matvec_prepare", DTYPES[type], rows, cols, seed, out));
+  try {
+    const k = KERNELS[kernel];
+    w.call("kw_bench_matvec_run", h, k, 1);  // warm-up (and tier-up)
+    let iters = 0;
+    const t0 = performance.now();
+    while (iters < minIters || performance.now() - t0 < minMs) { w.call("kw_bench_matvec_run", h, k, 1); iters++; }
+    const ms = (performance.now() - t0) / iters;
+    const checksum = new Float64Array(w.resultBytes().buffer)[0];
+    return {type, kernel, rows, cols, iters, msPerIter: ms, gWeightsPerS: rows * cols / ms / 1e6, checksum};
+  } finally { w.exports.kw_bench_free(h); }
+}
+
+export class Model {
+  constructor(w, handle, info) {
+    this.w = w;
+    this.handle = handle;
+    /** config, tokenizer summary, tensor list, format */
+    this.info = info;
+  }
+  get closed() { return this.handle === 0; }
+  #h() { if (!this.handle) throw new Error("knotwork: model is closed"); return this.handle; }
+
+  /** @returns {number[]} token ids */
+  tokenize(text, {addBos = true, parseSpecial = false} = {}) {
+    const w = this.w;
+    w.withString(text, (p, n) => w.call("kw_tokenize", this.#h(), p, n, addBos ? 1 : 0, parseSpecial ? 1 : 0));
+    const b = w.resultBytes();
+    return Array.from(new Int32Array(b.buffer, b.byteOffset, b.length / 4));
+  }
+
+  /** @returns {string} text of ids (llama.cpp detokenize rules) */
+  detokenize(ids) {
+    const w = this.w;
+    const a = Int32Array.from(ids);
+    const p = w.copyIn(new Uint8Array(a.buffer));
+    try { w.call("kw_detokenize", this.#h(), p, a.length); } finally { w.free(p); }
+    return w.resultText();
+  }
+
+  /**
+   * Stream a completion. Yields {type: "token", token, text, telemetry} per sampled token
+   * (text: the complete UTF-8 it released, may be "" while a character or a possible stop
+   * string is pending), then one {type: "summary", ...}. Options left undefined take the
+   * core's defaults (core/sampler.h). temperature <= 0 is greedy.
+   * @param {string|number[]} prompt text (BOS added, special tokens parsed) or token ids
+   * @param {{maxTokens?: number, temperature?: number, topK?: number, topP?: number,
+   *          minP?: number, repeatPenalty?: number, repeatLastN?: number, seed?: number,
+   *          stop?: string[], reference?: boolean, ignoreEos?: boolean, nCtx?: number,
+   *          chunk?: number, addBos?: boolean, parseSpecial?: boolean}} [opts]
+   */
+  async *generate(prompt, opts = {}) {
+    const w = this.w;
+    const ids = typeof prompt === "string"
+      ? this.tokenize(prompt, {addBos: opts.addBos ?? true, parseSpecial: opts.parseSpecial ?? false})
+      : Array.from(prompt);
+    const o = {
+      mode: opts.reference ? "reference" : "fast",
+      n_predict: opts.maxTokens ?? 128,
+      temperature: opts.temperature, top_k: opts.topK, top_p: opts.topP, min_p: opts.minP,
+      repeat_penalty: opts.repeatPenalty, repeat_last_n: opts.repeatLastN, seed: opts.seed,
+      stop: opts.stop, ignore_eos: opts.ignoreEos, n_ctx: opts.nCtx, chunk: opts.chunk,
+    };
+    const mem0 = readMemoryStats(w);
+    const sess = w.withString(JSON.stringify(o), (p, n) =>
+      withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
+    try {
+      const a = Int32Array.from(ids);
+      const p = w.copyIn(new Uint8Array(a.buffer));
+      const t0 = performance.now();
+      try { w.call("kw_session_prefill", sess, p, a.length); } finally { w.free(p); }
+      const prefillMs = performance.now() - t0;
+      const out = [];
+      let decodeMs = 0, nDecoded = 0, reason = o.n_predict === 0 ? "length" : "", text = "";
+      while (!reason) {
+        const t = performance.now();
+        w.call("kw_session_step", sess);
+        const dt = performance.now() - t;
+        const raw = w.resultBytes();
+        const nl = raw.indexOf(10);
+        const head = JSON.parse(new TextDecoder().decode(raw.subarray(0, nl)));
+        const piece = new TextDecoder().decode(raw.subarray(nl + 1));
+        out.push(head.id);
+        text += piece;
+        if (!head.done) { decodeMs += dt; nDecoded++; }  // this step also ran the token's forward pass
+        reason = head.done ? head.reason : "";
+        yield {type: "token", token: head.id, text: piece,
+               telemetry: {n: out.length, elapsedMs: prefillMs + decodeMs,
+                           decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0}};
+      }
+      const mem = readMemoryStats(w);
+      yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length,
+             nGenerated: out.length, nDecoded, prefillMs, decodeMs,
+             prefillTokS: ids.length / (prefillMs / 1000),
+             decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0,
+             mode: o.mode, memory: {...mem, atStart: mem0.linear}};
+    } finally {
+      w.exports.kw_session_free(sess);
+    }
+  }
+
+  /** Collect generate(): {text, ids, ...summary}. */
+  async complete(prompt, opts = {}) {
+    let summary;
+    for await (const ev of this.generate(prompt, opts)) if (ev.type === "summary") summary = ev;
+    return summary;
+  }
+
+  close() {
+    if (this.handle) { this.w.exports.kw_model_free(this.handle); this.handle = 0; }
+  }
+}

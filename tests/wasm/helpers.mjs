@@ -1,0 +1,77 @@
+// helpers.mjs — shared by tests/wasm/*.test.mjs (not a test file itself).
+import {existsSync, readFileSync, statSync, createReadStream, mkdtempSync} from "node:fs";
+import {createServer} from "node:http";
+import {tmpdir} from "node:os";
+import {join, dirname, extname, resolve} from "node:path";
+import {fileURLToPath} from "node:url";
+
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+export const WASM_PATH = join(ROOT, "build/wasm/knotwork.wasm");
+export const MODELS = process.env.KNOT_SHARED_MODELS || resolve(ROOT, "../shared/models");
+export const KNOT_BIN = join(ROOT, "build/bin/knot");
+
+/**
+ * Path of a shared test model. Missing: under CI the test FAILS (throws), otherwise it
+ * is skipped (returns null after t.skip).
+ */
+export function sharedModel(t, name) {
+  const p = join(MODELS, name);
+  if (existsSync(p)) return p;
+  if (process.env.CI) throw new Error(`shared model ${p} is missing (CI is set: not skipping)`);
+  t.skip(`shared model ${p} missing`);
+  return null;
+}
+
+let refs;
+export function referenceOutputs() {
+  refs ??= JSON.parse(readFileSync(join(MODELS, "reference-outputs.json"), "utf8"));
+  return refs;
+}
+
+export function tmpDir(prefix = "knotwork-wasm-") {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+const MIME = {".html": "text/html; charset=utf-8", ".mjs": "text/javascript", ".js": "text/javascript",
+              ".wasm": "application/wasm", ".json": "application/json"};
+
+/**
+ * Tiny static server on 127.0.0.1 (ephemeral port) with single-range Range support.
+ * routes: {"/url/path": "/abs/file/path"}. Records every request in `log`.
+ */
+export async function serveFiles(routes) {
+  const log = [];
+  const server = createServer((req, res) => {
+    const url = new URL(req.url, "http://x");
+    const file = routes[url.pathname];
+    log.push({method: req.method, path: url.pathname, range: req.headers.range || null});
+    if (!file || !existsSync(file)) { res.writeHead(404); res.end("not found"); return; }
+    const size = statSync(file).size;
+    const headers = {"Content-Type": MIME[extname(file)] || "application/octet-stream",
+                     "Accept-Ranges": "bytes", "Cache-Control": "no-store"};
+    const m = /^bytes=(\d*)-(\d*)$/.exec(req.headers.range || "");
+    if (m && (m[1] !== "" || m[2] !== "")) {
+      let start, end;
+      if (m[1] === "") { start = Math.max(0, size - Number(m[2])); end = size - 1; }
+      else { start = Number(m[1]); end = m[2] === "" ? size - 1 : Math.min(Number(m[2]), size - 1); }
+      if (start >= size || start > end) {
+        res.writeHead(416, {"Content-Range": `bytes */${size}`}); res.end(); return;
+      }
+      res.writeHead(206, {...headers, "Content-Range": `bytes ${start}-${end}/${size}`,
+                          "Content-Length": end - start + 1});
+      if (req.method === "HEAD") { res.end(); return; }
+      createReadStream(file, {start, end}).pipe(res);
+      return;
+    }
+    res.writeHead(200, {...headers, "Content-Length": size});
+    if (req.method === "HEAD") { res.end(); return; }
+    createReadStream(file).pipe(res);
+  });
+  await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
+  const {port} = server.address();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    log,
+    close: () => new Promise((ok) => { server.closeAllConnections?.(); server.close(() => ok()); }),
+  };
+}

@@ -1,0 +1,87 @@
+// abi_internal.h — helpers shared by the wasm/abi*.cpp translation units.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+
+#include "abi.h"
+#include "common.h"
+
+#define KW_EXPORT(name) extern "C" __attribute__((export_name(#name)))
+
+namespace kw {
+
+extern std::string g_error;   // last error message
+extern std::string g_result;  // module-owned result buffer
+
+void sample_memory();
+
+// Raised for a bad handle; guard() maps it to KW_ERR_HANDLE.
+struct HandleError : knot::Error {
+  using knot::Error::Error;
+};
+
+// Runs f, turning every exception into a status code + g_error. Never lets one escape.
+template <class F>
+int guard(F&& f) {
+  sample_memory();
+  int status = KW_OK;
+  try {
+    f();
+  } catch (const HandleError& e) {
+    g_error = e.what();
+    status = KW_ERR_HANDLE;
+  } catch (const knot::Error& e) {
+    g_error = e.what();
+    status = KW_ERR_KNOT;
+  } catch (const std::bad_alloc&) {
+    g_error = "out of memory: wasm linear memory is capped at 128 MB";
+    status = KW_ERR_OOM;
+  } catch (const std::exception& e) {
+    g_error = e.what();
+    status = KW_ERR_STD;
+  } catch (...) {
+    g_error = "unknown exception";
+    status = KW_ERR_UNKNOWN;
+  }
+  sample_memory();
+  return status;
+}
+
+// Integer-handle table: handles are never reused, so a stale handle is always an error.
+template <class T>
+class Table {
+ public:
+  int add(std::unique_ptr<T> v) {
+    int h = next_++;
+    items_[h] = std::move(v);
+    return h;
+  }
+  T& get(int h, const char* what) {
+    auto it = items_.find(h);
+    if (it == items_.end()) throw HandleError(std::string(what) + ": unknown or freed handle " + std::to_string(h));
+    return *it->second;
+  }
+  bool remove(int h) { return items_.erase(h) > 0; }
+  template <class Pred>
+  void remove_if(Pred pred) {
+    for (auto it = items_.begin(); it != items_.end();) it = pred(*it->second) ? items_.erase(it) : std::next(it);
+  }
+
+ private:
+  std::map<int, std::unique_ptr<T>> items_;
+  int next_ = 1;
+};
+
+inline std::string_view str_arg(const char* p, uint32_t n) {
+  return p ? std::string_view(p, n) : std::string_view();
+}
+
+inline void set_result(std::string s) { g_result = std::move(s); }
+inline void set_result_bytes(const void* p, size_t n) { g_result.assign((const char*)p, n); }
+
+}  // namespace kw

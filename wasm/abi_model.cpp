@@ -1,0 +1,324 @@
+// abi_model.cpp — model open from a byte source, tokenizer, header parse.
+//
+// Opening a model is driven from JS, which owns the byte source (file, HTTP range,
+// R2):
+//   1. kw_model_open(prefix, file_size, name, &h): parses the header from the first
+//      bytes of the file. When the header is longer than the prefix, h = 0 and the
+//      result is {"need": N}: JS fetches N bytes and calls again (two-fetch protocol).
+//      Otherwise the result is the tensor table [{i, name, offset, size}] with absolute
+//      file offsets.
+//   2. Per tensor: kw_model_tensor_buffer(h, i, &ptr) allocates its 64-byte aligned
+//      buffer; JS copies the range [offset, offset+size) into it; kw_model_tensor_loaded
+//      verifies it (content hash for .knot) — a mismatch is an error naming the tensor.
+//   3. kw_model_finish(h): every tensor present, tokenizer built; result = info JSON.
+#include <nlohmann/json.hpp>
+
+#include "abi_internal.h"
+#include "abi_model.h"
+#include "gguf.h"
+#include "hash.h"
+#include "knot.h"
+#include "model.h"
+#include "model_io.h"
+#include "vocab.h"
+
+using json = nlohmann::json;
+using namespace kw;
+
+namespace kw {
+
+Table<ModelEntry> g_models;
+
+ModelEntry& ready_model(int h, const char* fn) {
+  ModelEntry& m = g_models.get(h, fn);
+  if (!m.ready) knot::fail(std::string(fn) + ": model " + m.what + " is still loading (call kw_model_finish)");
+  return m;
+}
+
+json config_json(const knot::ModelConfig& c) {
+  return json{{"arch", c.arch},
+              {"n_embd", c.n_embd},
+              {"n_layer", c.n_layer},
+              {"n_head", c.n_head},
+              {"n_head_kv", c.n_head_kv},
+              {"head_dim", c.head_dim},
+              {"n_ff", c.n_ff},
+              {"n_vocab", c.n_vocab},
+              {"n_vocab_tensor", c.n_vocab_tensor},
+              {"rope_dims", c.rope_dims},
+              {"rope_style", c.rope_style == knot::RopeStyle::Neox ? "neox" : "norm"},
+              {"rope_theta", c.rope_theta},
+              {"rms_eps", c.rms_eps},
+              {"n_ctx_train", c.n_ctx_train},
+              {"tied_embeddings", c.tied_embeddings}};
+}
+
+json tensor_json(const knot::Tensor& t) {
+  return json{{"name", t.name}, {"type", knot::dtype_name(t.type)}, {"shape", t.shape}, {"size", t.size}};
+}
+
+json model_info_json(const ModelEntry& m) {
+  uint64_t bytes = 0;
+  json tensors = json::array();
+  for (const auto& [name, t] : m.model.tensors) {
+    bytes += t.size;
+    tensors.push_back(tensor_json(t));
+  }
+  const auto& td = m.model.tokenizer;
+  return json{{"name", m.what},
+              {"format", m.format},
+              {"config", config_json(m.model.config)},
+              {"tokenizer", {{"model", td.model}, {"pre", td.pre}, {"n_tokens", td.tokens.size()},
+                             {"bos_id", td.bos_id}, {"eos_id", td.eos_id}, {"eot_id", td.eot_id},
+                             {"add_bos", td.add_bos}, {"has_chat_template", !td.chat_template.empty()}}},
+              {"tensor_bytes", bytes},
+              {"tensors", tensors}};
+}
+
+namespace {
+
+bool is_gguf(const uint8_t* p, size_t n) { return n >= 4 && std::memcmp(p, "GGUF", 4) == 0; }
+bool is_knot(const uint8_t* p, size_t n) { return n >= 4 && std::memcmp(p, "KNOT", 4) == 0; }
+
+// Parses a GGUF header into e (config, tokenizer, tensor table without bytes).
+// Returns false and sets *need when the prefix is too short.
+bool open_gguf(ModelEntry& e, const uint8_t* p, size_t n, uint64_t file_size, uint64_t* need) {
+  knot::gguf::File f;
+  try {
+    f = knot::gguf::parse(p, n, file_size, e.what);
+  } catch (const knot::gguf::Truncated& t) {
+    // t.need is what the failed read wanted from the start; grow geometrically so a
+    // long vocab does not cost one fetch per string.
+    *need = std::min<uint64_t>(file_size, std::max<uint64_t>(t.need, (uint64_t)n * 2));
+    return false;
+  }
+  e.model.config = knot::config_from_gguf(f, e.what);
+  e.model.tokenizer = knot::tokenizer_from_gguf(f, e.what);
+  for (const auto& ti : f.tensors) {
+    knot::Tensor t;
+    t.name = knot::knot_tensor_name(ti.name);
+    t.type = ti.type;
+    t.shape = ti.shape;
+    t.size = ti.size;
+    e.table.push_back({t.name, f.data_offset + ti.offset, ti.size, 0, false});
+    e.model.tensors.emplace(t.name, std::move(t));
+  }
+  return true;
+}
+
+// .knot: the header is parsed by the core's pure parser (it refuses stale files whose
+// metaLen was space-padded, by size / marker / padding checks); tensors arrive later.
+bool open_knot(ModelEntry& e, const uint8_t* p, size_t n, uint64_t file_size, uint64_t* need) {
+  knot::HeaderParse hp = knot::parse_knot_header(p, n, file_size, e.what);
+  if (!hp.complete) {
+    *need = hp.need;
+    return false;
+  }
+  const knot::KnotHeader& h = hp.header;
+  e.model.config = h.config;
+  TableEntry tokb{"tokenizer", h.payload_offset + h.tokenizer.offset, h.tokenizer.size, h.tokenizer.hash,
+                  false, true};
+  e.table.push_back(tokb);
+  for (const auto& kt : h.tensors) {
+    knot::Tensor t;
+    t.name = kt.name;
+    t.type = kt.type;
+    t.shape = kt.shape;
+    t.size = kt.size;
+    t.hash = kt.hash;
+    e.table.push_back({kt.name, h.payload_offset + kt.offset, kt.size, kt.hash, false, false});
+    e.model.tensors.emplace(kt.name, std::move(t));
+  }
+  return true;
+}
+
+}  // namespace
+}  // namespace kw
+
+KW_EXPORT(kw_model_open)
+int kw_model_open(const uint8_t* prefix, uint32_t len, double file_size, const char* name,
+                  uint32_t name_len, int32_t* out_handle) {
+  return guard([&] {
+    *out_handle = 0;
+    auto e = std::make_unique<ModelEntry>();
+    e->what = name_len ? std::string(str_arg(name, name_len)) : std::string("model");
+    uint64_t size = (uint64_t)file_size;
+    if (len > size) knot::fail(e->what + ": prefix of " + std::to_string(len) + " bytes is longer than the file (" + std::to_string(size) + ")");
+    uint64_t need = 0;
+    bool done;
+    if (is_gguf(prefix, len)) {
+      e->format = "gguf";
+      done = open_gguf(*e, prefix, len, size, &need);
+    } else if (is_knot(prefix, len)) {
+      e->format = "knot";
+      done = open_knot(*e, prefix, len, size, &need);
+    } else {
+      knot::fail(e->what + ": not a model file (magic is neither GGUF nor KNOT)");
+    }
+    if (!done) {
+      set_result(json{{"need", need}}.dump());
+      return;
+    }
+    json tab = json::array();
+    for (size_t i = 0; i < e->table.size(); i++)
+      tab.push_back({{"i", i}, {"name", e->table[i].name}, {"offset", e->table[i].offset}, {"size", e->table[i].size}});
+    set_result(json{{"format", e->format}, {"tensors", tab}}.dump());
+    *out_handle = g_models.add(std::move(e));
+  });
+}
+
+KW_EXPORT(kw_model_tensor_buffer)
+int kw_model_tensor_buffer(int32_t h, uint32_t i, uint8_t** out_ptr) {
+  return guard([&] {
+    ModelEntry& m = g_models.get(h, "kw_model_tensor_buffer");
+    if (i >= m.table.size()) knot::fail(m.what + ": tensor index " + std::to_string(i) + " out of range");
+    if (m.table[i].tokenizer) {
+      m.tok_blob.assign(m.table[i].size, 0);
+      *out_ptr = m.tok_blob.data();
+      return;
+    }
+    knot::Tensor& t = m.model.tensors.at(m.table[i].name);
+    if (!t.bytes) t.bytes = knot::alloc_aligned(t.size);
+    *out_ptr = t.bytes.get();
+  });
+}
+
+KW_EXPORT(kw_model_tensor_loaded)
+int kw_model_tensor_loaded(int32_t h, uint32_t i) {
+  return guard([&] {
+    ModelEntry& m = g_models.get(h, "kw_model_tensor_loaded");
+    if (i >= m.table.size()) knot::fail(m.what + ": tensor index " + std::to_string(i) + " out of range");
+    TableEntry& te = m.table[i];
+    if (te.tokenizer) {
+      if (m.tok_blob.size() != te.size) knot::fail(m.what + ": tokenizer blob has no buffer");
+      uint64_t got = knot::hash64(m.tok_blob.data(), m.tok_blob.size());
+      if (got != te.hash)
+        knot::fail(m.what + ": tokenizer blob at offset " + std::to_string(te.offset) + ": content hash " +
+                   knot::hash_hex(got) + " != expected " + knot::hash_hex(te.hash));
+      m.model.tokenizer = knot::tokenizer_from_json(
+          std::string_view((const char*)m.tok_blob.data(), m.tok_blob.size()), m.what);
+      std::vector<uint8_t>().swap(m.tok_blob);
+      te.loaded = true;
+      return;
+    }
+    knot::Tensor& t = m.model.tensors.at(te.name);
+    if (!t.bytes) knot::fail(m.what + ": tensor " + te.name + " has no buffer (call kw_model_tensor_buffer first)");
+    if (te.hash) {
+      uint64_t got = knot::hash64(t.bytes.get(), t.size);
+      if (got != te.hash)
+        knot::fail(m.what + ": tensor " + te.name + " at offset " + std::to_string(te.offset) +
+                   ": content hash " + knot::hash_hex(got) + " != expected " + knot::hash_hex(te.hash));
+      t.hash = te.hash;
+    }
+    // A stale or corrupt file decodes to non-finite block scales: refuse, naming the block.
+    int64_t bad = knot::first_nonfinite_block(t.type, t.bytes.get(), t.size);
+    if (bad >= 0)
+      knot::fail(m.what + ": tensor " + te.name + " at offset " + std::to_string(te.offset) + ": block " +
+                 std::to_string(bad) + " has a non-finite scale (stale or corrupt file)");
+    te.loaded = true;
+  });
+}
+
+KW_EXPORT(kw_model_finish)
+int kw_model_finish(int32_t h) {
+  return guard([&] {
+    ModelEntry& m = g_models.get(h, "kw_model_finish");
+    for (const auto& te : m.table)
+      if (!te.loaded) knot::fail(m.what + ": tensor " + te.name + " was not loaded");
+    knot::validate_config(m.model.config, m.what);
+    m.tok = std::make_unique<knot::Tokenizer>(m.model.tokenizer);
+    m.ready = true;
+    set_result(model_info_json(m).dump());
+  });
+}
+
+KW_EXPORT(kw_model_free)
+int kw_model_free(int32_t h) {
+  return guard([&] {
+    g_models.get(h, "kw_model_free");
+    free_sessions_of(h);
+    if (!g_models.remove(h)) throw HandleError("kw_model_free: unknown or freed handle " + std::to_string(h));
+  });
+}
+
+KW_EXPORT(kw_model_info)
+int kw_model_info(int32_t h) {
+  return guard([&] { set_result(model_info_json(ready_model(h, "kw_model_info")).dump()); });
+}
+
+// result: int32 ids
+KW_EXPORT(kw_tokenize)
+int kw_tokenize(int32_t h, const char* text, uint32_t len, int32_t add_bos, int32_t parse_special) {
+  return guard([&] {
+    ModelEntry& m = ready_model(h, "kw_tokenize");
+    auto ids = m.tok->encode(str_arg(text, len), add_bos != 0, parse_special != 0);
+    set_result_bytes(ids.data(), ids.size() * sizeof(int32_t));
+  });
+}
+
+// result: UTF-8 text (may hold invalid sequences when ids split a character)
+KW_EXPORT(kw_detokenize)
+int kw_detokenize(int32_t h, const int32_t* ids, uint32_t n) {
+  return guard([&] {
+    ModelEntry& m = ready_model(h, "kw_detokenize");
+    std::vector<int32_t> v(ids, ids + n);
+    set_result(m.tok->decode(v));
+  });
+}
+
+// result: raw bytes of one token's text
+KW_EXPORT(kw_token_piece)
+int kw_token_piece(int32_t h, int32_t id) {
+  return guard([&] {
+    ModelEntry& m = ready_model(h, "kw_token_piece");
+    set_result(m.tok->token_to_piece(id));
+  });
+}
+
+// Header only (no model): result {"need": N} when the prefix is too short, else
+// {"format", "config", "tensors": [{name, type, shape, offset (absolute), size}], ...}.
+KW_EXPORT(kw_parse_header)
+int kw_parse_header(const uint8_t* prefix, uint32_t len, double file_size, const char* name, uint32_t name_len) {
+  return guard([&] {
+    std::string what = name_len ? std::string(str_arg(name, name_len)) : std::string("model");
+    uint64_t size = (uint64_t)file_size;
+    if (len > size) knot::fail(what + ": prefix of " + std::to_string(len) + " bytes is longer than the file (" + std::to_string(size) + ")");
+    json out;
+    if (is_knot(prefix, len)) {
+      knot::HeaderParse hp = knot::parse_knot_header(prefix, len, size, what);
+      if (!hp.complete) {
+        set_result(json{{"need", hp.need}}.dump());
+        return;
+      }
+      const knot::KnotHeader& h = hp.header;
+      json tensors = json::array();
+      for (const auto& t : h.tensors)
+        tensors.push_back({{"name", t.name}, {"type", knot::dtype_name(t.type)}, {"shape", t.shape},
+                           {"offset", h.payload_offset + t.offset}, {"size", t.size},
+                           {"hash", knot::hash_hex(t.hash)}, {"chunk_rows", t.chunk_rows}});
+      out = {{"format", "knot"}, {"version", h.version}, {"meta_len", h.meta_len},
+             {"payload_offset", h.payload_offset}, {"schema", h.schema}, {"file_size", h.file_size},
+             {"config", config_json(h.config)},
+             {"tokenizer_blob", {{"offset", h.payload_offset + h.tokenizer.offset}, {"size", h.tokenizer.size}}},
+             {"tensors", tensors}};
+    } else if (is_gguf(prefix, len)) {
+      knot::gguf::File f;
+      try {
+        f = knot::gguf::parse(prefix, len, size, what);
+      } catch (const knot::gguf::Truncated& t) {
+        set_result(json{{"need", std::min<uint64_t>(size, std::max<uint64_t>(t.need, (uint64_t)len * 2))}}.dump());
+        return;
+      }
+      json tensors = json::array();
+      for (const auto& t : f.tensors)
+        tensors.push_back({{"name", knot::knot_tensor_name(t.name)}, {"type", knot::dtype_name(t.type)},
+                           {"shape", t.shape}, {"offset", f.data_offset + t.offset}, {"size", t.size}});
+      out = {{"format", "gguf"}, {"version", f.version}, {"data_offset", f.data_offset},
+             {"file_size", f.file_size}, {"config", config_json(knot::config_from_gguf(f, what))},
+             {"tensors", tensors}};
+    } else {
+      knot::fail(what + ": not a model file (magic is neither GGUF nor KNOT)");
+    }
+    set_result(out.dump());
+  });
+}

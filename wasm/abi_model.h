@@ -1,0 +1,40 @@
+// abi_model.h — model handles shared by the wasm/abi*.cpp units.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "abi_internal.h"
+#include "model.h"
+#include "vocab.h"
+
+namespace kw {
+
+struct TableEntry {
+  std::string name;     // knot name
+  uint64_t offset = 0;  // absolute in the file
+  uint64_t size = 0;
+  uint64_t hash = 0;       // 0: none to verify
+  bool loaded = false;
+  bool tokenizer = false;  // .knot tokenizer blob, not a tensor
+};
+
+struct ModelEntry {
+  std::string what;    // file name for messages
+  std::string format;  // "gguf" | "knot"
+  knot::Model model;
+  std::vector<TableEntry> table;
+  std::unique_ptr<knot::Tokenizer> tok;
+  std::vector<uint8_t> tok_blob;  // .knot: tokenizer JSON until parsed
+  bool ready = false;
+};
+
+extern Table<ModelEntry> g_models;
+
+// Throws (HandleError / knot::Error) unless h is a fully loaded model.
+ModelEntry& ready_model(int h, const char* fn);
+
+// Sessions reference their model; freeing a model frees its sessions first.
+void free_sessions_of(int model_handle);
+
+}  // namespace kw

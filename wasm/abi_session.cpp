@@ -1,0 +1,252 @@
+// abi_session.cpp — generation sessions: an Engine (KV cache + buffers) on a loaded
+// model plus the sampling loop of Engine::generate, cut into steps so JS can stream
+// tokens (an async iterator) between calls. The host measures time (no clock import).
+//
+//   kw_session_new(model, opts_json) -> handle     opts: see parse_options()
+//   kw_session_prefill(s, ids, n)                  resets, runs the prompt
+//   kw_session_step(s)                              samples one token, runs it
+//       result {"id", "text", "done", "reason"}    text: complete UTF-8 only
+//   kw_session_eval(s, ids, n)                      raw: append ids, result = f32 logits
+//   kw_session_telemetry(s), kw_session_free(s)
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "abi_model.h"
+#include "generate.h"
+#include "sampler.h"
+
+using json = nlohmann::json;
+using namespace kw;
+
+namespace kw {
+namespace {
+
+struct Session {
+  int model = 0;
+  const ModelEntry* m = nullptr;
+  std::unique_ptr<knot::Engine> engine;
+  knot::GenerateParams params;
+  std::optional<knot::Sampler> sampler;
+  std::optional<knot::StreamDecoder> dec;
+  const float* lg = nullptr;  // logits of the last evaluated position
+  std::string text;           // all generated text
+  size_t emitted = 0;         // bytes of text handed out
+  size_t max_stop = 0;
+  int i = 0;                  // tokens sampled
+  bool prefilled = false, done = false;
+  std::string reason;
+  std::vector<int32_t> ids;   // generated
+};
+
+Table<Session> g_sessions;
+
+// Longest suffix of text that is a proper prefix of a stop string: held back until
+// the next token decides whether the stop string completes.
+size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
+  size_t best = 0;
+  for (const auto& s : stops) {
+    if (s.empty()) continue;
+    for (size_t n = std::min(s.size() - 1, text.size()); n > best; n--)
+      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+        best = n;
+        break;
+      }
+  }
+  return best;
+}
+
+template <class T>
+void opt(const json& j, const char* key, T& dst) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  try {
+    dst = it->get<T>();
+  } catch (const std::exception&) {
+    knot::fail(std::string("session options: \"") + key + "\" has the wrong type: " + it->dump());
+  }
+}
+
+Session& session(int h, const char* fn) { return g_sessions.get(h, fn); }
+
+}  // namespace
+
+void free_sessions_of(int model_handle) {
+  g_sessions.remove_if([&](const Session& s) { return s.model == model_handle; });
+}
+
+}  // namespace kw
+
+// opts (all optional): {"mode": "fast"|"reference", "n_ctx", "chunk", "kv_budget",
+//  "n_predict", "temperature", "top_k", "top_p", "min_p", "repeat_penalty",
+//  "repeat_last_n", "seed", "stop": [..], "ignore_eos"}
+KW_EXPORT(kw_session_new)
+int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle) {
+  return guard([&] {
+    *out_handle = 0;
+    ModelEntry& m = ready_model(model, "kw_session_new");
+    json j = opts_len ? json::parse(str_arg(opts, opts_len), nullptr, false) : json::object();
+    if (j.is_discarded() || !j.is_object()) knot::fail("kw_session_new: options are not a JSON object");
+    knot::EngineOptions eo;
+    std::string mode = "fast";
+    opt(j, "mode", mode);
+    if (mode == "reference") eo.mode = knot::Mode::Reference;
+    else if (mode != "fast") knot::fail("kw_session_new: mode must be \"fast\" or \"reference\", got \"" + mode + "\"");
+    opt(j, "n_ctx", eo.n_ctx);
+    opt(j, "chunk", eo.chunk);
+    double budget = 0;
+    opt(j, "kv_budget", budget);
+    if (budget > 0) eo.kv_budget = (size_t)budget;
+    auto s = std::make_unique<Session>();
+    s->model = model;
+    s->m = &m;
+    knot::GenerateParams& p = s->params;
+    opt(j, "n_predict", p.n_predict);
+    opt(j, "temperature", p.sampling.temperature);
+    opt(j, "top_k", p.sampling.top_k);
+    opt(j, "top_p", p.sampling.top_p);
+    opt(j, "min_p", p.sampling.min_p);
+    opt(j, "repeat_penalty", p.sampling.repeat_penalty);
+    opt(j, "repeat_last_n", p.sampling.repeat_last_n);
+    double seed = 0;
+    opt(j, "seed", seed);
+    if (seed < 0) knot::fail("kw_session_new: seed must be >= 0");
+    p.sampling.seed = (uint64_t)seed;
+    opt(j, "stop", p.stop);
+    opt(j, "ignore_eos", p.ignore_eos);
+    if (p.n_predict < 0) knot::fail("kw_session_new: n_predict must be >= 0");
+    for (const auto& st : p.stop) s->max_stop = std::max(s->max_stop, st.size());
+    s->engine = std::make_unique<knot::Engine>(m.model, eo);
+    *out_handle = g_sessions.add(std::move(s));
+    set_result(json{{"n_ctx", g_sessions.get(*out_handle, "").engine->n_ctx()},
+                    {"mode", knot::mode_name(eo.mode)}}.dump());
+  });
+}
+
+KW_EXPORT(kw_session_prefill)
+int kw_session_prefill(int32_t h, const int32_t* ids, uint32_t n) {
+  return guard([&] {
+    Session& s = session(h, "kw_session_prefill");
+    if (n == 0) knot::fail("kw_session_prefill: empty prompt (at least BOS is needed)");
+    if ((int64_t)n > s.engine->n_ctx())
+      knot::fail("kw_session_prefill: prompt has " + std::to_string(n) + " tokens but the context holds " +
+                 std::to_string(s.engine->n_ctx()));
+    s.engine->reset();
+    s.sampler.emplace(s.params.sampling, s.engine->n_logits());
+    for (uint32_t k = 0; k < n; k++) s.sampler->accept(ids[k]);
+    s.dec.emplace(*s.m->tok);
+    s.text.clear();
+    s.ids.clear();
+    s.emitted = 0;
+    s.i = 0;
+    s.done = false;
+    s.reason.clear();
+    s.prefilled = false;
+    s.lg = s.engine->eval(ids, (int)n);
+    s.prefilled = true;
+    if (s.params.n_predict == 0) {
+      s.done = true;
+      s.reason = "length";
+    }
+  });
+}
+
+KW_EXPORT(kw_session_step)
+int kw_session_step(int32_t h) {
+  return guard([&] {
+    Session& s = session(h, "kw_session_step");
+    if (!s.prefilled) knot::fail("kw_session_step: call kw_session_prefill first");
+    if (s.done) knot::fail("kw_session_step: generation already finished (" + s.reason + ")");
+    const knot::Tokenizer& tok = *s.m->tok;
+    const auto& p = s.params;
+    const int32_t id = s.sampler->sample(s.lg, s.engine->n_logits());
+    s.sampler->accept(id);
+    s.ids.push_back(id);
+    s.i++;
+    std::string piece;
+    auto emit = [&](size_t upto) {
+      if (upto <= s.emitted) return;
+      piece += s.text.substr(s.emitted, upto - s.emitted);
+      s.emitted = upto;
+    };
+    auto finish = [&](const char* why) {
+      s.done = true;
+      s.reason = why;
+      if (s.reason != "stop") {
+        s.text += s.dec->flush();
+        emit(s.text.size());
+      }
+    };
+    if (!p.ignore_eos && tok.is_eog(id)) {
+      finish("eog");
+    } else {
+      s.text += s.dec->push(id);
+      size_t at = std::string::npos;
+      if (!p.stop.empty()) {
+        const size_t from = s.emitted > s.max_stop ? s.emitted - s.max_stop : 0;
+        for (const auto& st : p.stop) {
+          if (st.empty()) continue;
+          size_t f = s.text.find(st, from);
+          if (f != std::string::npos && f < at) at = f;
+        }
+      }
+      if (at != std::string::npos) {
+        emit(std::max(at, s.emitted));
+        finish("stop");
+      } else {
+        emit(s.text.size() - stop_holdback(s.text, p.stop));
+        if (s.i >= p.n_predict) finish("length");
+        else if (s.engine->n_pos() >= s.engine->n_ctx()) finish("context");
+        else s.lg = s.engine->eval(&id, 1);
+      }
+    }
+    // JSON strings must be valid UTF-8: send the piece as a separate binary tail.
+    std::string head = json{{"id", id}, {"done", s.done}, {"reason", s.reason}, {"text_len", piece.size()}}.dump();
+    set_result(head + '\n' + piece);
+  });
+}
+
+// Raw forward: append ids at the session's next positions; result = f32 logits of the
+// last one, [n_logits].
+KW_EXPORT(kw_session_eval)
+int kw_session_eval(int32_t h, const int32_t* ids, uint32_t n) {
+  return guard([&] {
+    Session& s = session(h, "kw_session_eval");
+    if (n == 0) knot::fail("kw_session_eval: no ids");
+    const float* lg = s.engine->eval(ids, (int)n);
+    set_result_bytes(lg, sizeof(float) * s.engine->n_logits());
+  });
+}
+
+KW_EXPORT(kw_session_reset)
+int kw_session_reset(int32_t h, int32_t n_pos) {
+  return guard([&] {
+    Session& s = session(h, "kw_session_reset");
+    if (n_pos < 0 || n_pos > s.engine->n_pos()) knot::fail("kw_session_reset: n_pos out of range");
+    s.engine->truncate(n_pos);
+    s.prefilled = false;
+  });
+}
+
+KW_EXPORT(kw_session_telemetry)
+int kw_session_telemetry(int32_t h) {
+  return guard([&] {
+    Session& s = session(h, "kw_session_telemetry");
+    const knot::Engine& e = *s.engine;
+    set_result(json{{"n_pos", e.n_pos()},
+                    {"n_ctx", e.n_ctx()},
+                    {"n_generated", s.i},
+                    {"done", s.done},
+                    {"reason", s.reason},
+                    {"engine_bytes", e.bytes()},
+                    {"engine_peak_bytes", e.peak_bytes()},
+                    {"kv_bytes", e.kv().bytes()}}.dump());
+  });
+}
+
+KW_EXPORT(kw_session_free)
+int kw_session_free(int32_t h) {
+  return guard([&] {
+    if (!g_sessions.remove(h)) throw HandleError("kw_session_free: unknown or freed handle " + std::to_string(h));
+  });
+}
