@@ -1,0 +1,108 @@
+// text_chat.cpp — chat template detection and rendering.
+#include <gtest/gtest.h>
+
+#include "chat.h"
+#include "common.h"
+#include "text_util.h"
+
+using knot::ChatMessage;
+using knot::TokenizerData;
+
+namespace {
+
+// Jinja snippets in the style of the real templates (only their markers matter).
+const char* kChatmlTmpl =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+const char* kLlama3Tmpl =
+    "{% for message in messages %}{% set content = '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{{ content }}{% endfor %}";
+const char* kLlama2Tmpl =
+    "{% if messages[0]['role'] == 'system' %}...{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}";
+
+TokenizerData vocab_with(std::vector<std::string> extra, const std::string& tmpl) {
+  TokenizerData d;
+  d.model = "llama";
+  d.tokens = {"<unk>", "<s>", "</s>"};
+  for (auto& t : extra) d.tokens.push_back(t);
+  d.bos_id = 1;
+  d.eos_id = 2;
+  d.chat_template = tmpl;
+  return d;
+}
+
+const std::vector<ChatMessage> kConv = {
+    {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Who are you?"}};
+
+}  // namespace
+
+TEST(TextChat, DetectByMarkers) {
+  EXPECT_EQ(knot::detect_chat_template(vocab_with({}, kChatmlTmpl)), "chatml");
+  EXPECT_EQ(knot::detect_chat_template(vocab_with({}, kLlama3Tmpl)), "llama3");
+  EXPECT_EQ(knot::detect_chat_template(vocab_with({}, kLlama2Tmpl)), "llama2");
+  // No template: by the vocab's special tokens.
+  EXPECT_EQ(knot::detect_chat_template(vocab_with({"<|im_start|>", "<|im_end|>"}, "")), "chatml");
+  EXPECT_EQ(knot::detect_chat_template(vocab_with({"<|start_header_id|>"}, "")), "llama3");
+  EXPECT_EQ(knot::detect_chat_template(vocab_with({}, "")), "llama2");
+  EXPECT_EQ(knot::detect_chat_template(vocab_with({}, "{{ unknown format }}")), "llama2");
+}
+
+TEST(TextChat, ChatML) {
+  const TokenizerData d = vocab_with({}, kChatmlTmpl);
+  EXPECT_EQ(knot::apply_chat_template(d, kConv, true),
+            "<|im_start|>system\nBe brief.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello!<|im_end|>\n"
+            "<|im_start|>user\nWho are you?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  // No system message: the template's literal default system prompt is used.
+  EXPECT_EQ(knot::apply_chat_template(d, {{"user", "Hi"}}, false),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n");
+  // Without a template there is no default system prompt.
+  EXPECT_EQ(knot::apply_chat_template(vocab_with({"<|im_start|>"}, ""), {{"user", "Hi"}}, true),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(TextChat, Llama2) {
+  const TokenizerData d = vocab_with({}, kLlama2Tmpl);
+  EXPECT_EQ(knot::apply_chat_template(d, kConv, true),
+            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello! </s><s>[INST] Who are you? [/INST]");
+  EXPECT_EQ(knot::apply_chat_template(d, {{"user", "  Hi  "}}, true), "[INST] Hi [/INST]");
+}
+
+TEST(TextChat, Llama3) {
+  const TokenizerData d = vocab_with({}, kLlama3Tmpl);
+  EXPECT_EQ(knot::apply_chat_template(d, {{"system", "Be brief."}, {"user", " Hi\n"}}, true),
+            "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(knot::apply_chat_template(d, {{"user", "Hi"}}, false),
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+}
+
+TEST(TextChat, ForceByName) {
+  const TokenizerData d = vocab_with({}, kLlama2Tmpl);
+  EXPECT_EQ(knot::apply_chat_template(d, {{"user", "Hi"}}, true, "chatml"),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_THROW(knot::apply_chat_template(d, {{"user", "Hi"}}, true, "vicuna"), knot::Error);
+  EXPECT_EQ(knot::chat_template_names().size(), 3u);
+}
+
+// The Llama-2 prompt encodes with the markers as text and "</s><s>" as special tokens.
+TEST(TextChat, Llama2PromptTokenizes) {
+  KNOT_REQUIRE_FILE(knot_test::shared_model("llama-2-tiny-random.gguf"));
+  const knot::Tokenizer& tok = knot_test::shared_tokenizer("llama-2-tiny-random.gguf");
+  EXPECT_EQ(knot::detect_chat_template(tok.data()), "llama2");  // file has no template
+  const std::string prompt = knot::apply_chat_template(tok.data(), kConv, true);
+  const std::vector<int32_t> ids = tok.encode(prompt, true, true);
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 2);  // BOS + the second turn's <s>
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 1);  // the answer's </s>
+  // Decoded: control tokens vanish, and the text after "<s>" got the SPM space prefix.
+  EXPECT_EQ(tok.decode(ids), " " + std::string(prompt).replace(prompt.find("</s><s>"), 7, " "));
+}

@@ -1,0 +1,233 @@
+// text_sampler.cpp — sampler: greedy, filters, penalty, determinism; stop strings.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "common.h"
+#include "sampler.h"
+
+using knot::Sampler;
+using knot::SamplerParams;
+
+namespace {
+
+SamplerParams plain(float temp, uint64_t seed = 1) {
+  SamplerParams p;
+  p.temperature = temp;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.repeat_penalty = 1.0f;
+  p.seed = seed;
+  return p;
+}
+
+std::vector<float> log_probs(std::vector<double> p) {
+  std::vector<float> l;
+  for (double x : p) l.push_back((float)std::log(x));
+  return l;
+}
+
+std::map<int32_t, int> histogram(Sampler& s, const std::vector<float>& logits, int draws) {
+  std::map<int32_t, int> h;
+  for (int i = 0; i < draws; i++) h[s.sample(logits.data(), (int)logits.size())]++;
+  return h;
+}
+
+}  // namespace
+
+TEST(TextSampler, GreedyLowestIdWinsTie) {
+  Sampler s(plain(0.0f), 4);
+  const float l[] = {1.0f, 3.0f, 3.0f, 2.0f};
+  EXPECT_EQ(s.sample(l, 4), 1);
+  const float neg[] = {-5.0f, -1.0f, -1.0f, -1.0f};
+  EXPECT_EQ(s.sample(neg, 4), 1);
+}
+
+TEST(TextSampler, PaddedIdsNeverSampled) {
+  // Tensor rows 4 and 5 are padding past the tokenizer vocab of 4.
+  const float l[] = {0.0f, 0.1f, 0.2f, 0.3f, 100.0f, 100.0f};
+  Sampler g(plain(0.0f), 4);
+  EXPECT_EQ(g.sample(l, 6), 3);
+  Sampler s(plain(5.0f, 7), 4);
+  for (int i = 0; i < 500; i++) EXPECT_LT(s.sample(l, 6), 4);
+  EXPECT_THROW(s.sample(l, 3), knot::Error);  // fewer logits than the vocab
+  const int32_t ids[] = {5, 2, 4};
+  const float cl[] = {100.0f, 0.0f, 90.0f};
+  EXPECT_EQ(g.sample_candidates(ids, cl, 3), 2);
+}
+
+TEST(TextSampler, DoesNotModifyLogits) {
+  std::vector<float> l = {0.5f, 2.0f, -1.0f, 1.5f};
+  const std::vector<float> copy = l;
+  SamplerParams p = plain(0.9f);
+  p.top_k = 2;
+  p.repeat_penalty = 1.3f;
+  Sampler s(p, 4);
+  s.accept(1);
+  s.sample(l.data(), 4);
+  EXPECT_EQ(l, copy);
+}
+
+TEST(TextSampler, SeededDeterminism) {
+  std::vector<float> l;
+  for (int i = 0; i < 1000; i++) l.push_back((float)std::sin(i * 0.37) * 3.0f);
+  SamplerParams p;  // defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05
+  p.seed = 42;
+  Sampler a(p, 1000), b(p, 1000);
+  p.seed = 43;
+  Sampler c(p, 1000);
+  std::vector<int32_t> sa, sb, sc;
+  for (int i = 0; i < 300; i++) {
+    sa.push_back(a.sample(l.data(), 1000));
+    sb.push_back(b.sample(l.data(), 1000));
+    sc.push_back(c.sample(l.data(), 1000));
+  }
+  EXPECT_EQ(sa, sb);
+  EXPECT_NE(sa, sc);
+  a.reset();  // reset re-seeds: the same sequence again
+  std::vector<int32_t> again;
+  for (int i = 0; i < 300; i++) again.push_back(a.sample(l.data(), 1000));
+  EXPECT_EQ(again, sa);
+}
+
+TEST(TextSampler, TopK1IsGreedy) {
+  SamplerParams p = plain(1.5f, 3);
+  p.top_k = 1;
+  Sampler s(p, 64), g(plain(0.0f), 64);
+  uint64_t x = 12345;
+  for (int t = 0; t < 50; t++) {
+    std::vector<float> l(64);
+    for (auto& v : l) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      v = (float)((x >> 40) % 1000) / 100.0f;  // many exact ties
+    }
+    EXPECT_EQ(s.sample(l.data(), 64), g.sample(l.data(), 64));
+  }
+}
+
+TEST(TextSampler, TemperatureOneMatchesSoftmax) {
+  const std::vector<double> probs = {0.5, 0.3, 0.15, 0.05};
+  Sampler s(plain(1.0f, 11), 4);
+  const int n = 20000;
+  auto h = histogram(s, log_probs(probs), n);
+  for (int i = 0; i < 4; i++) EXPECT_NEAR(h[i] / (double)n, probs[i], 0.015) << i;
+}
+
+TEST(TextSampler, TemperatureSharpensAndFlattens) {
+  const auto l = log_probs({0.5, 0.3, 0.15, 0.05});
+  Sampler cold(plain(0.05f, 5), 4), hot(plain(3.0f, 5), 4);
+  auto hc = histogram(cold, l, 2000), hh = histogram(hot, l, 2000);
+  EXPECT_GT(hc[0], 1990);             // p0 ~ 1 - 1e-4
+  EXPECT_LT(hh[0], 1000 * 0.8);       // T=3: p0 = 0.5^(1/3)/Σ ~ 0.35
+  EXPECT_GT(hh[3], 2000 * 0.10);      // p3 ~ 0.16
+}
+
+TEST(TextSampler, TopPRestricts) {
+  const auto l = log_probs({0.5, 0.3, 0.15, 0.05});
+  SamplerParams p = plain(1.0f, 9);
+  p.top_p = 0.7f;  // 0.5 < 0.7 <= 0.8: keeps {0, 1}
+  Sampler s(p, 4);
+  auto h = histogram(s, l, 4000);
+  EXPECT_EQ(h.count(2) + h.count(3), 0u);
+  EXPECT_NEAR(h[0] / 4000.0, 0.5 / 0.8, 0.03);
+  p.top_p = 0.85f;  // keeps {0, 1, 2}
+  Sampler s2(p, 4);
+  auto h2 = histogram(s2, l, 4000);
+  EXPECT_EQ(h2.count(3), 0u);
+  EXPECT_GT(h2[2], 0);
+}
+
+TEST(TextSampler, MinPRestricts) {
+  const auto l = log_probs({0.5, 0.3, 0.15, 0.05});
+  SamplerParams p = plain(1.0f, 13);
+  p.min_p = 0.2f;  // keep p >= 0.1: {0, 1, 2}
+  Sampler s(p, 4);
+  auto h = histogram(s, l, 4000);
+  EXPECT_EQ(h.count(3), 0u);
+  EXPECT_GT(h[2], 0);
+  p.min_p = 0.5f;  // keep p >= 0.25: {0, 1}
+  Sampler s2(p, 4);
+  auto h2 = histogram(s2, l, 4000);
+  EXPECT_EQ(h2.count(2) + h2.count(3), 0u);
+  EXPECT_NEAR(h2[0] / 4000.0, 0.5 / 0.8, 0.03);
+}
+
+TEST(TextSampler, TopKRestricts) {
+  const auto l = log_probs({0.1, 0.4, 0.2, 0.3});
+  SamplerParams p = plain(1.0f, 17);
+  p.top_k = 2;  // ids 1 and 3
+  Sampler s(p, 4);
+  auto h = histogram(s, l, 3000);
+  EXPECT_EQ(h.count(0) + h.count(2), 0u);
+  EXPECT_NEAR(h[1] / 3000.0, 0.4 / 0.7, 0.03);
+}
+
+TEST(TextSampler, RepetitionPenalty) {
+  SamplerParams p = plain(0.0f);
+  p.repeat_penalty = 1.5f;
+  p.repeat_last_n = 2;
+  Sampler s(p, 4);
+  const float pos[] = {2.0f, 1.9f, -1.0f, -1.1f};
+  EXPECT_EQ(s.sample(pos, 4), 0);
+  s.accept(0);  // 2.0 / 1.5 = 1.33 < 1.9
+  EXPECT_EQ(s.sample(pos, 4), 1);
+  const float neg[] = {-3.0f, -3.0f, -1.0f, -1.2f};
+  s.accept(2);  // window {0, 2}: -1.0 * 1.5 = -1.5 < -1.2
+  EXPECT_EQ(s.sample(neg, 4), 3);
+  s.accept(3);
+  s.accept(3);  // window {3, 3}: 0 and 2 are no longer penalised
+  EXPECT_EQ(s.sample(pos, 4), 0);
+  EXPECT_EQ(s.sample(neg, 4), 2);
+  s.reset();
+  s.accept(0);
+  p.repeat_penalty = 1.0f;  // off: the history does not matter
+  Sampler off(p, 4);
+  off.accept(0);
+  EXPECT_EQ(off.sample(pos, 4), 0);
+}
+
+TEST(TextSampler, BadInputThrows) {
+  Sampler s(plain(1.0f), 3);
+  const float nan[] = {0.0f, std::numeric_limits<float>::quiet_NaN(), 1.0f};
+  EXPECT_THROW(s.sample(nan, 3), knot::Error);
+  const float inf = -std::numeric_limits<float>::infinity();
+  const float all_neg_inf[] = {inf, inf, inf};
+  EXPECT_THROW(s.sample(all_neg_inf, 3), knot::Error);
+  Sampler g(plain(0.0f), 3);
+  EXPECT_THROW(g.sample(all_neg_inf, 3), knot::Error);
+  EXPECT_THROW(Sampler(plain(1.0f), 0), knot::Error);
+  SamplerParams bad = plain(1.0f);
+  bad.repeat_penalty = 0.0f;
+  EXPECT_THROW(Sampler(bad, 3), knot::Error);
+  // -inf entries are simply never drawn.
+  const float some[] = {inf, 0.0f, inf};
+  for (int i = 0; i < 100; i++) EXPECT_EQ(s.sample(some, 3), 1);
+}
+
+TEST(TextSampler, StopMatcherHoldsBackPrefixes) {
+  knot::StopMatcher m({"</s>", "STOP"});
+  EXPECT_EQ(m.push("Hello </"), "Hello ");
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.push("s> more"), "");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "</s>");
+  EXPECT_EQ(m.push("x"), "");
+  EXPECT_EQ(m.flush(), "");
+
+  knot::StopMatcher n({"STOP"});
+  EXPECT_EQ(n.push("Hel"), "Hel");
+  EXPECT_EQ(n.push("lo S"), "lo ");
+  EXPECT_EQ(n.push("omething"), "Something");  // false start released
+  EXPECT_EQ(n.push(" ST"), " ");
+  EXPECT_EQ(n.flush(), "ST");  // end of generation: held text is released
+  EXPECT_FALSE(n.stopped());
+
+  knot::StopMatcher o({"ab", "b"});  // earliest completed stop wins
+  EXPECT_EQ(o.push("xab"), "x");
+  EXPECT_EQ(o.matched(), "ab");
+  knot::StopMatcher none({});
+  EXPECT_EQ(none.push("anything"), "anything");
+}
