@@ -170,7 +170,7 @@ struct Cursor {
     uint64_t n = get<uint64_t>();
     // a string can never be longer than the file: reject before allocating
     if (n > file_size)
-      fail(what + ": gguf " + section + " at offset " + std::to_string(pos - 8) +
+      fail(what + ": gguf truncated or corrupt " + section + " at offset " + std::to_string(pos - 8) +
            ": string length " + std::to_string(n) + " exceeds the file size");
     need(n);
     std::string s((const char*)data + pos, n);
@@ -214,7 +214,7 @@ Value read_value(Cursor& c, VType t, int depth) {
       size_t min_elem = scalar_size(v.elem) ? scalar_size(v.elem) : (v.elem == VType::ARRAY ? 12 : 8);
       if (n > (c.file_size - std::min(c.pos, c.file_size)) / min_elem) {
         c.pos -= 8;
-        c.bad("array of " + std::to_string(n) + " " + vtype_name(v.elem) + " runs past the end of the file");
+        c.bad("truncated or corrupt: array of " + std::to_string(n) + " " + vtype_name(v.elem) + " runs past the end of the file");
       }
       v.arr.reserve(n);
       for (uint64_t k = 0; k < n; k++) v.arr.push_back(read_value(c, v.elem, depth + 1));
@@ -246,8 +246,12 @@ File parse(const uint8_t* data, size_t avail, uint64_t file_size, const std::str
   uint64_t n_tensors = c.get<uint64_t>();
   uint64_t n_kv = c.get<uint64_t>();
   // a kv needs >= 12 bytes and a tensor info >= 24: bound counts before allocating
-  if (n_kv > file_size / 12) fail(what + ": gguf header claims " + std::to_string(n_kv) + " metadata keys, more than the file can hold");
-  if (n_tensors > file_size / 24) fail(what + ": gguf header claims " + std::to_string(n_tensors) + " tensors, more than the file can hold");
+  if (n_kv > file_size / 12)
+    fail(what + ": gguf truncated or corrupt header at offset 16: " + std::to_string(n_kv) + " metadata keys claimed, more than the " +
+         std::to_string(file_size) + "-byte file can hold");
+  if (n_tensors > file_size / 24)
+    fail(what + ": gguf truncated or corrupt header at offset 8: " + std::to_string(n_tensors) + " tensors claimed, more than the " +
+         std::to_string(file_size) + "-byte file can hold");
 
   f.kv.reserve(n_kv);
   for (uint64_t k = 0; k < n_kv; k++) {
