@@ -1,0 +1,277 @@
+// kernels_wasm.cpp — wasm simd128 dot kernels (Kernel::Simd in the wasm build).
+// Compiled only when __wasm_simd128__ is defined (CMake excludes this file natively).
+//
+// Design for V8's simd128 code generation: everything runs in 16-bit lanes.
+// v128.load8x8_u / load8x8_s load 8 bytes and widen in one instruction (pmovzx/pmovsx),
+// nibble/bit unpacking is done on those i16 lanes, the per-sub-block scale is folded
+// into the weights with one i16x8.mul (|q*scale| < 2^15 for every format), and
+// i32x4.dot_i16x8_s (pmaddwd) multiplies with the widened int8 activations, so each
+// token costs one load + one dot + one add per 8 weights. Weight unpacking is shared by
+// the NT (<= 4) tokens of a tile. Integer block sums are exact; the per-block float
+// combine is the shared scalar block_accum_* (bit-identical to kernels_generic.cpp).
+#if defined(__wasm_simd128__)
+
+#include <wasm_simd128.h>
+
+#include "kernels_internal.h"
+
+namespace knot {
+
+static inline int32_t hsum_i32x4(v128_t v) {
+  v = wasm_i32x4_add(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));
+  v = wasm_i32x4_add(v, wasm_i32x4_shuffle(v, v, 1, 0, 3, 2));
+  return wasm_i32x4_extract_lane(v, 0);
+}
+
+static inline float hsum_f32x4(v128_t v) {
+  v = wasm_f32x4_add(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));
+  v = wasm_f32x4_add(v, wasm_i32x4_shuffle(v, v, 1, 0, 3, 2));
+  return wasm_f32x4_extract_lane(v, 0);
+}
+
+// ---- float weights: 16 elements per step in four f32x4 accumulators per token
+// (no FMA in simd128), fixed per-token order so matmul == loop of matvec.
+
+template <int NT, typename Load4>
+static inline void dot_float_wasm(int64_t n, const void* const* act, float* out, Load4 load) {
+  v128_t acc[NT][4];
+  for (int t = 0; t < NT; t++)
+    for (int k = 0; k < 4; k++) acc[t][k] = wasm_f32x4_splat(0.f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {  // hot loop
+    v128_t w[4];
+    for (int k = 0; k < 4; k++) w[k] = load(i + 4 * k);
+    for (int t = 0; t < NT; t++) {
+      const float* a = (const float*)act[t] + i;
+      for (int k = 0; k < 4; k++)
+        acc[t][k] = wasm_f32x4_add(acc[t][k], wasm_f32x4_mul(w[k], wasm_v128_load(a + 4 * k)));
+    }
+  }
+  for (int t = 0; t < NT; t++)
+    out[t] = hsum_f32x4(wasm_f32x4_add(wasm_f32x4_add(acc[t][0], acc[t][1]),
+                                       wasm_f32x4_add(acc[t][2], acc[t][3])));
+}
+
+// 4 halves -> 4 floats, exact: shift exponent+mantissa into f32 position and rescale by
+// 2^112 (also normalises subnormal halves); inf/nan get the f32 all-ones exponent.
+static inline v128_t half4_to_f32x4(const uint16_t* p) {
+  const v128_t h = wasm_u32x4_load16x4(p);
+  const v128_t sign = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16);
+  const v128_t em = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x7FFF)), 13);
+  const v128_t scaled = wasm_f32x4_mul(em, wasm_f32x4_splat(0x1p112f));
+  const v128_t infnan = wasm_i32x4_eq(wasm_v128_and(h, wasm_i32x4_splat(0x7C00)), wasm_i32x4_splat(0x7C00));
+  const v128_t special = wasm_v128_or(em, wasm_i32x4_splat(0x7F800000));
+  return wasm_v128_or(sign, wasm_v128_bitselect(special, scaled, infnan));
+}
+
+template <int NT>
+static void f32_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  const float* x = (const float*)w;
+  dot_float_wasm<NT>(n, act, out, [x](int64_t i) { return wasm_v128_load(x + i); });
+  for (int64_t i = n & ~(int64_t)15; i < n; i++)
+    for (int t = 0; t < NT; t++) out[t] += x[i] * ((const float*)act[t])[i];
+}
+
+template <int NT>
+static void f16_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  const uint16_t* x = (const uint16_t*)w;
+  dot_float_wasm<NT>(n, act, out, [x](int64_t i) { return half4_to_f32x4(x + i); });
+  for (int64_t i = n & ~(int64_t)15; i < n; i++)
+    for (int t = 0; t < NT; t++) out[t] += half_to_float(x[i]) * ((const float*)act[t])[i];
+}
+
+template <int NT>
+static void bf16_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  const uint16_t* x = (const uint16_t*)w;
+  dot_float_wasm<NT>(n, act, out, [x](int64_t i) { return wasm_i32x4_shl(wasm_u32x4_load16x4(x + i), 16); });
+  for (int64_t i = n & ~(int64_t)15; i < n; i++)
+    for (int t = 0; t < NT; t++) out[t] += bf16_bits_to_float(x[i]) * ((const float*)act[t])[i];
+}
+
+// ---- Q4_0 / Q8_0 x Q8_0
+
+template <int NT>
+static void q4_0_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q4_0* x = (const block_q4_0*)w;
+  const int64_t nb = n / QK4_0;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const v128_t m4 = wasm_i16x8_splat(0x0F), k8 = wasm_i16x8_splat(8);
+  for (int64_t i = 0; i < nb; i++) {  // hot loop
+    v128_t wv[4];  // elements 0-7, 8-15 (low nibbles), 16-23, 24-31 (high nibbles)
+    for (int g = 0; g < 2; g++) {
+      const v128_t q = wasm_u16x8_load8x8(x[i].qs + 8 * g);
+      wv[g] = wasm_i16x8_sub(wasm_v128_and(q, m4), k8);
+      wv[g + 2] = wasm_i16x8_sub(wasm_u16x8_shr(q, 4), k8);
+    }
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_0* a = (const block_q8_0*)act[t] + i;
+      v128_t s = wasm_i32x4_dot_i16x8(wv[0], wasm_i16x8_load8x8(a->qs));
+      for (int g = 1; g < 4; g++) s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wv[g], wasm_i16x8_load8x8(a->qs + 8 * g)));
+      acc[t] = block_accum(acc[t], dw, half_to_float(a->d), hsum_i32x4(s));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+template <int NT>
+static void q8_0_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q8_0* x = (const block_q8_0*)w;
+  const int64_t nb = n / QK8_0;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  for (int64_t i = 0; i < nb; i++) {  // hot loop
+    v128_t wv[4];
+    for (int g = 0; g < 4; g++) wv[g] = wasm_i16x8_load8x8(x[i].qs + 8 * g);
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_0* a = (const block_q8_0*)act[t] + i;
+      v128_t s = wasm_i32x4_dot_i16x8(wv[0], wasm_i16x8_load8x8(a->qs));
+      for (int g = 1; g < 4; g++) s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wv[g], wasm_i16x8_load8x8(a->qs + 8 * g)));
+      acc[t] = block_accum(acc[t], dw, half_to_float(a->d), hsum_i32x4(s));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+// ---- K-quants x Q8_K
+
+// Q4_K / Q5_K: q*sc <= 31*63 fits i16. sumi = sum dot(q*sc, a); summs via bsums.
+template <int NT, bool Q5>
+static void kmin_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  const int64_t nb = n / QK_K;
+  const size_t bsz = Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const v128_t m4 = wasm_i16x8_splat(0x0F), bit4 = wasm_i16x8_splat(0x10);
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t* blk = (const uint8_t*)w + (size_t)i * bsz;
+    fp16_t d16, dmin16;
+    std::memcpy(&d16, blk, 2);
+    std::memcpy(&dmin16, blk + 2, 2);
+    const uint8_t* qh = blk + 16;  // Q5_K only
+    const uint8_t* qs = blk + (Q5 ? 48 : 16);
+    uint8_t sc[8], m[8];
+    k4_unpack_scales(blk + 4, sc, m);
+    v128_t isum[NT];
+    for (int t = 0; t < NT; t++) isum[t] = wasm_i32x4_splat(0);
+    for (int c = 0; c < 4; c++) {  // 64 weights: sub-blocks 2c (low nibbles), 2c+1 (high)
+      const v128_t s_lo = wasm_i16x8_splat(sc[2 * c]), s_hi = wasm_i16x8_splat(sc[2 * c + 1]);
+      for (int g = 0; g < 4; g++) {  // hot loop: 8 bytes -> 8 + 8 weights
+        const v128_t q = wasm_u16x8_load8x8(qs + 32 * c + 8 * g);
+        v128_t lo = wasm_v128_and(q, m4);
+        v128_t hi = wasm_u16x8_shr(q, 4);
+        if (Q5) {
+          const v128_t h = wasm_u16x8_load8x8(qh + 8 * g);
+          lo = wasm_v128_or(lo, wasm_v128_and(wasm_i16x8_shl(wasm_u16x8_shr(h, 2 * c), 4), bit4));
+          hi = wasm_v128_or(hi, wasm_v128_and(wasm_i16x8_shl(wasm_u16x8_shr(h, 2 * c + 1), 4), bit4));
+        }
+        lo = wasm_i16x8_mul(lo, s_lo);
+        hi = wasm_i16x8_mul(hi, s_hi);
+        for (int t = 0; t < NT; t++) {
+          const int8_t* a = ((const block_q8_K*)act[t])[i].qs + 64 * c + 8 * g;
+          isum[t] = wasm_i32x4_add(isum[t], wasm_i32x4_add(wasm_i32x4_dot_i16x8(lo, wasm_i16x8_load8x8(a)),
+                                                           wasm_i32x4_dot_i16x8(hi, wasm_i16x8_load8x8(a + 32))));
+        }
+      }
+    }
+    // [m0,m0,m1,m1,m2,m2,m3,m3] and [m4,..,m7,m7] against bsums[0..7], [8..15]
+    const v128_t mp0 = wasm_i16x8_make(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3]);
+    const v128_t mp1 = wasm_i16x8_make(m[4], m[4], m[5], m[5], m[6], m[6], m[7], m[7]);
+    const float dw = half_to_float(d16), dminw = half_to_float(dmin16);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_K* a = (const block_q8_K*)act[t] + i;
+      const v128_t ms = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(a->bsums), mp0),
+                                       wasm_i32x4_dot_i16x8(wasm_v128_load(a->bsums + 8), mp1));
+      acc[t] = block_accum_kmin(acc[t], dw, dminw, a->d, hsum_i32x4(isum[t]), hsum_i32x4(ms));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+// Q6_K: unsigned q (0..63) * scale (|.| <= 8064, fits i16), then subtract
+// 32 * sum_j scale_j * bsums_j once per block.
+template <int NT>
+static void q6_K_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q6_K* x = (const block_q6_K*)w;
+  const int64_t nb = n / QK_K;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const v128_t m4 = wasm_i16x8_splat(0x0F), m30 = wasm_i16x8_splat(0x30);
+  for (int64_t i = 0; i < nb; i++) {
+    const int8_t* scales = x[i].scales;
+    v128_t isum[NT];
+    for (int t = 0; t < NT; t++) isum[t] = wasm_i32x4_splat(0);
+    for (int h = 0; h < 2; h++) {
+      const uint8_t* ql = x[i].ql + 64 * h;
+      const uint8_t* qh = x[i].qh + 32 * h;
+      for (int g = 0; g < 4; g++) {  // hot loop: l = 8g..8g+7 -> 4 x 8 weights
+        const int j = 8 * h + (g >> 1);  // sub-block of l; +2, +4, +6 for the other three
+        const v128_t qa = wasm_u16x8_load8x8(ql + 8 * g);
+        const v128_t qb = wasm_u16x8_load8x8(ql + 32 + 8 * g);
+        const v128_t hb = wasm_u16x8_load8x8(qh + 8 * g);
+        v128_t v[4];
+        v[0] = wasm_v128_or(wasm_v128_and(qa, m4), wasm_v128_and(wasm_i16x8_shl(hb, 4), m30));
+        v[1] = wasm_v128_or(wasm_v128_and(qb, m4), wasm_v128_and(wasm_i16x8_shl(hb, 2), m30));
+        v[2] = wasm_v128_or(wasm_u16x8_shr(qa, 4), wasm_v128_and(hb, m30));
+        v[3] = wasm_v128_or(wasm_u16x8_shr(qb, 4), wasm_v128_and(wasm_u16x8_shr(hb, 2), m30));
+        for (int k = 0; k < 4; k++) v[k] = wasm_i16x8_mul(v[k], wasm_i16x8_splat(scales[j + 2 * k]));
+        for (int t = 0; t < NT; t++) {
+          const int8_t* a = ((const block_q8_K*)act[t])[i].qs + 128 * h + 8 * g;
+          const v128_t s01 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(v[0], wasm_i16x8_load8x8(a)),
+                                            wasm_i32x4_dot_i16x8(v[1], wasm_i16x8_load8x8(a + 32)));
+          const v128_t s23 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(v[2], wasm_i16x8_load8x8(a + 64)),
+                                            wasm_i32x4_dot_i16x8(v[3], wasm_i16x8_load8x8(a + 96)));
+          isum[t] = wasm_i32x4_add(isum[t], wasm_i32x4_add(s01, s23));
+        }
+      }
+    }
+    const v128_t sc0 = wasm_i16x8_load8x8(scales), sc1 = wasm_i16x8_load8x8(scales + 8);
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_K* a = (const block_q8_K*)act[t] + i;
+      const v128_t off = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(a->bsums), sc0),
+                                        wasm_i32x4_dot_i16x8(wasm_v128_load(a->bsums + 8), sc1));
+      acc[t] = block_accum(acc[t], dw, a->d, hsum_i32x4(isum[t]) - 32 * hsum_i32x4(off));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+template <int NT>
+static void q4_K_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  kmin_wasm<NT, false>(n, w, act, out);
+}
+template <int NT>
+static void q5_K_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  kmin_wasm<NT, true>(n, w, act, out);
+}
+
+#define KNOT_NT_DISPATCH(name, tmpl)                                                     \
+  static void name(int64_t n, const void* w, const void* const* act, int nt, float* out) { \
+    switch (nt) {                                                                        \
+      case 1: tmpl<1>(n, w, act, out); break;                                            \
+      case 2: tmpl<2>(n, w, act, out); break;                                            \
+      case 3: tmpl<3>(n, w, act, out); break;                                            \
+      default: tmpl<4>(n, w, act, out); break;                                           \
+    }                                                                                    \
+  }
+
+KNOT_NT_DISPATCH(dot_f32_wasm, f32_wasm)
+KNOT_NT_DISPATCH(dot_f16_wasm, f16_wasm)
+KNOT_NT_DISPATCH(dot_bf16_wasm, bf16_wasm)
+KNOT_NT_DISPATCH(dot_q4_0_wasm, q4_0_wasm)
+KNOT_NT_DISPATCH(dot_q8_0_wasm, q8_0_wasm)
+KNOT_NT_DISPATCH(dot_q4_K_wasm, q4_K_wasm)
+KNOT_NT_DISPATCH(dot_q5_K_wasm, q5_K_wasm)
+KNOT_NT_DISPATCH(dot_q6_K_wasm, q6_K_wasm)
+
+const DotKernels kDotWasm = {
+    dot_f32_wasm,  dot_f16_wasm,  dot_bf16_wasm, dot_q4_0_wasm,
+    dot_q8_0_wasm, dot_q4_K_wasm, dot_q5_K_wasm, dot_q6_K_wasm,
+};
+
+}  // namespace knot
+
+#endif  // __wasm_simd128__
