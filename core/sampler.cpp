@@ -19,8 +19,6 @@
 
 namespace knot {
 
-namespace {
-
 uint64_t splitmix64_next(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -28,13 +26,11 @@ uint64_t splitmix64_next(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-// Uniform in [0, 1) with 53 random bits.
-double uniform01(uint64_t& state) { return (double)(splitmix64_next(state) >> 11) * 0x1.0p-53; }
-
 // exp(x) from +, *, floor and ldexp only, so every platform gets the same bits
 // (libm expf/exp differ in the last ulp between glibc, musl and emscripten).
 // Relative error ~1e-16, far below what sampling can notice.
 double det_exp(double x) {
+  if (std::isnan(x)) return x;
   if (x < -745.0) return 0.0;
   if (x > 709.0) return std::numeric_limits<double>::infinity();
   const double ln2_hi = 6.93147180369123816490e-01;  // ln2 split so k*ln2_hi is exact
@@ -51,6 +47,11 @@ double det_exp(double x) {
   for (double c : inv_fact) p = p * r + c;
   return std::ldexp(p, (int)kd);
 }
+
+namespace {
+
+// Uniform in [0, 1) with 53 random bits.
+double uniform01(uint64_t& state) { return (double)(splitmix64_next(state) >> 11) * 0x1.0p-53; }
 
 // Strict total order: higher logit first, lower id on ties.
 bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {

@@ -41,6 +41,12 @@ class Sampler {
   int32_t sample_cand();  // runs the filters on cand_ and draws
 };
 
+// The sampler's platform-independent building blocks (exposed for tests and for
+// callers that need the same draws elsewhere): the splitmix64 step, and exp() built
+// from basic IEEE operations only (bit-identical on x86, ARM and wasm).
+uint64_t splitmix64_next(uint64_t& state);
+double det_exp(double x);
+
 // Stop strings for streamed text. push() returns the text that is safe to show now:
 // text that could still be the start of a stop string is held back. When a stop
 // string completes, stopped() turns true, the text before it is returned and the stop

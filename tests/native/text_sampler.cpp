@@ -38,6 +38,27 @@ std::map<int32_t, int> histogram(Sampler& s, const std::vector<float>& logits, i
 
 }  // namespace
 
+// splitmix64's published reference outputs for state 1234567.
+TEST(TextSampler, Splitmix64ReferenceVector) {
+  uint64_t state = 1234567;
+  EXPECT_EQ(knot::splitmix64_next(state), 6457827717110365317ull);
+  EXPECT_EQ(knot::splitmix64_next(state), 3203168211198807973ull);
+  EXPECT_EQ(knot::splitmix64_next(state), 9817491932198370423ull);
+}
+
+TEST(TextSampler, DeterministicExpIsAccurate) {
+  EXPECT_EQ(knot::det_exp(0.0), 1.0);
+  EXPECT_EQ(knot::det_exp(-800.0), 0.0);
+  EXPECT_EQ(knot::det_exp(-std::numeric_limits<double>::infinity()), 0.0);
+  EXPECT_TRUE(std::isinf(knot::det_exp(710.0)));
+  EXPECT_TRUE(std::isnan(knot::det_exp(std::nan(""))));
+  for (double x = -700.0; x < 700.0; x += 0.731) {  // normal range: ~1 ulp
+    const double want = std::exp(x);
+    EXPECT_NEAR(knot::det_exp(x) / want, 1.0, 4e-16) << x;
+  }
+  EXPECT_NEAR(knot::det_exp(-740.0) / std::exp(-740.0), 1.0, 1e-6);  // subnormal result
+}
+
 TEST(TextSampler, GreedyLowestIdWinsTie) {
   Sampler s(plain(0.0f), 4);
   const float l[] = {1.0f, 3.0f, 3.0f, 2.0f};

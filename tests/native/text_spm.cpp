@@ -45,6 +45,13 @@ TEST(TextSpm, Llama2KnownIds) {
   EXPECT_EQ(tok.encode("\n", false, false), V({29871, 13}));
   // 🦙 (F0 9F A6 99) is not in the vocab: byte fallback.
   EXPECT_EQ(tok.encode("\xF0\x9F\xA6\x99", false, false), V({29871, 243, 162, 169, 156}));
+  // Well-known Llama-2 (HF / sentencepiece) tokenizations.
+  EXPECT_EQ(tok.encode("The quick brown fox jumps over the lazy dog", false, false),
+            V({450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203}));
+  EXPECT_EQ(tok.encode("Hello, world!", false, false), V({15043, 29892, 3186, 29991}));
+  EXPECT_EQ(tok.encode("I'm", false, false), V({306, 29915, 29885}));
+  // Two spaces: "▁a▁▁b" -> "▁a" "▁" "▁b".
+  EXPECT_EQ(tok.encode("a  b", false, false), V({263, 29871, 289}));
   // Reference prompt ids of the shared reference outputs.
   EXPECT_EQ(tok.encode("Once upon a time", true, false), V({1, 9038, 2501, 263, 931}));
 }
