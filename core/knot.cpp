@@ -192,7 +192,7 @@ HeaderParse parse_knot_header(const uint8_t* buf, size_t len, uint64_t file_size
     if (t.size != expect)
       fail(ctx + ": size " + std::to_string(t.size) + " does not match " + tt->name + " shape (" + std::to_string(expect) + " bytes)");
     if (t.offset > payload || t.size > payload - t.offset)
-      fail(ctx + ": bytes [" + std::to_string(h.payload_offset + t.offset) + ", " + std::to_string(h.payload_offset + t.offset + t.size) +
+      fail(what + ": truncated or corrupt: tensor " + t.name + " bytes [" + std::to_string(h.payload_offset + t.offset) + ", " + std::to_string(h.payload_offset + t.offset + t.size) +
            ") run past the end of the file (" + std::to_string(file_size) + " bytes)");
     if (jt.contains("chunk_rows")) {
       t.chunk_rows = (int64_t)j_u64(jt, "chunk_rows", ctx);
@@ -210,7 +210,7 @@ HeaderParse parse_knot_header(const uint8_t* buf, size_t len, uint64_t file_size
     h.tensors.push_back(std::move(t));
   }
   if (h.tokenizer.offset > payload || h.tokenizer.size > payload - h.tokenizer.offset)
-    fail(what + ": tokenizer blob runs past the end of the file");
+    fail(what + ": truncated or corrupt: the tokenizer blob runs past the end of the file");
 
   // No two ranges overlap; together they must cover the payload exactly.
   std::vector<std::pair<uint64_t, const KnotTensor*>> ranges;
@@ -227,8 +227,7 @@ HeaderParse parse_knot_header(const uint8_t* buf, size_t len, uint64_t file_size
   if (h.payload_offset + sum != file_size) {
     std::string detail = "payloadOffset " + std::to_string(h.payload_offset) + " + payload " + std::to_string(sum) + " = " +
                          std::to_string(h.payload_offset + sum) + " bytes, but the file has " + std::to_string(file_size);
-    if (h.payload_offset + sum == file_size + 1) fail(stale_msg(what, "payload is one byte short: " + detail));
-    if (h.payload_offset + sum > file_size) fail(what + ": truncated: " + detail);
+    if (h.payload_offset + sum > file_size) fail(what + ": truncated (or stale, if written by the old encoder): " + detail);
     fail(stale_msg(what, "layout mismatch: " + detail));
   }
   r.complete = true;
