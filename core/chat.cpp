@@ -103,10 +103,19 @@ std::string render_llama3(const std::vector<ChatMessage>& msgs, bool gen) {
   return out;
 }
 
+// Zephyr (TinyLlama-chat): "<|role|>\n" + content + EOS text + "\n".
+std::string render_zephyr(const TokenizerData& tok, const std::vector<ChatMessage>& msgs, bool gen) {
+  const std::string eos = token_text(tok, tok.eos_id, "</s>");
+  std::string out;
+  for (const auto& m : msgs) out += "<|" + m.role + "|>\n" + m.content + eos + "\n";
+  if (gen) out += "<|assistant|>\n";
+  return out;
+}
+
 }  // namespace
 
 const std::vector<std::string>& chat_template_names() {
-  static const std::vector<std::string> names = {"chatml", "llama2", "llama3"};
+  static const std::vector<std::string> names = {"chatml", "llama2", "llama3", "zephyr"};
   return names;
 }
 
@@ -116,6 +125,7 @@ std::string detect_chat_template(const TokenizerData& tok) {
     if (t.find("<|im_start|>") != std::string::npos) return "chatml";
     if (t.find("<|start_header_id|>") != std::string::npos) return "llama3";
     if (t.find("[INST]") != std::string::npos) return "llama2";
+    if (t.find("<|user|>") != std::string::npos) return "zephyr";
   }
   // No template, or one we do not recognise: judge by the vocab's special tokens.
   if (vocab_has(tok, "<|im_start|>")) return "chatml";
@@ -129,6 +139,7 @@ std::string apply_chat_template(const TokenizerData& tok, const std::vector<Chat
   if (name == "chatml") return render_chatml(tok, msgs, add_generation_prompt);
   if (name == "llama2") return render_llama2(tok, msgs);
   if (name == "llama3") return render_llama3(msgs, add_generation_prompt);
+  if (name == "zephyr") return render_zephyr(tok, msgs, add_generation_prompt);
   std::string known;
   for (const auto& n : chat_template_names()) known += (known.empty() ? "" : ", ") + n;
   fail("chat: unknown chat template '" + name + "' (known: " + known + ")");

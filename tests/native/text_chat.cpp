@@ -23,6 +23,19 @@ const char* kLlama2Tmpl =
     "{% if messages[0]['role'] == 'system' %}...{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
     "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}";
 
+// Qwen2.5 style: the system header first appears in a tools branch without a literal
+// prompt; the default prompt is in the later else-branch.
+const char* kQwen25Tmpl =
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}{%- if messages[0]['role'] == 'system' %}"
+    "{{- messages[0]['content'] }}{%- else %}{{- 'You are Qwen, created by Alibaba Cloud.' }}{%- endif %}"
+    "{%- else %}{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}"
+    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- endif %}{%- endif %}";
+const char* kZephyrTmpl =
+    "{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\\n' + message['content'] + eos_token }}"
+    "{% endif %}{% if loop.last and add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}{% endfor %}";
+
 TokenizerData vocab_with(std::vector<std::string> extra, const std::string& tmpl) {
   TokenizerData d;
   d.model = "llama";
@@ -62,6 +75,9 @@ TEST(TextChat, ChatML) {
   EXPECT_EQ(knot::apply_chat_template(d, {{"user", "Hi"}}, false),
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
             "<|im_start|>user\nHi<|im_end|>\n");
+  EXPECT_EQ(knot::apply_chat_template(vocab_with({}, kQwen25Tmpl), {{"user", "Hi"}}, true),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   // Without a template there is no default system prompt.
   EXPECT_EQ(knot::apply_chat_template(vocab_with({"<|im_start|>"}, ""), {{"user", "Hi"}}, true),
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
@@ -84,12 +100,19 @@ TEST(TextChat, Llama3) {
             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
 }
 
+TEST(TextChat, Zephyr) {
+  const TokenizerData d = vocab_with({}, kZephyrTmpl);
+  EXPECT_EQ(knot::detect_chat_template(d), "zephyr");
+  EXPECT_EQ(knot::apply_chat_template(d, {{"system", "Be brief."}, {"user", "Hi"}}, true),
+            "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\n");
+}
+
 TEST(TextChat, ForceByName) {
   const TokenizerData d = vocab_with({}, kLlama2Tmpl);
   EXPECT_EQ(knot::apply_chat_template(d, {{"user", "Hi"}}, true, "chatml"),
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_THROW(knot::apply_chat_template(d, {{"user", "Hi"}}, true, "vicuna"), knot::Error);
-  EXPECT_EQ(knot::chat_template_names().size(), 3u);
+  EXPECT_EQ(knot::chat_template_names().size(), 4u);
 }
 
 // The Llama-2 prompt encodes with the markers as text and "</s><s>" as special tokens.
