@@ -288,6 +288,12 @@ export class Model {
     return summary;
   }
 
+  /** The model re-encoded as .knot bytes (tensor types kept, hashes computed). */
+  toKnot() {
+    this.w.call("kw_model_to_knot", this.#h());
+    return this.w.resultBytes();
+  }
+
   close() {
     if (this.handle) { this.w.exports.kw_model_free(this.handle); this.handle = 0; }
   }

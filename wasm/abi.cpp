@@ -28,8 +28,9 @@ uint32_t g_peak_linear = 0;
 uint32_t g_peak_heap = 0;
 
 uint32_t linear_bytes() { return (uint32_t)(__builtin_wasm_memory_size(0) * 65536u); }
-uint32_t heap_in_use() { return (uint32_t)mallinfo().uordblks; }
 }  // namespace
+
+uint32_t heap_in_use() { return (uint32_t)mallinfo().uordblks; }
 
 void sample_memory() {
   uint32_t l = linear_bytes(), h = heap_in_use();

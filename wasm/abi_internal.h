@@ -19,6 +19,8 @@ extern std::string g_error;   // last error message
 extern std::string g_result;  // module-owned result buffer
 
 void sample_memory();
+uint32_t heap_in_use();   // malloc'd bytes now
+constexpr uint64_t kLinearCap = 128ull << 20;  // -sMAXIMUM_MEMORY
 
 // Raised for a bad handle; guard() maps it to KW_ERR_HANDLE.
 struct HandleError : knot::Error {

@@ -322,3 +322,14 @@ int kw_parse_header(const uint8_t* prefix, uint32_t len, double file_size, const
     set_result(out.dump());
   });
 }
+
+// The loaded model re-encoded as a .knot file (result bytes): `knot convert` without
+// re-quantization, for hosts that only have the GGUF (and for tests).
+KW_EXPORT(kw_model_to_knot)
+int kw_model_to_knot(int32_t h) {
+  return guard([&] {
+    ModelEntry& m = ready_model(h, "kw_model_to_knot");
+    std::vector<uint8_t> bytes = knot::knot_to_bytes(m.model);
+    set_result_bytes(bytes.data(), bytes.size());
+  });
+}

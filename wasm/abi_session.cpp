@@ -116,6 +116,19 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
     opt(j, "ignore_eos", p.ignore_eos);
     if (p.n_predict < 0) knot::fail("kw_session_new: n_predict must be >= 0");
     for (const auto& st : p.stop) s->max_stop = std::max(s->max_stop, st.size());
+    // The KV cache must fit in what is left of the 128 MB linear memory. Checked here in
+    // 64-bit arithmetic: size_t is 32 bits in wasm32, so n_ctx x bytes/token can wrap.
+    const auto& c = m.model.config;
+    const int n_ctx = eo.n_ctx > 0 ? eo.n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
+    const knot::KvType kvt = knot::forward_options_for(eo.mode).kv_type;
+    const uint64_t per_tok = 2ull * c.n_layer * c.n_head_kv * c.head_dim * knot::kv_elem_bytes(kvt);
+    const uint64_t room = kLinearCap - std::min<uint64_t>(kLinearCap, heap_in_use());
+    const uint64_t limit = eo.kv_budget != SIZE_MAX ? std::min<uint64_t>(eo.kv_budget, room) : room;
+    if (per_tok * (uint64_t)n_ctx > limit)
+      knot::fail("kw_session_new: a context of " + std::to_string(n_ctx) + " tokens needs " +
+                 std::to_string(per_tok * (uint64_t)n_ctx) + " bytes of " + knot::kv_type_name(kvt) +
+                 " KV cache (" + std::to_string(per_tok) + " bytes/token) but only " + std::to_string(limit) +
+                 " bytes are available under the 128 MB wasm memory cap");
     s->engine = std::make_unique<knot::Engine>(m.model, eo);
     *out_handle = g_sessions.add(std::move(s));
     set_result(json{{"n_ctx", g_sessions.get(*out_handle, "").engine->n_ctx()},

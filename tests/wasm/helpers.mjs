@@ -1,5 +1,5 @@
 // helpers.mjs — shared by tests/wasm/*.test.mjs (not a test file itself).
-import {existsSync, readFileSync, statSync, createReadStream, mkdtempSync} from "node:fs";
+import {existsSync, readFileSync, statSync, createReadStream, mkdtempSync, rmSync} from "node:fs";
 import {createServer} from "node:http";
 import {tmpdir} from "node:os";
 import {join, dirname, extname, resolve} from "node:path";
@@ -28,8 +28,13 @@ export function referenceOutputs() {
   return refs;
 }
 
+const tmpDirs = [];
+process.on("exit", () => { for (const d of tmpDirs) rmSync(d, {recursive: true, force: true}); });
+/** A fresh temp dir, removed when the test process exits. */
 export function tmpDir(prefix = "knotwork-wasm-") {
-  return mkdtempSync(join(tmpdir(), prefix));
+  const d = mkdtempSync(join(tmpdir(), prefix));
+  tmpDirs.push(d);
+  return d;
 }
 
 const MIME = {".html": "text/html; charset=utf-8", ".mjs": "text/javascript", ".js": "text/javascript",
