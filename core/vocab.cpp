@@ -33,6 +33,13 @@ int parse_byte_token(const std::string& t) {
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
+// Lets the text -> id maps be searched with a string_view (no temporary strings).
+struct SvHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using TextMap = std::unordered_map<std::string, int32_t, SvHash, std::equal_to<>>;
+
 struct Fragment {
   std::string_view text;  // raw text when token < 0
   int32_t token = -1;
@@ -45,15 +52,16 @@ struct Tokenizer::Impl {
   bool spm = false;
   unicode::PreTok pretok = unicode::PreTok::Gpt2;
   std::vector<int32_t> types;                        // [n_vocab], filled in when absent
-  std::unordered_map<std::string, int32_t> mergeable;  // text -> id, tokens BPE/SPM may produce
-  std::unordered_map<std::string, int32_t> all;        // text -> id, every token
-  std::unordered_map<std::string, int32_t> merge_rank; // "left right" -> rank (gpt2)
+  TextMap mergeable;   // text -> id, tokens BPE/SPM may produce
+  TextMap all;         // text -> id, every token
+  TextMap merge_rank;  // "left right" -> rank (gpt2)
   int32_t byte_id[256];                                 // SPM <0xNN> tokens, -1 if absent
   std::vector<int32_t> special;  // tokens matched as whole text, longest text first
+  bool special_first[256] = {};  // bytes that start some special token's text
   std::unordered_set<int32_t> eog;
 
   int32_t n() const { return (int32_t)d.tokens.size(); }
-  int32_t lookup(const std::string& s) const {
+  int32_t lookup(std::string_view s) const {
     auto it = mergeable.find(s);
     return it == mergeable.end() ? -1 : it->second;
   }
@@ -122,6 +130,7 @@ Tokenizer::Tokenizer(const TokenizerData& data) : impl_(std::make_unique<Impl>()
   std::stable_sort(m.special.begin(), m.special.end(), [&](int32_t a, int32_t b) {
     return d.tokens[a].size() > d.tokens[b].size();
   });
+  for (int32_t id : m.special) m.special_first[(uint8_t)d.tokens[id][0]] = true;
 
   if (!m.spm) {
     m.merge_rank.reserve(d.merges.size());
@@ -163,7 +172,7 @@ bool Tokenizer::is_eog(int32_t id) const { return impl_->eog.count(id) != 0; }
 const TokenizerData& Tokenizer::data() const { return impl_->d; }
 
 int32_t Tokenizer::find_token(std::string_view text) const {
-  auto it = impl_->all.find(std::string(text));
+  auto it = impl_->all.find(text);
   return it == impl_->all.end() ? -1 : it->second;
 }
 
@@ -182,6 +191,7 @@ void Tokenizer::Impl::split_special(std::string_view text, bool parse_special,
                                     std::vector<Fragment>& out) const {
   size_t start = 0, i = 0;
   while (i < text.size()) {
+    if (!special_first[(uint8_t)text[i]]) { i++; continue; }
     int32_t hit = -1;
     for (int32_t id : special) {
       if (!parse_special && types[id] != kUser) continue;
@@ -230,13 +240,12 @@ void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& ou
     return a.score < b.score || (a.score == b.score && a.left > b.left);
   };
   std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
-  std::string buf;
   auto try_pair = [&](int l, int r) {
     if (l < 0 || r < 0) return;
-    buf.assign(text.data() + sym[l].off, sym[l].len + sym[r].len);
-    const int32_t id = lookup(buf);
+    const size_t len = sym[l].len + sym[r].len;  // adjacent: one contiguous slice
+    const int32_t id = lookup(text.substr(sym[l].off, len));
     if (id < 0) return;
-    queue.push({d.scores[id], l, r, buf.size()});
+    queue.push({d.scores[id], l, r, len});
   };
   for (size_t i = 1; i < sym.size(); i++) try_pair((int)i - 1, (int)i);
 
@@ -257,7 +266,7 @@ void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& ou
 
   for (int i = 0; i >= 0; i = sym[i].next) {
     const std::string_view s = text.substr(sym[i].off, sym[i].len);
-    const int32_t id = lookup(std::string(s));
+    const int32_t id = lookup(s);
     if (id >= 0) out.push_back(id);
     else spm_byte_fallback(s, out);
   }
@@ -314,17 +323,18 @@ void Tokenizer::Impl::encode_bpe_word(std::string_view word, std::vector<int32_t
   }
 
   for (int i = 0; i >= 0; i = sym[i].next) {
-    const std::string s = mapped.substr(sym[i].off, sym[i].len);
+    const std::string_view s = std::string_view(mapped).substr(sym[i].off, sym[i].len);
     int32_t id = lookup(s);
     if (id >= 0) { out.push_back(id); continue; }
     // A merge result missing from the vocab (inconsistent file): emit its bytes.
     for (size_t k = 0; k < s.size();) {
       const size_t len = unicode::utf8_valid_len(s, k);
-      const std::string one = s.substr(k, len);
+      const std::string_view one = s.substr(k, len);
       k += len;
       id = lookup(one);
       if (id < 0) id = d.unk_id;
-      if (id < 0) fail("tokenizer: byte-level symbol '" + one + "' is not in the vocab and there is no unk token");
+      if (id < 0)
+        fail("tokenizer: byte-level symbol '" + std::string(one) + "' is not in the vocab and there is no unk token");
       out.push_back(id);
     }
   }
