@@ -271,7 +271,9 @@ export class Model {
                            decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0}};
       }
       const mem = readMemoryStats(w);
-      yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length,
+      w.call("kw_session_telemetry", sess);
+      const engine = w.resultJSON();
+      yield {type: "summary", engine, nCtx: engine.n_ctx, ids: out, text, reason, promptIds: ids, nPrompt: ids.length,
              nGenerated: out.length, nDecoded, prefillMs, decodeMs,
              prefillTokS: ids.length / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0,

@@ -8,7 +8,7 @@ import {fileURLToPath} from "node:url";
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 export const WASM_PATH = join(ROOT, "build/wasm/knotwork.wasm");
 export const MODELS = process.env.KNOT_SHARED_MODELS || resolve(ROOT, "../shared/models");
-export const KNOT_BIN = join(ROOT, "build/bin/knot");
+export const KNOT_BIN = process.env.KNOT_BIN || join(ROOT, "build/bin/knot");
 
 /**
  * Path of a shared test model. Missing: under CI the test FAILS (throws), otherwise it
