@@ -62,6 +62,40 @@ void rmsnorm_rows(const float* x, const Tensor& w, int ntok, int n, float eps, f
   for (int t = 0; t < ntok; t++) rmsnorm(x + (size_t)t * n, wf, n, eps, out + (size_t)t * n);
 }
 
+// f32 dot / axpy for the attention loops, with GCC/clang vector extensions (SSE2
+// natively, simd128 in wasm): two independent accumulators break the add chain.
+typedef float v4f __attribute__((vector_size(16)));
+
+inline v4f load4(const float* p) {
+  v4f v;
+  std::memcpy(&v, p, 16);
+  return v;
+}
+
+inline float dot_f32(const float* a, const float* b, int n) {
+  v4f acc0 = {0, 0, 0, 0}, acc1 = {0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    acc0 += load4(a + i) * load4(b + i);
+    acc1 += load4(a + i + 4) * load4(b + i + 4);
+  }
+  const v4f acc = acc0 + acc1;
+  float s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+// y += p * x
+inline void axpy_f32(float p, const float* x, float* y, int n) {
+  int i = 0;
+  const v4f pv = {p, p, p, p};
+  for (; i + 4 <= n; i += 4) {
+    const v4f r = load4(y + i) + pv * load4(x + i);
+    std::memcpy(y + i, &r, 16);
+  }
+  for (; i < n; i++) y[i] += p * x[i];
+}
+
 void add_bias(float* y, int ntok, int64_t row, const float* b) {
   for (int t = 0; t < ntok; t++)
     for (int64_t i = 0; i < row; i++) y[(size_t)t * row + i] += b[i];
@@ -308,10 +342,7 @@ void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, 
         const int n = pos0 + t + 1;
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {  // hot loop: scores
-          const float* kj = kf + (size_t)j * hd;
-          float d = 0;
-          for (int c = 0; c < hd; c++) d += qh[c] * kj[c];
-          s[j] = d * scale;
+          s[j] = dot_f32(qh, kf + (size_t)j * hd, hd) * scale;
           mx = std::max(mx, s[j]);
         }
         float sum = 0;
@@ -322,9 +353,7 @@ void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, 
         const float inv = 1.f / sum;
         std::fill(oh, oh + hd, 0.f);
         for (int j = 0; j < n; j++) {  // hot loop: weighted values
-          const float p = s[j] * inv;
-          const float* vj = vf + (size_t)j * hd;
-          for (int c = 0; c < hd; c++) oh[c] += p * vj[c];
+          axpy_f32(s[j] * inv, vf + (size_t)j * hd, oh, hd);
         }
       }
     }
