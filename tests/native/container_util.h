@@ -10,7 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 #include <vector>
+
+#include <unistd.h>
 
 #include "knot.h"
 #include "model_io.h"
@@ -19,8 +22,18 @@
 namespace ctest {
 
 inline std::string tmp_path(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("knot-container-test-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  static const std::filesystem::path dir = [] {
+    auto d = std::filesystem::temp_directory_path() / ("knot-container-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  struct Cleanup {  // remove this process's files at exit
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static Cleanup cleanup;
   return (dir / name).string();
 }
 

@@ -1,0 +1,302 @@
+// container_models.cpp — every shared GGUF converts, inspects and verifies (API and the
+// built CLI), knot tensors are byte-identical to the GGUF's, and re-quantization stays
+// within error bounds. Dims are checked against /work/shared/models/README.md.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "container_util.h"
+#include "convert.h"
+#include "gguf.h"
+#include "knot.h"
+
+using namespace knot;
+using ctest::contains;
+using ctest::error_of;
+
+namespace {
+
+struct Expect {
+  std::string file;
+  int hidden, layers, heads, kv_heads, vocab, ffn, head_dim;
+};
+
+// The README table's last column: "hidden / layers / heads / kv heads / vocab (ffn F,
+// head_dim D, ...)"; rows saying "(same...)" repeat the previous row's ffn/head_dim.
+std::vector<Expect> readme_models() {
+  std::ifstream f(std::string(KNOT_SHARED_MODELS) + "/README.md");
+  std::vector<Expect> out;
+  std::string line;
+  std::regex dims(R"((\d+) / (\d+) / (\d+) / (\d+) / (\d+))"), extra(R"(ffn (\d+), head_dim (\d+))");
+  int ffn = 0, hd = 0;
+  while (std::getline(f, line)) {
+    if (line.rfind("| ", 0) != 0 || line.find(".gguf |") == std::string::npos) continue;
+    std::string file = line.substr(2, line.find(" |", 2) - 2);
+    std::string last = line.substr(line.rfind('|', line.size() - 2));
+    std::smatch m, e;
+    if (!std::regex_search(last, m, dims)) continue;
+    if (std::regex_search(last, e, extra)) ffn = std::stoi(e[1]), hd = std::stoi(e[2]);
+    out.push_back({file, std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), std::stoi(m[4]), std::stoi(m[5]), ffn, hd});
+  }
+  return out;
+}
+
+std::string model_path(const std::string& f) { return std::string(KNOT_SHARED_MODELS) + "/" + f; }
+
+bool have_models() { return std::filesystem::exists(model_path("README.md")); }
+
+#define REQUIRE_MODELS()                                                                    \
+  do {                                                                                      \
+    if (!have_models()) {                                                                   \
+      if (std::getenv("CI")) FAIL() << "shared models missing at " << KNOT_SHARED_MODELS;  \
+      GTEST_SKIP() << "shared models missing at " << KNOT_SHARED_MODELS;                  \
+    }                                                                                       \
+  } while (0)
+
+std::string knot_bin() { return std::string(KNOT_BIN_DIR) + "/knot"; }
+
+struct CliRun {
+  int rc;
+  std::string out;
+};
+CliRun run(const std::string& args) {
+  std::string cmd = knot_bin() + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+int field(const std::string& out, const std::string& key) {
+  std::smatch m;
+  std::regex r("\\n  " + key + " +(\\d+)\\n");
+  if (!std::regex_search(out, m, r)) return -1;
+  return std::stoi(m[1]);
+}
+
+void expect_dims(const ModelConfig& c, const Expect& e) {
+  EXPECT_EQ(c.n_embd, e.hidden) << e.file;
+  EXPECT_EQ(c.n_layer, e.layers) << e.file;
+  EXPECT_EQ(c.n_head, e.heads) << e.file;
+  EXPECT_EQ(c.n_head_kv, e.kv_heads) << e.file;
+  EXPECT_EQ(c.n_vocab, e.vocab) << e.file;
+  EXPECT_EQ(c.n_ff, e.ffn) << e.file;
+  EXPECT_EQ(c.head_dim, e.head_dim) << e.file;
+}
+
+double rel_rmse(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) num += (a[i] - b[i]) * (double)(a[i] - b[i]), den += (double)a[i] * a[i];
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+std::vector<float> dequant(const Tensor& t) {
+  std::vector<float> out((size_t)(t.ne0() * t.nrows()));
+  size_t rb = row_bytes(t.type, t.ne0());
+  for (int64_t r = 0; r < t.nrows(); r++) dequantize_row(t.type, t.data() + r * rb, out.data() + r * t.ne0(), t.ne0());
+  return out;
+}
+
+}  // namespace
+
+TEST(SharedModels, ReadmeListsTheModels) {
+  REQUIRE_MODELS();
+  auto ms = readme_models();
+  EXPECT_GE(ms.size(), 6u);
+  for (auto& e : ms) EXPECT_TRUE(std::filesystem::exists(model_path(e.file))) << e.file;
+}
+
+TEST(SharedModels, ConvertInspectVerifyByteIdentical) {
+  REQUIRE_MODELS();
+  for (const Expect& e : readme_models()) {
+    SCOPED_TRACE(e.file);
+    const std::string in = model_path(e.file), out = ctest::tmp_path(e.file + ".knot");
+    gguf::File g = gguf::parse_file(in);
+    Model gm = load_model_file(in);
+    expect_dims(gm.config, e);
+    EXPECT_EQ(gm.config.n_vocab_tensor, (int)g.find_tensor("token_embd.weight")->shape[1]);
+    EXPECT_EQ(gm.config.rope_style, gm.config.arch == "qwen2" ? RopeStyle::Neox : RopeStyle::Norm);
+
+    ConvertResult r = convert_gguf_to_knot(in, out);
+    EXPECT_EQ(r.n_tensors, g.tensors.size());
+    EXPECT_TRUE(r.notes.empty());
+    Model km = load_model_file(out);
+    expect_dims(km.config, e);
+    EXPECT_EQ(config_to_json(km.config), config_to_json(gm.config));
+    EXPECT_EQ(tokenizer_to_json(km.tokenizer), tokenizer_to_json(gm.tokenizer));
+    // compare against the raw GGUF bytes, not through our own loader
+    auto raw = ctest::read_all(in);
+    ASSERT_EQ(km.tensors.size(), g.tensors.size());
+    for (auto& ti : g.tensors) {
+      const Tensor& t = km.tensors.at(knot_tensor_name(ti.name));
+      EXPECT_EQ(t.type, ti.type) << ti.name;
+      EXPECT_EQ(t.shape, ti.shape) << ti.name;
+      ASSERT_EQ(t.size, ti.size) << ti.name;
+      EXPECT_EQ(std::memcmp(t.data(), raw.data() + g.data_offset + ti.offset, ti.size), 0) << ti.name;
+      EXPECT_EQ(std::memcmp(gm.tensors.at(t.name).data(), t.data(), t.size), 0) << ti.name;
+    }
+    FileSource src(out);
+    EXPECT_TRUE(verify_knot(src).empty());
+
+    if (!std::filesystem::exists(knot_bin())) continue;  // CLI not built: API part only
+    CliRun ri = run("inspect " + in);
+    EXPECT_EQ(ri.rc, 0) << ri.out;
+    EXPECT_EQ(field(ri.out, "n_embd"), e.hidden);
+    EXPECT_EQ(field(ri.out, "n_layer"), e.layers);
+    EXPECT_EQ(field(ri.out, "n_head"), e.heads);
+    EXPECT_EQ(field(ri.out, "n_head_kv"), e.kv_heads);
+    EXPECT_EQ(field(ri.out, "n_vocab"), e.vocab);
+    EXPECT_EQ(field(ri.out, "n_ff"), e.ffn);
+    EXPECT_EQ(field(ri.out, "head_dim"), e.head_dim);
+    EXPECT_TRUE(contains(ri.out, "totals: " + std::to_string(g.tensors.size()) + " tensors")) << ri.out;
+    const std::string out2 = ctest::tmp_path(e.file + ".cli.knot");
+    CliRun rc = run("convert " + in + " " + out2);
+    EXPECT_EQ(rc.rc, 0) << rc.out;
+    EXPECT_EQ(ctest::read_all(out2), ctest::read_all(out)) << "CLI and API conversions differ";
+    CliRun rv = run("verify " + out2);
+    EXPECT_EQ(rv.rc, 0) << rv.out;
+    EXPECT_TRUE(contains(rv.out, "ok")) << rv.out;
+    CliRun rg = run("verify " + in);
+    EXPECT_EQ(rg.rc, 0) << rg.out;
+    CliRun rk = run("inspect " + out2);
+    EXPECT_EQ(rk.rc, 0) << rk.out;
+    EXPECT_EQ(field(rk.out, "n_embd"), e.hidden);
+    EXPECT_EQ(field(rk.out, "n_head_kv"), e.kv_heads);
+    EXPECT_EQ(field(rk.out, "n_vocab"), e.vocab);
+  }
+}
+
+TEST(SharedModels, CliRefusesBadFilesWithExitOne) {
+  REQUIRE_MODELS();
+  if (!std::filesystem::exists(knot_bin())) GTEST_SKIP() << "knot CLI not built at " << knot_bin();
+  const std::string in = model_path("stories260K-pad256-llama-q4_k_m.gguf"), out = ctest::tmp_path("cli-bad.knot");
+  convert_gguf_to_knot(in, out);
+  auto b = ctest::read_all(out);
+  // stale: old layout (JSON space-padded inside metaLen, no marker)
+  auto s = ctest::split_knot(b);
+  std::string js = s.json + " ";
+  while ((10 + js.size()) % 4) js += ' ';
+  std::vector<uint8_t> st = {'K', 'N', 'O', 'T', 1, 0};
+  uint32_t n = (uint32_t)js.size();
+  for (int i = 0; i < 4; i++) st.push_back((uint8_t)(n >> (8 * i)));
+  st.insert(st.end(), js.begin(), js.end());
+  st.insert(st.end(), s.payload.begin(), s.payload.end());
+  ctest::write_all(ctest::tmp_path("stale.knot"), st);
+  CliRun r = run("verify " + ctest::tmp_path("stale.knot"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.out, "knot: error:") && contains(r.out, "stale")) << r.out;
+  // flipped payload byte: verify names the tensor
+  b[b.size() - 100] ^= 0x40;
+  ctest::write_all(ctest::tmp_path("flip.knot"), b);
+  r = run("verify " + ctest::tmp_path("flip.knot"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.out, "hash mismatch")) << r.out;
+  r = run("inspect " + ctest::tmp_path("nope.gguf"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.out, "knot: error:") && contains(r.out, "cannot open")) << r.out;
+  r = run("convert " + in + " " + out + " --type Q3_Z");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_TRUE(contains(r.out, "unknown target type")) << r.out;
+  r = run("frobnicate");
+  EXPECT_EQ(r.rc, 1);
+  r = run("help");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_TRUE(contains(r.out, "synth")) << r.out;
+}
+
+TEST(Requantize, F32SourceWithinErrorBounds) {
+  // a synthetic F32 llama with K-quant friendly rows, and stories260K (rows of 64/172)
+  SynthOptions o;
+  o.hidden = 256, o.layers = 2, o.heads = 8, o.kv_heads = 4, o.ffn = 512, o.vocab = 300, o.type = "F32";
+  const std::string src = ctest::tmp_path("f32.gguf");
+  synth_model(o, src);
+  Model f = load_model_file(src);
+  const std::map<std::string, double> bound = {{"Q8_0", 0.008}, {"Q6_K", 0.03}, {"Q5_K", 0.05}, {"Q4_K", 0.1}, {"Q4_0", 0.15}, {"F16", 1e-3}, {"BF16", 8e-3}};
+  for (auto& [type, b] : bound) {
+    const std::string out = ctest::tmp_path("rq-" + type + ".knot");
+    ConvertOptions co;
+    co.type = type;
+    int calls = 0;
+    co.progress = [&](uint64_t done, uint64_t total, const std::string&) {
+      EXPECT_LE(done, total);
+      calls++;
+    };
+    ConvertResult r = convert_gguf_to_knot(src, out, co);
+    EXPECT_EQ(calls, (int)f.tensors.size() + 1);
+    EXPECT_TRUE(r.notes.empty()) << r.notes[0];
+    Model q = load_model_file(out);
+    for (auto& [name, t] : f.tensors) {
+      const Tensor& u = q.tensors.at(name);
+      if (t.shape.size() == 1) {
+        EXPECT_EQ(u.type, DType::F32) << name;  // norms stay F32
+        continue;
+      }
+      EXPECT_EQ(std::string(dtype_name(u.type)), type) << name;
+      auto a = dequant(t), c = dequant(u);
+      double e = rel_rmse(a.data(), c.data(), a.size());
+      EXPECT_LT(e, b) << type << " " << name;
+      EXPECT_GT(e, 0.0) << type << " " << name;
+    }
+  }
+}
+
+TEST(Requantize, IncompatibleRowsFallBackWithANote) {
+  REQUIRE_MODELS();
+  const std::string out = ctest::tmp_path("s260-q4k.knot");
+  ConvertOptions co;
+  co.type = "Q4_K";
+  ConvertResult r = convert_gguf_to_knot(model_path("stories260K.gguf"), out, co);
+  Model q = load_model_file(out), f = load_model_file(model_path("stories260K.gguf"));
+  // rows of 64 -> Q8_0, ffn_down rows of 172 -> F16, each noted
+  EXPECT_EQ(q.tensors.at("blk_0_attn_q_weight").type, DType::Q8_0);
+  EXPECT_EQ(q.tensors.at("blk_0_ffn_down_weight").type, DType::F16);
+  EXPECT_EQ(r.notes.size(), 5u * 7 + 2u);  // 7 matrices per layer + token_embd + output
+  bool noted = false;
+  for (auto& n : r.notes) noted |= contains(n, "blk_0_ffn_down_weight") && contains(n, "172") && contains(n, "F16");
+  EXPECT_TRUE(noted);
+  auto a = dequant(f.tensors.at("blk_0_ffn_down_weight")), c = dequant(q.tensors.at("blk_0_ffn_down_weight"));
+  EXPECT_LT(rel_rmse(a.data(), c.data(), a.size()), 1e-3);
+}
+
+TEST(Requantize, QuantizedSourcesKeptUnlessAllowed) {
+  REQUIRE_MODELS();
+  const std::string in = model_path("stories260K-pad256-llama-q8_0.gguf");
+  ConvertOptions co;
+  co.type = "Q4_K";
+  ConvertResult r = convert_gguf_to_knot(in, ctest::tmp_path("keep.knot"), co);
+  EXPECT_EQ(load_model_file(ctest::tmp_path("keep.knot")).tensors.at("blk_0_ffn_up_weight").type, DType::Q8_0);
+  EXPECT_FALSE(r.notes.empty());
+  co.allow_requantize = true;
+  convert_gguf_to_knot(in, ctest::tmp_path("rq.knot"), co);
+  Model q = load_model_file(ctest::tmp_path("rq.knot")), f = load_model_file(in);
+  const Tensor& u = q.tensors.at("blk_0_ffn_up_weight");
+  EXPECT_EQ(u.type, DType::Q4_K);
+  auto a = dequant(f.tensors.at("blk_0_ffn_up_weight")), c = dequant(u);
+  EXPECT_LT(rel_rmse(a.data(), c.data(), a.size()), 0.15);
+}
+
+TEST(Requantize, Q4KMMixMatchesLlamaCpp) {
+  REQUIRE_MODELS();
+  // llama.cpp chose these types for the shared Q4_K_M files; our policy must agree.
+  for (const char* file : {"stories260K-pad256-llama-q4_k_m.gguf", "stories260K-pad256-qwen2-q4_k_m.gguf"}) {
+    gguf::File g = gguf::parse_file(model_path(file));
+    int n_layer = config_from_gguf(g, file).n_layer;
+    for (auto& t : g.tensors) {
+      std::string name = knot_tensor_name(t.name);
+      DType want = choose_tensor_type("Q4_K_M", name, DType::F32, t.shape, n_layer, false, nullptr);
+      EXPECT_EQ(want, t.type) << file << " " << t.name;
+    }
+  }
+}
+
+TEST(Requantize, UnknownTargetIsAnError) {
+  EXPECT_TRUE(contains(error_of([] { check_target_type("Q3_Z"); }), "unknown target type"));
+  EXPECT_TRUE(contains(error_of([] { check_target_type("Q8_K"); }), "not a storage type"));
+}
