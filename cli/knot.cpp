@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "convert.h"
 #include "gguf.h"
@@ -170,8 +172,17 @@ int cmd_inspect(int argc, char** argv) {
       else
         std::printf("  %-44s %s\n", k.c_str(), v.to_display(all_kv ? SIZE_MAX : 8).c_str());
     }
-    print_config(config_from_gguf(f, path));
-    print_tokenizer(tokenizer_from_gguf(f, path));
+    // a dump should work on any GGUF, even one whose config we cannot run
+    try {
+      print_config(config_from_gguf(f, path));
+    } catch (const Error& e) {
+      std::printf("config: unavailable: %s\n", e.what());
+    }
+    try {
+      print_tokenizer(tokenizer_from_gguf(f, path));
+    } catch (const Error& e) {
+      std::printf("tokenizer: unavailable: %s\n", e.what());
+    }
     std::vector<Row> rows;
     FileSource src(path);
     for (auto& t : f.tensors) {
@@ -193,6 +204,11 @@ int cmd_inspect(int argc, char** argv) {
                 h.version, h.schema, h.meta_len, (unsigned long long)h.align, (unsigned long long)h.payload_offset,
                 (unsigned long long)h.file_size);
     print_config(h.config);
+    auto meta = nlohmann::json::parse(h.meta_json, nullptr, false);
+    if (meta.is_object() && meta.contains("info") && meta["info"].is_object()) {
+      std::printf("info:\n");
+      for (auto& [k, v] : meta["info"].items()) std::printf("  %-16s %s\n", k.c_str(), v.is_string() ? v.get<std::string>().c_str() : v.dump().c_str());
+    }
     std::printf("tokenizer blob: offset %llu, %llu bytes, hash %s\n", (unsigned long long)h.tokenizer.offset,
                 (unsigned long long)h.tokenizer.size, hash_hex(h.tokenizer.hash).c_str());
     print_tokenizer(read_knot_tokenizer(src, h, true));
@@ -233,7 +249,10 @@ int cmd_verify(int argc, char** argv) {
   size_t n = 0;
   if (fmt == FileFormat::Knot) {
     FileSource src(path);
-    problems = verify_knot(src);
+    auto bar = progress_bar("verifying");
+    problems = verify_knot(src, [&](size_t i, size_t n) {
+      if (bar) bar(i, n, i < n ? "tensor " + std::to_string(i) : "");
+    });
     n = read_knot_header(src).tensors.size();
   } else if (fmt == FileFormat::Gguf) {
     gguf::File f = gguf::parse_file(path);  // layout: ranges, overlaps, types, row lengths
