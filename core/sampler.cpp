@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "common.h"
@@ -45,7 +46,13 @@ double det_exp(double x) {
                              1.0 / 24.0,        1.0 / 6.0,        1.0 / 2.0,       1.0,
                              1.0};
   for (double c : inv_fact) p = p * r + c;
-  return std::ldexp(p, (int)kd);
+  const int k = (int)kd;
+  if (k < -1021) return std::ldexp(p, k);  // subnormal result: let ldexp round it
+  // p * 2^k with 2^k built from its bit pattern: an exact scaling, cheaper than ldexp.
+  const uint64_t bits = (uint64_t)(k + 1023) << 52;
+  double scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
 }
 
 namespace {
@@ -53,10 +60,14 @@ namespace {
 // Uniform in [0, 1) with 53 random bits.
 double uniform01(uint64_t& state) { return (double)(splitmix64_next(state) >> 11) * 0x1.0p-53; }
 
-// Strict total order: higher logit first, lower id on ties.
-bool better(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-  return a.first > b.first || (a.first == b.first && a.second < b.second);
-}
+// Strict total order: higher logit first, lower id on ties. (A function object so
+// the sort calls inline it.)
+struct Better {
+  bool operator()(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) const {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  }
+};
+constexpr Better better{};
 
 }  // namespace
 
@@ -86,7 +97,7 @@ int32_t Sampler::sample(const float* logits, int n) {
   cand_.resize(n_vocab_);
   // Ids >= n_vocab are tensor padding: never candidates.
   for (int32_t i = 0; i < n_vocab_; i++) cand_[i] = {logits[i], i};
-  return sample_cand();
+  return sample_cand(true);
 }
 
 int32_t Sampler::sample_candidates(const int32_t* ids, const float* logits, int n) {
@@ -96,10 +107,52 @@ int32_t Sampler::sample_candidates(const int32_t* ids, const float* logits, int 
   for (int i = 0; i < n; i++)
     if (ids[i] >= 0 && ids[i] < n_vocab_) cand_.push_back({logits[i], ids[i]});
   if (cand_.empty()) fail("sampler: no candidate id below n_vocab " + std::to_string(n_vocab_));
-  return sample_cand();
+  return sample_cand(false);
 }
 
-int32_t Sampler::sample_cand() {
+// top-p over an unsorted list without sorting all of it: bucket the candidates by
+// logit distance from the max, find the bucket where the cumulative mass (buckets in
+// descending-logit order) reaches target, keep every earlier bucket whole and sort
+// only the boundary bucket. Keeps the same set as a full sort up to summation order.
+void Sampler::top_p_unsorted(double target, float max_logit, const std::vector<double>& w) {
+  constexpr int B = 1024;
+  constexpr double kMaxRange = 80.0;  // exp(-80) ~ 2e-35: beyond that mass is nil
+  float min_logit = max_logit;
+  for (const auto& c : cand_)
+    if (c.first > -std::numeric_limits<float>::infinity()) min_logit = std::min(min_logit, c.first);
+  const double range = std::min(kMaxRange, (double)max_logit - (double)min_logit);
+  const double scale = range > 0 ? (B - 1) / range : 0.0;
+  std::vector<uint16_t> bucket(cand_.size());  // [n_cand]
+  std::vector<double> mass(B, 0.0);             // [B]
+  for (size_t i = 0; i < cand_.size(); i++) {  // hot loop
+    const double d = (double)max_logit - (double)cand_[i].first;
+    const int b = d < range ? std::min(B - 1, (int)(d * scale)) : B - 1;  // -inf -> last
+    bucket[i] = (uint16_t)b;
+    mass[b] += w[i];
+  }
+  int edge = B;  // first bucket whose mass makes the cumulative reach target
+  double cum = 0;
+  for (int b = 0; b < B; b++) {
+    if (cum + mass[b] >= target) { edge = b; break; }
+    cum += mass[b];
+  }
+  if (edge == B) return;  // rounding left the total just short: keep everything
+  std::vector<std::pair<float, int32_t>> kept, boundary;
+  std::vector<double> wb;
+  for (size_t i = 0; i < cand_.size(); i++) {
+    if (bucket[i] < edge) kept.push_back(cand_[i]);
+    else if (bucket[i] == edge) boundary.push_back(cand_[i]);
+  }
+  std::sort(boundary.begin(), boundary.end(), better);
+  for (const auto& c : boundary) {
+    kept.push_back(c);
+    cum += det_exp((double)c.first - (double)max_logit);
+    if (cum >= target) break;
+  }
+  cand_.swap(kept);
+}
+
+int32_t Sampler::sample_cand(bool full_vocab) {
   for (const auto& c : cand_)
     if (std::isnan(c.first)) fail("sampler: logit of token " + std::to_string(c.second) + " is NaN");
 
@@ -108,34 +161,40 @@ int32_t Sampler::sample_cand() {
     std::vector<int32_t> pen(recent_.begin(), recent_.end());
     std::sort(pen.begin(), pen.end());
     pen.erase(std::unique(pen.begin(), pen.end()), pen.end());
-    for (auto& c : cand_) {
-      if (!std::binary_search(pen.begin(), pen.end(), c.second)) continue;
+    auto apply = [&](std::pair<float, int32_t>& c) {
       c.first = c.first > 0.f ? c.first / p_.repeat_penalty : c.first * p_.repeat_penalty;
+    };
+    if (full_vocab) {
+      // Full-vocab list from sample(): cand_[id] is token id.
+      for (int32_t id : pen)
+        if (id >= 0 && id < n_vocab_) apply(cand_[id]);
+    } else {
+      for (auto& c : cand_)
+        if (std::binary_search(pen.begin(), pen.end(), c.second)) apply(c);
     }
   }
 
-  if (p_.temperature <= 0.f) {  // greedy: argmax, lowest id on ties
-    size_t best = 0;
-    for (size_t i = 1; i < cand_.size(); i++)
-      if (better(cand_[i], cand_[best])) best = i;
-    if (cand_[best].first == -std::numeric_limits<float>::infinity())
-      fail("sampler: every logit is -inf");
-    return cand_[best].second;
-  }
+  // Argmax by a scan (lowest id on ties). The list may be the whole vocab (150k), so
+  // the filters below sort only as much as they need.
+  size_t best = 0;
+  for (size_t i = 1; i < cand_.size(); i++)
+    if (better(cand_[i], cand_[best])) best = i;
+  const float max_logit = cand_[best].first;
+  const int32_t best_id = cand_[best].second;
+  if (max_logit == -std::numeric_limits<float>::infinity()) fail("sampler: every logit is -inf");
+  if (p_.temperature <= 0.f) return best_id;  // greedy
+  if (max_logit == std::numeric_limits<float>::infinity()) return best_id;
 
-  // top-k, then sort the survivors.
+  bool sorted = false;  // cand_ in `better` order (else in input order)
   if (p_.top_k > 0 && (size_t)p_.top_k < cand_.size()) {
     std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), better);
     cand_.resize(p_.top_k);
-  } else {
-    std::sort(cand_.begin(), cand_.end(), better);
+    sorted = true;
   }
-  const float max_logit = cand_[0].first;
-  if (max_logit == -std::numeric_limits<float>::infinity()) fail("sampler: every logit is -inf");
-  if (max_logit == std::numeric_limits<float>::infinity()) return cand_[0].second;
 
-  std::vector<double> w(cand_.size());  // [n_cand] unnormalised probabilities
+  std::vector<double> w;  // [n_cand] unnormalised probabilities
   auto weigh = [&](float scale) {
+    w.resize(cand_.size());
     double sum = 0;
     for (size_t i = 0; i < cand_.size(); i++) {
       w[i] = det_exp(((double)cand_[i].first - (double)max_logit) * scale);
@@ -144,29 +203,30 @@ int32_t Sampler::sample_cand() {
     return sum;
   };
 
-  // top-p: smallest prefix whose probability reaches p (at least one token).
+  // top-p: smallest prefix (in `better` order) whose probability reaches p.
   if (p_.top_p < 1.0f) {
-    const double sum = weigh(1.0f);
-    double cum = 0;
-    size_t keep = cand_.size();
-    for (size_t i = 0; i < cand_.size(); i++) {
-      cum += w[i];
-      if (cum >= (double)p_.top_p * sum) { keep = i + 1; break; }
+    const double target = (double)p_.top_p * weigh(1.0f);
+    if (sorted) {
+      double cum = 0;
+      for (size_t i = 0; i < cand_.size(); i++) {
+        cum += w[i];
+        if (cum >= target) { cand_.resize(i + 1); break; }
+      }
+    } else {
+      top_p_unsorted(target, max_logit, w);
     }
-    cand_.resize(keep);
-    w.resize(keep);
   }
 
   // min-p: keep tokens with p >= min_p * p_max (the max token always survives).
   if (p_.min_p > 0.f) {
     weigh(1.0f);
-    size_t keep = 1;
-    while (keep < cand_.size() && w[keep] >= (double)p_.min_p) keep++;  // sorted: a prefix
+    size_t keep = 0;
+    for (size_t i = 0; i < cand_.size(); i++)  // order-preserving compaction
+      if (w[i] >= (double)p_.min_p || cand_[i].second == best_id) cand_[keep++] = cand_[i];
     cand_.resize(keep);
-    w.resize(keep);
   }
 
-  // Temperature, softmax, draw.
+  // Temperature, softmax, draw (in the current order, which is deterministic).
   const double sum = weigh(1.0f / p_.temperature);
   const double u = uniform01(rng_state_) * sum;
   double cum = 0;

@@ -38,7 +38,8 @@ class Sampler {
   uint64_t rng_state_;
   std::deque<int32_t> recent_;
   std::vector<std::pair<float, int32_t>> cand_;
-  int32_t sample_cand();  // runs the filters on cand_ and draws
+  int32_t sample_cand(bool full_vocab);  // filters cand_ and draws; full_vocab: cand_[id].second == id
+  void top_p_unsorted(double target, float max_logit, const std::vector<double>& w);
 };
 
 // The sampler's platform-independent building blocks (exposed for tests and for

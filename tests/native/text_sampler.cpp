@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
+#include <algorithm>
 
 #include "common.h"
 #include "sampler.h"
@@ -159,6 +161,37 @@ TEST(TextSampler, TopPRestricts) {
   auto h2 = histogram(s2, l, 4000);
   EXPECT_EQ(h2.count(3), 0u);
   EXPECT_GT(h2[2], 0);
+}
+
+// Large shuffled vocab: the (unsorted, bucketed) top-p path keeps exactly the set a
+// full sort would keep, and with top-k it agrees too.
+TEST(TextSampler, TopPLargeVocabMatchesBruteForce) {
+  const int n = 5000;
+  std::vector<float> l(n, -1000.0f);
+  for (int r = 0; r < n; r++) l[(r * 7919) % n] = -0.35f * (float)r + (float)((r * 7) % 3) * 1e-3f;
+  // Brute force: sort, cumulative softmax, smallest prefix reaching 0.9.
+  std::vector<std::pair<float, int>> order;
+  for (int i = 0; i < n; i++) order.push_back({l[i], i});
+  std::sort(order.begin(), order.end(), [](auto a, auto b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  double sum = 0;
+  for (auto& o : order) sum += std::exp((double)o.first - order[0].first);
+  std::set<int> want;
+  double cum = 0;
+  for (auto& o : order) {
+    want.insert(o.second);
+    cum += std::exp((double)o.first - order[0].first);
+    if (cum >= 0.9 * sum) break;
+  }
+  ASSERT_EQ(want.size(), 7u);  // geometric ratio e^-0.35: 1 - 0.705^7 >= 0.9
+  for (int top_k : {0, 100}) {
+    SamplerParams p = plain(1.0f, 21);
+    p.top_p = 0.9f;
+    p.top_k = top_k;
+    Sampler s(p, n);
+    std::set<int> got;
+    for (int i = 0; i < 2000; i++) got.insert(s.sample(l.data(), n));
+    EXPECT_EQ(got, want) << "top_k " << top_k;
+  }
 }
 
 TEST(TextSampler, MinPRestricts) {
