@@ -117,6 +117,11 @@ int kw_bench_matvec_prepare(uint32_t type_id, int32_t rows, int32_t cols, uint32
     for (int r = distinct; r < rows; r++)
       std::memcpy(b->w.get() + (size_t)r * rb, b->w.get() + (size_t)(r % distinct) * rb, rb);
     for (auto& v : b->x) v = frand(s);
+    // Where the data lives, so a host can run its own loop on the same bytes.
+    set_result("{\"w_ptr\":" + std::to_string((uintptr_t)b->w.get()) + ",\"w_bytes\":" +
+               std::to_string(rb * (size_t)rows) + ",\"row_bytes\":" + std::to_string(rb) +
+               ",\"x_ptr\":" + std::to_string((uintptr_t)b->x.data()) +
+               ",\"y_ptr\":" + std::to_string((uintptr_t)b->y.data()) + "}");
     *out_handle = g_bench.add(std::move(b));
   });
 }

@@ -1,0 +1,67 @@
+#!/usr/bin/env node
+// bench/generate.mjs — prefill and decode tokens/s of the wasm module under Node, JSON.
+//
+//   node bench/generate.mjs [MODEL] [--prompt-tokens N] [--decode N] [--runs R] [--reference]
+//
+// Defaults follow the peer benchmark (/work/shared/peers): a 128-token prompt (BOS + the
+// first 127 tokens of a fixed English text), 128 greedy single-token decode steps with
+// EOS ignored, a warm-up (>= 1 run and >= 3 s, V8 tiers wasm up during the first runs),
+// then the median of R runs (default 3). prefill tok/s = prompt / prefill time; decode
+// tok/s = decode steps / their time (each step samples and runs one forward pass).
+import {existsSync} from "node:fs";
+import {fileURLToPath} from "node:url";
+import {dirname, resolve, basename} from "node:path";
+import * as kw from "../bindings/knotwork.mjs";
+
+const args = process.argv.slice(2);
+const flag = (name, def) => { const i = args.indexOf(name); return i >= 0 ? Number(args.splice(i, 2)[1]) : def; };
+const bool = (name) => { const i = args.indexOf(name); if (i >= 0) args.splice(i, 1); return i >= 0; };
+const nPrompt = flag("--prompt-tokens", 128), nDecode = flag("--decode", 128), runs = flag("--runs", 3);
+const reference = bool("--reference");
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const model = args[0] ?? resolve(root, "../shared/models/stories260K-pad256-llama-q4_k_m.gguf");
+if (!existsSync(model)) {
+  console.error(`usage: node bench/generate.mjs [MODEL] [--prompt-tokens N] [--decode N] [--runs R] [--reference]\nno such model: ${model}`);
+  process.exit(2);
+}
+
+const TEXT = "The old lighthouse keeper climbed the spiral stairs every evening, counting each of the " +
+  "one hundred and twelve steps out loud. At the top he wiped the great lens with a soft cloth, trimmed " +
+  "the wick, and watched the ships pass far out on the grey water. Some nights the fog rolled in so thick " +
+  "that he could not see his own hands, and on those nights he rang the bell until morning. The village " +
+  "children said he never slept, but the truth was simpler: he loved the quiet hours, the smell of salt " +
+  "and oil, and the steady turning of the light. One winter a small boat lost its way among the rocks, " +
+  "and the keeper rowed out alone through the waves to guide it home. The fishermen never forgot it, and " +
+  "every spring they left a basket of bread and apples at his door. When he grew too old to climb the " +
+  "stairs, his granddaughter took his place, and she counted the steps out loud just as he had done.";
+
+const t0 = performance.now();
+const m = await kw.openModel(model);
+const loadMs = performance.now() - t0;
+const all = m.tokenize(TEXT.repeat(8), {addBos: true});
+if (all.length < nPrompt) throw new Error(`the benchmark text gives only ${all.length} tokens`);
+const prompt = all.slice(0, nPrompt);
+// maxTokens = decode + 1: the last sampled token needs no forward pass.
+const opts = {maxTokens: nDecode + 1, temperature: 0, ignoreEos: true, reference, nCtx: nPrompt + nDecode + 8};
+const once = () => m.complete(prompt, opts);
+
+const tw = performance.now();
+let warm = 0;
+do { await once(); warm++; } while (performance.now() - tw < 3000);
+await kw.resetPeakMemory();
+const res = [];
+for (let r = 0; r < runs; r++) res.push(await once());
+const med = (f) => res.map(f).sort((a, b) => a - b)[res.length >> 1];
+const s = res[0];
+if (s.nDecoded !== nDecode) throw new Error(`expected ${nDecode} decode steps, ran ${s.nDecoded}`);
+const mem = await kw.memoryStats();
+console.log(JSON.stringify({
+  model: basename(model), runtime: "wasm (knotwork.wasm, Node " + process.version + ")", mode: s.mode,
+  promptTokens: s.nPrompt, decodeTokens: s.nDecoded,
+  prefillTokS: +med((x) => x.prefillTokS).toFixed(1), decodeTokS: +med((x) => x.decodeTokS).toFixed(1),
+  prefillTokSRuns: res.map((x) => +x.prefillTokS.toFixed(1)), decodeTokSRuns: res.map((x) => +x.decodeTokS.toFixed(1)),
+  warmupRuns: warm, runs, loadMs: +loadMs.toFixed(1), tensorBytes: m.info.tensor_bytes,
+  peakLinearBytes: mem.peakLinear, peakHeapBytes: mem.peakHeap, engineBytes: s.engine.engine_bytes,
+  sameIdsAcrossRuns: res.every((x) => x.ids.join() === s.ids.join()),
+}));
+m.close();

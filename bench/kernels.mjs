@@ -1,0 +1,141 @@
+#!/usr/bin/env node
+// bench/kernels.mjs — wasm matvec throughput vs a plain-JS baseline, one JSON object.
+//
+//   node bench/kernels.mjs [ROWS] [COLS] [--min-ms MS]      (default 4096 x 4096, 1500 ms)
+//
+// wasm: knot::matvec with Kernel::Simd (simd128) and Kernel::Scalar, for Q4_K, Q6_K, Q8_0,
+// in G weights/s (rows*cols / time of one matvec). Timed here (the module has no clock).
+// js: the kernel-less path a plain JS implementation would take — per row, dequantize a
+// Q6_K row into a Float32Array, then a scalar dot with the activations — on the SAME Q6_K
+// bytes as the wasm run, checked against the wasm Reference kernel (dequantize + f32 dot).
+// Each figure: warm-up (>= 2 runs and >= 1/3 of the time budget, so V8 tiers up), then
+// the median of timed runs.
+import * as kw from "../bindings/knotwork.mjs";
+
+const args = process.argv.slice(2);
+const flag = (name, def) => { const i = args.indexOf(name); return i >= 0 ? Number(args.splice(i, 2)[1]) : def; };
+const minMs = flag("--min-ms", 1500);
+const rows = Number(args[0] ?? 4096), cols = Number(args[1] ?? 4096);
+if (!(rows > 0) || !(cols > 0) || cols % 256) {
+  console.error("usage: node bench/kernels.mjs [ROWS] [COLS] [--min-ms MS]   (COLS a multiple of 256)");
+  process.exit(2);
+}
+
+const median = (a) => a.slice().sort((x, y) => x - y)[a.length >> 1];
+
+// Warm up, then time single runs until the budget is spent; median ms per run.
+function timeIt(fn, budgetMs) {
+  const tw = performance.now();
+  for (let k = 0; k < 2 || performance.now() - tw < budgetMs / 3; k++) fn();
+  const times = [];
+  const t0 = performance.now();
+  while (times.length < 5 || performance.now() - t0 < budgetMs) {
+    const t = performance.now();
+    fn();
+    times.push(performance.now() - t);
+  }
+  return {ms: median(times), runs: times.length};
+}
+
+// ---- plain-JS baseline: Q6_K row dequantize + f32 dot ---------------------------------
+// Q6_K block: 256 weights in 210 bytes = ql[128] (low 4 bits), qh[64] (high 2 bits),
+// int8 scales[16] (one per 16 weights), f16 d. Weight = d * scale * (q6 - 32).
+const F16 = new Float32Array(65536);  // f16 bits -> f32, so the inner loop does no bit math
+{
+  const dv = new DataView(new ArrayBuffer(4));
+  for (let h = 0; h < 65536; h++) {
+    const sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
+    let bits;
+    if (exp === 0) {
+      if (man === 0) bits = sign << 31;
+      else { let e = -14, m = man; while (!(m & 1024)) { m <<= 1; e--; } bits = (sign << 31) | ((e + 127) << 23) | ((m & 1023) << 13); }
+    } else if (exp === 31) bits = (sign << 31) | (255 << 23) | (man << 13);
+    else bits = (sign << 31) | ((exp - 15 + 127) << 23) | (man << 13);
+    dv.setUint32(0, bits >>> 0);
+    F16[h] = dv.getFloat32(0);
+  }
+}
+
+function dequantRowQ6K(u8, i8, base, n, out) {
+  for (let b = 0; b < n / 256; b++) {
+    const blk = base + b * 210;
+    const d = F16[u8[blk + 208] | (u8[blk + 209] << 8)];
+    for (let half = 0; half < 2; half++) {
+      const ql = blk + half * 64, qh = blk + 128 + half * 32, sc = blk + 192 + half * 8;
+      const o = b * 256 + half * 128;
+      for (let l = 0; l < 32; l++) {
+        const lo0 = u8[ql + l], lo1 = u8[ql + l + 32], hi = u8[qh + l];
+        const g = l >> 4;  // 16 weights share a scale
+        out[o + l]      = d * i8[sc + g]     * (((lo0 & 15) | ((hi & 3) << 4)) - 32);
+        out[o + l + 32] = d * i8[sc + g + 2] * (((lo1 & 15) | (((hi >> 2) & 3) << 4)) - 32);
+        out[o + l + 64] = d * i8[sc + g + 4] * (((lo0 >> 4) | (((hi >> 4) & 3) << 4)) - 32);
+        out[o + l + 96] = d * i8[sc + g + 6] * (((lo1 >> 4) | (((hi >> 6) & 3) << 4)) - 32);
+      }
+    }
+  }
+}
+
+function jsMatvecQ6K(u8, i8, rowBytes, x, y, row) {
+  const n = x.length;
+  for (let r = 0; r < y.length; r++) {
+    dequantRowQ6K(u8, i8, r * rowBytes, n, row);
+    let acc = 0;
+    for (let c = 0; c < n; c++) acc += row[c] * x[c];
+    y[r] = acc;
+  }
+}
+
+// ---- run -------------------------------------------------------------------------------
+const w = await kw.init();
+const out = {rows, cols, weights: rows * cols, node: process.version, wasm: {}, js: {}, ratios: {}, check: {}};
+
+function prepare(type) {
+  const p = w.malloc(4);
+  try {
+    w.call("kw_bench_matvec_prepare", kw.DTYPES[type], rows, cols, 1, p);
+    return {h: w.i32(p, 1)[0], ...w.resultJSON()};
+  } finally { w.free(p); }
+}
+
+for (const type of ["Q4_K", "Q6_K", "Q8_0"]) {
+  const b = prepare(type);
+  try {
+    const res = {};
+    for (const kernel of ["simd", "scalar"]) {
+      const k = kw.KERNELS[kernel];
+      const t = timeIt(() => w.call("kw_bench_matvec_run", b.h, k, 1), minMs);
+      res[kernel] = {msPerMatvec: +t.ms.toFixed(3), GWeightsPerS: +(rows * cols / t.ms / 1e6).toFixed(4), runs: t.runs};
+    }
+    res.simdOverScalar = +(res.simd.GWeightsPerS / res.scalar.GWeightsPerS).toFixed(2);
+    res.GBytesPerS = +(b.w_bytes / res.simd.msPerMatvec / 1e6).toFixed(3);
+    out.wasm[type] = res;
+
+    if (type === "Q6_K") {
+      // Same bytes for the JS loop; its result is checked against wasm's Reference kernel.
+      const u8 = w.u8().slice(b.w_ptr, b.w_ptr + b.w_bytes);
+      const i8 = new Int8Array(u8.buffer);
+      const x = w.f32(b.x_ptr, cols).slice();
+      const y = new Float32Array(rows), row = new Float32Array(cols);
+      w.call("kw_bench_matvec_run", b.h, kw.KERNELS.reference, 1);
+      const yref = w.f32(b.y_ptr, rows).slice();
+      jsMatvecQ6K(u8, i8, b.row_bytes, x, y, row);
+      let maxRel = 0;
+      for (let r = 0; r < rows; r++) maxRel = Math.max(maxRel, Math.abs(y[r] - yref[r]) / (Math.abs(yref[r]) + 1e-3));
+      const yMax = yref.reduce((a, v) => Math.max(a, Math.abs(v)), 0);
+      if (!(yMax > 0)) throw new Error("wasm reference matvec returned all zeros");
+      out.check.jsVsWasmReferenceMaxRelErr = +maxRel.toExponential(2);
+      if (!(maxRel < 1e-3)) throw new Error(`JS Q6_K baseline disagrees with the wasm reference kernel (max rel err ${maxRel})`);
+      const t = timeIt(() => jsMatvecQ6K(u8, i8, b.row_bytes, x, y, row), minMs * 2);
+      out.js.Q6_K = {msPerMatvec: +t.ms.toFixed(2), GWeightsPerS: +(rows * cols / t.ms / 1e6).toFixed(4), runs: t.runs,
+                     method: "per row: dequantize Q6_K into a Float32Array, then a scalar f32 dot"};
+    }
+  } finally { w.exports.kw_bench_free(b.h); }
+}
+
+const js = out.js.Q6_K.GWeightsPerS;
+for (const type of Object.keys(out.wasm)) {
+  out.ratios[`wasm_simd_${type}_over_js_Q6_K`] = +(out.wasm[type].simd.GWeightsPerS / js).toFixed(2);
+  out.ratios[`wasm_scalar_${type}_over_js_Q6_K`] = +(out.wasm[type].scalar.GWeightsPerS / js).toFixed(2);
+}
+out.memory = await kw.memoryStats();
+console.log(JSON.stringify(out));
