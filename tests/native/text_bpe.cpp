@@ -2,6 +2,8 @@
 // tokenizations are derived by hand in the comments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "common.h"
 #include "unicode.h"
 #include "vocab.h"
@@ -165,4 +167,45 @@ TEST(TextBpe, BadVocabThrows) {
   Tokenizer tok(make_vocab("qwen2"));
   EXPECT_THROW(tok.token_to_piece(-1), knot::Error);
   EXPECT_THROW(tok.token_to_piece(tok.n_vocab()), knot::Error);
+}
+
+// Naive byte-level BPE: per pre-tokenized word, rescan all pairs and merge the
+// lowest-rank one (leftmost on ties) until none applies.
+static V naive_bpe(const TokenizerData& d, const std::string& text) {
+  V out;
+  for (auto word : knot::unicode::pretokenize(text, knot::unicode::PreTok::Qwen2)) {
+    std::vector<std::string> sym;
+    for (unsigned char c : word) sym.push_back(knot::unicode::utf8_encode(knot::unicode::byte_to_cp(c)));
+    for (;;) {
+      int best = -1, best_rank = 0;
+      for (size_t i = 0; i + 1 < sym.size(); i++) {
+        const auto it = std::find(d.merges.begin(), d.merges.end(), sym[i] + " " + sym[i + 1]);
+        const int rank = (int)(it - d.merges.begin());
+        if (it != d.merges.end() && (best < 0 || rank < best_rank)) { best = (int)i; best_rank = rank; }
+      }
+      if (best < 0) break;
+      sym[best] += sym[best + 1];
+      sym.erase(sym.begin() + best + 1);
+    }
+    for (const auto& s : sym) out.push_back((int32_t)(std::find(d.tokens.begin(), d.tokens.end(), s) - d.tokens.begin()));
+  }
+  return out;
+}
+
+TEST(TextBpe, MatchesNaiveReferenceOnRandomText) {
+  const TokenizerData d = make_vocab("qwen2");
+  Tokenizer tok(d);
+  const char* alphabet[] = {"h", "e", "l", "o", "ll", "hello", "the", " ", "  ", "\n", "w", "or", "ld",
+                            "1", "2", "'s", "'", "é", "🦙", "her", "world", "\t", "!"};
+  uint64_t state = 7;
+  for (int t = 0; t < 300; t++) {
+    std::string s;
+    for (int i = 0; i < 1 + t % 20; i++) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      s += alphabet[(state >> 33) % (sizeof alphabet / sizeof *alphabet)];
+    }
+    const V ids = tok.encode(s, false, false);
+    ASSERT_EQ(ids, naive_bpe(d, s)) << "'" << s << "'";
+    ASSERT_EQ(tok.decode(ids), s);
+  }
 }
