@@ -2,6 +2,7 @@
 // slices equals the unsliced result (Frobenius merge), for aligned (quantized gather) and
 // unaligned (dequantized gather) column boundaries.
 #include <cmath>
+#include <cstring>
 
 #include "infer_util.h"
 
@@ -149,6 +150,67 @@ TEST(FfnSlices, UnalignedKQuant) {
 TEST(FfnSlices, PhasesEqualCombined) {
   check_ffn_slices(kQ8, Kernel::Simd, {0, 256}, 0, true);  // trivially one slice, but
   check_ffn_slices(kQ8, Kernel::Simd, {0, 256}, 0, false); // both paths must agree exactly
+}
+
+// A shard that stores only its slice: tensors cut to rows [r0,r1) (q/k/v/bias, gate/up)
+// or to columns [c0,c1) (attn_output, ffn_down) give the same partial as the full tensors.
+// (cut_rows is for 2-D weights; the test model has no biases)
+Tensor cut_rows(const Tensor& t, int64_t r0, int64_t r1) {
+  Tensor c = t;
+  const size_t rb = row_bytes(t.type, t.ne0());
+  c.shape = {t.ne0(), r1 - r0};
+  c.size = (size_t)(r1 - r0) * rb;
+  c.bytes = alloc_aligned(c.size);
+  std::memcpy(c.bytes.get(), t.data() + r0 * rb, c.size);
+  return c;
+}
+Tensor cut_cols(const Tensor& t, int64_t c0, int64_t c1) {
+  Tensor c = t;
+  const size_t rb = row_bytes(t.type, t.ne0()), rbc = row_bytes(t.type, c1 - c0),
+               off = row_bytes(t.type, c0);
+  c.shape = {c1 - c0, t.nrows()};
+  c.size = (size_t)t.nrows() * rbc;
+  c.bytes = alloc_aligned(c.size);
+  for (int64_t r = 0; r < t.nrows(); r++)
+    std::memcpy(c.bytes.get() + r * rbc, t.data() + r * rb + off, rbc);
+  return c;
+}
+
+TEST(PreCutTensors, HeadAndFfnSlices) {
+  const std::string path = model_path(kQ8);
+  REQUIRE_SHARED_MODEL(path);
+  Model m = load_model_file(path);
+  const ModelConfig& c = m.config;
+  const int E = c.n_embd, hd = c.head_dim, g = c.n_head / c.n_head_kv, T = 3;
+  const int h0 = 4, h1 = 12, c0 = 32, c1 = 128;  // 32..96 and 32..128 columns: Q8_0 aligned
+  ForwardOptions fo{Kernel::Simd, KvType::F16};
+  auto x = input_rows(m, {1, 403, 407});
+  const LayerWeights full = layer_weights(m, 2);
+
+  std::vector<Tensor> keep;  // owns the cut tensors
+  keep.reserve(8);
+  LayerWeights cut = full;
+  cut.attn_q = &keep.emplace_back(cut_rows(*full.attn_q, h0 * hd, h1 * hd));
+  cut.attn_k = &keep.emplace_back(cut_rows(*full.attn_k, h0 / g * hd, h1 / g * hd));
+  cut.attn_v = &keep.emplace_back(cut_rows(*full.attn_v, h0 / g * hd, h1 / g * hd));
+  cut.attn_output = &keep.emplace_back(cut_cols(*full.attn_output, h0 * hd, h1 * hd));
+  cut.ffn_gate = &keep.emplace_back(cut_rows(*full.ffn_gate, c0, c1));
+  cut.ffn_up = &keep.emplace_back(cut_rows(*full.ffn_up, c0, c1));
+  cut.ffn_down = &keep.emplace_back(cut_cols(*full.ffn_down, c0, c1));
+
+  auto run = [&](const LayerWeights& w) {
+    KvCache kv(c, 2, 3, 8, KvType::F16, SIZE_MAX, h0 / g, h1 / g);
+    Workspace ws;
+    std::vector<float> a(T * E), h(T * (c1 - c0)), f(T * E);
+    attn(c, w, kv, 0, x.data(), T, a.data(), fo, ws, h0, h1);
+    ffn_gate_up(c, w, x.data(), T, h.data(), fo, ws, c0, c1);
+    ffn_down(c, w, h.data(), T, f.data(), fo, ws, c0, c1);
+    a.insert(a.end(), f.begin(), f.end());
+    return a;
+  };
+  auto a = run(full), b = run(cut);
+  ASSERT_GT(max_abs(a), 0.0);
+  expect_close(b, a, 1e-6 * max_abs(a), "pre-cut tensors vs full tensors");
 }
 
 // Vocab slices: embeddings (zero rows for foreign tokens) and logits, plus top-k + lse.
