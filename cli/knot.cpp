@@ -167,8 +167,8 @@ int cmd_inspect(int argc, char** argv) {
                 (unsigned long long)f.file_size);
     std::printf("metadata:\n");
     for (auto& [k, v] : f.kv) {
-      if (!all_kv && v.type == gguf::VType::ARRAY && v.arr.size() > 16)
-        std::printf("  %-44s [%s x %zu]\n", k.c_str(), gguf::vtype_name(v.elem), v.arr.size());
+      if (!all_kv && v.type == gguf::VType::ARRAY && v.size() > 16)
+        std::printf("  %-44s [%s x %zu]\n", k.c_str(), gguf::vtype_name(v.elem), v.size());
       else
         std::printf("  %-44s %s\n", k.c_str(), v.to_display(all_kv ? SIZE_MAX : 8).c_str());
     }

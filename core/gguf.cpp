@@ -42,6 +42,8 @@ static size_t scalar_size(VType t) {
   }
 }
 
+static bool is_float_vt(VType t) { return t == VType::F32 || t == VType::F64; }
+
 // ---- Value -------------------------------------------------------------------------
 
 bool Value::is_int() const {
@@ -96,10 +98,10 @@ std::string Value::to_display(size_t max_items) const {
       return out + "\"";
     }
     case VType::ARRAY: {
-      std::string out = std::string("[") + vtype_name(elem) + " x " + std::to_string(arr.size()) + "] ";
-      for (size_t k = 0; k < arr.size() && k < max_items; k++)
-        out += (k ? ", " : "") + arr[k].to_display(max_items);
-      if (arr.size() > max_items) out += ", ...";
+      std::string out = std::string("[") + vtype_name(elem) + " x " + std::to_string(size()) + "] ";
+      for (size_t k = 0; k < size() && k < max_items; k++)
+        out += (k ? ", " : "") + at(k).to_display(max_items);
+      if (size() > max_items) out += ", ...";
       return out;
     }
     case VType::U64: return std::to_string(u);
@@ -117,8 +119,34 @@ Value Value::make_arr(VType elem, std::vector<Value> items) {
   Value x;
   x.type = VType::ARRAY;
   x.elem = elem;
-  x.arr = std::move(items);
+  if (elem == VType::ARRAY) {
+    x.arr = std::move(items);
+  } else {
+    for (auto& v : items) {
+      if (elem == VType::STRING) x.strs.push_back(std::move(v.s));
+      else if (is_float_vt(elem)) x.floats.push_back(v.f);
+      else x.ints.push_back(elem == VType::BOOL ? (int64_t)v.b : v.i);
+    }
+  }
   return x;
+}
+
+size_t Value::size() const {
+  if (type != VType::ARRAY) return 0;
+  if (elem == VType::ARRAY) return arr.size();
+  if (elem == VType::STRING) return strs.size();
+  return is_float_vt(elem) ? floats.size() : ints.size();
+}
+
+Value Value::at(size_t k) const {
+  if (type != VType::ARRAY || k >= size()) fail("gguf value: element " + std::to_string(k) + " out of range");
+  if (elem == VType::ARRAY) return arr[k];
+  Value v;
+  v.type = elem;
+  if (elem == VType::STRING) v.s = strs[k];
+  else if (is_float_vt(elem)) v.f = floats[k];
+  else v.i = ints[k], v.u = (uint64_t)ints[k], v.b = ints[k] != 0;
+  return v;
 }
 
 int64_t TensorInfo::nelements() const {
@@ -216,8 +244,19 @@ Value read_value(Cursor& c, VType t, int depth) {
         c.pos -= 8;
         c.bad("truncated or corrupt: array of " + std::to_string(n) + " " + vtype_name(v.elem) + " runs past the end of the file");
       }
-      v.arr.reserve(n);
-      for (uint64_t k = 0; k < n; k++) v.arr.push_back(read_value(c, v.elem, depth + 1));
+      if (v.elem == VType::ARRAY) {
+        v.arr.reserve(n);
+        for (uint64_t k = 0; k < n; k++) v.arr.push_back(read_value(c, v.elem, depth + 1));
+      } else if (v.elem == VType::STRING) {
+        v.strs.reserve(n);
+        for (uint64_t k = 0; k < n; k++) v.strs.push_back(c.str());
+      } else if (is_float_vt(v.elem)) {
+        v.floats.reserve(n);
+        for (uint64_t k = 0; k < n; k++) v.floats.push_back(read_value(c, v.elem, depth + 1).f);
+      } else {
+        v.ints.reserve(n);
+        for (uint64_t k = 0; k < n; k++) v.ints.push_back(read_value(c, v.elem, depth + 1).i);
+      }
       break;
     }
     default: c.bad("unknown value type " + std::to_string((uint32_t)t));
@@ -398,8 +437,8 @@ struct Out {
       case VType::STRING: str(v.s); break;
       case VType::ARRAY:
         put<uint32_t>((uint32_t)v.elem);
-        put<uint64_t>(v.arr.size());
-        for (auto& x : v.arr) value(x, v.elem);
+        put<uint64_t>(v.size());
+        for (size_t k = 0; k < v.size(); k++) value(v.at(k), v.elem);
         break;
     }
   }

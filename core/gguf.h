@@ -24,7 +24,9 @@ enum class VType : uint32_t {
 const char* vtype_name(VType t);
 
 // One metadata value. Scalars set the matching field (integers in both i and u, floats
-// in f); arrays hold their element type in `elem` and items in `arr` (nested arrays ok).
+// in f). Arrays keep their element type in `elem` and the elements in ONE typed vector:
+// strs (STRING), ints (integers and BOOL; u64 bit-cast), floats (F32/F64) or arr (nested
+// ARRAY) — a 150k-token vocab then costs ~32 bytes a token instead of a Value each.
 struct Value {
   VType type = VType::U8;
   int64_t i = 0;
@@ -33,7 +35,13 @@ struct Value {
   bool b = false;
   std::string s;
   VType elem = VType::U8;
+  std::vector<std::string> strs;
+  std::vector<int64_t> ints;
+  std::vector<double> floats;
   std::vector<Value> arr;
+
+  size_t size() const;         // array element count (0 for scalars)
+  Value at(size_t k) const;    // element k as a Value (generic code, display)
 
   bool is_int() const;    // any integer type (not bool)
   bool is_float() const;  // F32/F64

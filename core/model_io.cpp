@@ -81,7 +81,7 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& what) {
 
   const gguf::Value& toks = need_key(f, "tokenizer.ggml.tokens", what);
   if (toks.type != gguf::VType::ARRAY) fail(what + ": tokenizer.ggml.tokens is not an array");
-  c.n_vocab = (int)toks.arr.size();
+  c.n_vocab = (int)toks.size();
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
   if (!emb) fail(what + ": missing tensor token_embd.weight");
   if (emb->shape.size() != 2 || emb->shape[0] != c.n_embd)
@@ -99,26 +99,24 @@ TokenizerData tokenizer_from_gguf(const gguf::File& f, const std::string& what) 
   const gguf::Value& toks = need_key(f, "tokenizer.ggml.tokens", what);
   if (toks.type != gguf::VType::ARRAY || toks.elem != gguf::VType::STRING)
     fail(what + ": tokenizer.ggml.tokens must be an array of strings");
-  t.tokens.reserve(toks.arr.size());
-  for (auto& v : toks.arr) t.tokens.push_back(v.s);
+  t.tokens = toks.strs;
   const size_t n = t.tokens.size();
   if (auto* v = f.find("tokenizer.ggml.scores")) {
-    if (v->type != gguf::VType::ARRAY || v->arr.size() != n)
+    if (v->type != gguf::VType::ARRAY || v->size() != n || v->elem == gguf::VType::STRING || v->elem == gguf::VType::ARRAY)
       fail(what + ": tokenizer.ggml.scores must be an array of " + std::to_string(n) + " numbers");
     t.scores.reserve(n);
-    for (auto& x : v->arr) t.scores.push_back((float)x.as_float("tokenizer.ggml.scores"));
+    for (double x : v->floats) t.scores.push_back((float)x);
+    for (int64_t x : v->ints) t.scores.push_back((float)x);
   }
   if (auto* v = f.find("tokenizer.ggml.token_type")) {
-    if (v->type != gguf::VType::ARRAY || v->arr.size() != n)
+    if (v->type != gguf::VType::ARRAY || v->size() != n || v->ints.size() != n)
       fail(what + ": tokenizer.ggml.token_type must be an array of " + std::to_string(n) + " integers");
-    t.token_types.reserve(n);
-    for (auto& x : v->arr) t.token_types.push_back((int32_t)x.as_int("tokenizer.ggml.token_type"));
+    t.token_types.assign(v->ints.begin(), v->ints.end());
   }
   if (auto* v = f.find("tokenizer.ggml.merges")) {
-    if (v->type != gguf::VType::ARRAY || (v->elem != gguf::VType::STRING && !v->arr.empty()))
+    if (v->type != gguf::VType::ARRAY || (v->elem != gguf::VType::STRING && v->size() != 0))
       fail(what + ": tokenizer.ggml.merges must be an array of strings");
-    t.merges.reserve(v->arr.size());
-    for (auto& x : v->arr) t.merges.push_back(x.s);
+    t.merges = v->strs;
   }
   auto id = [&](const char* key, int32_t& dst) {
     if (auto* v = f.find(key)) {
@@ -228,17 +226,6 @@ static json str_or_hex(const std::string& s) {
   return json{{"hex", h}};
 }
 
-static std::string str_from_json(const json& j, const std::string& what) {
-  if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("hex") && j["hex"].is_string()) {
-    std::string h = j["hex"], out;
-    if (h.size() % 2) fail(what + ": odd-length hex token");
-    for (size_t i = 0; i < h.size(); i += 2) out += (char)hash_from_hex(h.substr(i, 2), what);
-    return out;
-  }
-  fail(what + ": expected a string token");
-}
-
 std::string config_to_json(const ModelConfig& c) {
   json j = {{"arch", c.arch},
             {"n_embd", c.n_embd},
@@ -323,29 +310,122 @@ std::string tokenizer_to_json(const TokenizerData& t) {
   return j.dump();
 }
 
-TokenizerData tokenizer_from_json(std::string_view s, const std::string& what) {
-  json j = json::parse(s, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) fail(what + ": tokenizer blob is not a JSON object");
-  TokenizerData t;
-  try {
-    t.model = j.at("model").get<std::string>();
-    t.pre = j.value("pre", std::string());
-    for (auto& x : j.at("tokens")) t.tokens.push_back(str_from_json(x, what));
-    for (auto& x : j.value("scores", json::array())) t.scores.push_back(x.get<float>());
-    for (auto& x : j.value("token_types", json::array())) t.token_types.push_back(x.get<int32_t>());
-    for (auto& x : j.value("merges", json::array())) t.merges.push_back(str_from_json(x, what));
-    t.bos_id = j.value("bos_id", -1);
-    t.eos_id = j.value("eos_id", -1);
-    t.unk_id = j.value("unk_id", -1);
-    t.pad_id = j.value("pad_id", -1);
-    t.eot_id = j.value("eot_id", -1);
-    t.add_bos = j.value("add_bos", true);
-    t.add_eos = j.value("add_eos", false);
-    t.add_space_prefix = j.value("add_space_prefix", true);
-    if (j.contains("chat_template")) t.chat_template = str_from_json(j["chat_template"], what);
-  } catch (const json::exception& e) {
-    fail(what + ": bad tokenizer blob: " + e.what());
+namespace {
+// SAX reader for the tokenizer blob: builds TokenizerData directly, without a JSON DOM
+// (a 152k-token vocab as a DOM costs ~30 MB, too much for a 128 MB wasm isolate).
+struct TokenizerSax : nlohmann::json_sax<json> {
+  TokenizerData& t;
+  std::string err;
+  int depth = 0;          // object/array nesting
+  std::string key1;       // current top-level key
+  bool in_hex = false;    // inside {"hex": "..."}
+  std::string hex_key;
+  bool seen_model = false, seen_tokens = false;
+
+  explicit TokenizerSax(TokenizerData& t_) : t(t_) {}
+
+  bool bad(const std::string& m) {
+    err = m;
+    return false;
   }
+  bool put_string(std::string&& v) {
+    if (depth == 1) {
+      if (key1 == "model") t.model = std::move(v), seen_model = true;
+      else if (key1 == "pre") t.pre = std::move(v);
+      else if (key1 == "chat_template") t.chat_template = std::move(v);
+      return true;
+    }
+    if (depth == 2 && key1 == "tokens") return t.tokens.push_back(std::move(v)), true;
+    if (depth == 2 && key1 == "merges") return t.merges.push_back(std::move(v)), true;
+    return bad("unexpected string in '" + key1 + "'");
+  }
+  bool put_int(int64_t v) {
+    if (depth == 1) {
+      if (v < INT32_MIN || v > INT32_MAX) return bad("'" + key1 + "' out of range");
+      int32_t x = (int32_t)v;
+      if (key1 == "bos_id") t.bos_id = x;
+      else if (key1 == "eos_id") t.eos_id = x;
+      else if (key1 == "unk_id") t.unk_id = x;
+      else if (key1 == "pad_id") t.pad_id = x;
+      else if (key1 == "eot_id") t.eot_id = x;
+      return true;
+    }
+    if (depth == 2 && key1 == "token_types") return t.token_types.push_back((int32_t)v), true;
+    if (depth == 2 && key1 == "scores") return t.scores.push_back((float)v), true;
+    return bad("unexpected number in '" + key1 + "'");
+  }
+  bool null() override { return depth == 1 ? true : bad("unexpected null in '" + key1 + "'"); }
+  bool boolean(bool v) override {
+    if (depth != 1) return bad("unexpected bool in '" + key1 + "'");
+    if (key1 == "add_bos") t.add_bos = v;
+    else if (key1 == "add_eos") t.add_eos = v;
+    else if (key1 == "add_space_prefix") t.add_space_prefix = v;
+    return true;
+  }
+  bool number_integer(int64_t v) override { return put_int(v); }
+  bool number_unsigned(uint64_t v) override { return v > (uint64_t)INT64_MAX ? bad("number out of range") : put_int((int64_t)v); }
+  bool number_float(double v, const std::string&) override {
+    if (depth == 2 && key1 == "scores") return t.scores.push_back((float)v), true;
+    return bad("unexpected float in '" + key1 + "'");
+  }
+  bool string(std::string& v) override {
+    if (in_hex) {
+      if (hex_key != "hex" || v.size() % 2) return bad("bad hex string in '" + key1 + "'");
+      std::string out;
+      out.reserve(v.size() / 2);
+      for (size_t i = 0; i < v.size(); i += 2) {
+        int hi = hexval(v[i]), lo = hexval(v[i + 1]);
+        if (hi < 0 || lo < 0) return bad("bad hex string in '" + key1 + "'");
+        out += (char)(hi * 16 + lo);
+      }
+      return put_string(std::move(out));
+    }
+    return put_string(std::move(v));
+  }
+  static int hexval(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  }
+  bool binary(json::binary_t&) override { return bad("unexpected binary"); }
+  bool start_object(std::size_t) override {
+    if (depth == 0) return ++depth, true;
+    // {"hex": ...} stands for a string at depth 1 (chat_template) or 2 (tokens/merges)
+    bool ok = (depth == 1 && key1 == "chat_template") || (depth == 2 && (key1 == "tokens" || key1 == "merges"));
+    if (!ok || in_hex) return bad("unexpected object in '" + key1 + "'");
+    in_hex = true;  // not counted as nesting: its string lands where the object stands
+    return true;
+  }
+  bool key(std::string& k) override {
+    if (in_hex) hex_key = k;
+    else if (depth == 1) key1 = k;
+    return true;
+  }
+  bool end_object() override {
+    if (in_hex) return in_hex = false, true;
+    depth--;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (depth != 1) return bad("unexpected array in '" + key1 + "'");
+    if (key1 == "tokens") seen_tokens = true;
+    depth++;
+    return true;
+  }
+  bool end_array() override {
+    depth--;
+    return true;
+  }
+  bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& e) override {
+    return bad("JSON syntax error at byte " + std::to_string(pos) + ": " + e.what());
+  }
+};
+}  // namespace
+
+TokenizerData tokenizer_from_json(std::string_view s, const std::string& what) {
+  TokenizerData t;
+  TokenizerSax sax(t);
+  bool ok = json::sax_parse(s.begin(), s.end(), &sax, nlohmann::detail::input_format_t::json, true, false);
+  if (!ok || !sax.err.empty()) fail(what + ": bad tokenizer blob: " + (sax.err.empty() ? std::string("parse failed") : sax.err));
+  if (!sax.seen_model || !sax.seen_tokens) fail(what + ": bad tokenizer blob: 'model' or 'tokens' missing");
   const size_t n = t.tokens.size();
   if ((!t.scores.empty() && t.scores.size() != n) || (!t.token_types.empty() && t.token_types.size() != n))
     fail(what + ": tokenizer scores/token_types length does not match " + std::to_string(n) + " tokens");

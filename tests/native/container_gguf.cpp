@@ -104,13 +104,16 @@ TEST(Gguf, RoundTripsEveryValueTypeV2AndV3) {
     EXPECT_EQ(f.find("t.f64")->f, 3.25e-300);
     EXPECT_TRUE(f.find("t.bool")->b);
     EXPECT_EQ(f.find("t.str")->s, "h\xC3\xA9llo");
-    ASSERT_EQ(f.find("t.arr")->arr.size(), 2u);
-    EXPECT_EQ(f.find("t.arr")->arr[1].i, -2);
+    ASSERT_EQ(f.find("t.arr")->size(), 2u);
+    EXPECT_EQ(f.find("t.arr")->ints[1], -2);
+    EXPECT_EQ(f.find("t.arr")->at(1).i, -2);
     const gguf::Value* n = f.find("t.nested");
     ASSERT_EQ(n->arr.size(), 2u);
     EXPECT_EQ(n->arr[0].elem, gguf::VType::STRING);
-    EXPECT_EQ(n->arr[0].arr[0].s, "a");
-    EXPECT_EQ(n->arr[1].arr.size(), 0u);
+    EXPECT_EQ(n->arr[0].strs[0], "a");
+    EXPECT_EQ(n->arr[0].strs[1], "");
+    EXPECT_EQ(n->arr[1].elem, gguf::VType::F32);
+    EXPECT_EQ(n->arr[1].size(), 0u);
     ASSERT_EQ(f.tensors.size(), 3u);
     EXPECT_EQ(f.tensors[1].type, DType::Q8_0);
     EXPECT_EQ(f.tensors[1].size, 3u * 2 * 34);
@@ -285,6 +288,27 @@ TEST(Gguf, TokenizerJsonKeepsNonUtf8Bytes) {
   TokenizerData t = synth_tokenizer(270);
   t.tokens[260] = std::string("\xFF\xFE", 2);
   t.tokens[261] = std::string("a\0b", 3);
+  t.chat_template = std::string("{{ \xC0 }}");
+  t.merges = {"a b", std::string("\xFF c")};
+  t.eot_id = 5;
+  t.add_bos = false;
   TokenizerData t2 = tokenizer_from_json(tokenizer_to_json(t), "x");
   EXPECT_EQ(t2.tokens, t.tokens);
+  EXPECT_EQ(t2.merges, t.merges);
+  EXPECT_EQ(t2.scores, t.scores);
+  EXPECT_EQ(t2.token_types, t.token_types);
+  EXPECT_EQ(t2.chat_template, t.chat_template);
+  EXPECT_EQ(t2.eot_id, 5);
+  EXPECT_FALSE(t2.add_bos);
+}
+
+TEST(Gguf, BadTokenizerBlobsAreErrors) {
+  for (const char* bad : {"", "{", "[]", "{\"model\":\"llama\"}", "{\"model\":\"llama\",\"tokens\":[1]}",
+                          "{\"model\":\"llama\",\"tokens\":[{\"hex\":\"zz\"}]}",
+                          "{\"model\":\"llama\",\"tokens\":[\"a\"],\"scores\":[1,2]}",
+                          "{\"model\":\"llama\",\"tokens\":[\"a\"],\"bos_id\":7}",
+                          "{\"model\":\"llama\",\"tokens\":[[\"a\"]]}"}) {
+    std::string e = error_of([&] { tokenizer_from_json(bad, "blob.knot"); });
+    EXPECT_TRUE(contains(e, "blob.knot") && contains(e, "tokenizer")) << bad << " -> " << e;
+  }
 }
