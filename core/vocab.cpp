@@ -33,12 +33,9 @@ int parse_byte_token(const std::string& t) {
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-// Lets the text -> id maps be searched with a string_view (no temporary strings).
-struct SvHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using TextMap = std::unordered_map<std::string, int32_t, SvHash, std::equal_to<>>;
+// Keys view the strings of Impl::d (heap-owned by the Tokenizer, never modified after
+// construction), so building the maps copies no text.
+using TextMap = std::unordered_map<std::string_view, int32_t>;
 
 struct Fragment {
   std::string_view text;  // raw text when token < 0
@@ -52,8 +49,7 @@ struct Tokenizer::Impl {
   bool spm = false;
   unicode::PreTok pretok = unicode::PreTok::Gpt2;
   std::vector<int32_t> types;                        // [n_vocab], filled in when absent
-  TextMap mergeable;   // text -> id, tokens BPE/SPM may produce
-  TextMap all;         // text -> id, every token
+  TextMap all;         // text -> id, every token (first id on duplicate text)
   TextMap merge_rank;  // "left right" -> rank (gpt2)
   int32_t byte_id[256];                                 // SPM <0xNN> tokens, -1 if absent
   std::vector<int32_t> special;  // tokens matched as whole text, longest text first
@@ -61,9 +57,13 @@ struct Tokenizer::Impl {
   std::unordered_set<int32_t> eog;
 
   int32_t n() const { return (int32_t)d.tokens.size(); }
+  // Tokens that merging may produce. Byte, control and unknown tokens are excluded:
+  // literal "<0x0A>" or "</s>" in the input must not turn into those tokens.
   int32_t lookup(std::string_view s) const {
-    auto it = mergeable.find(s);
-    return it == mergeable.end() ? -1 : it->second;
+    auto it = all.find(s);
+    if (it == all.end()) return -1;
+    const int32_t ty = types[it->second];
+    return ty == kNormal || ty == kUser || ty == kUnused ? it->second : -1;
   }
 
   void split_special(std::string_view text, bool parse_special, std::vector<Fragment>& out) const;
@@ -112,14 +112,10 @@ Tokenizer::Tokenizer(const TokenizerData& data) : impl_(std::make_unique<Impl>()
 
   std::fill(std::begin(m.byte_id), std::end(m.byte_id), -1);
   m.all.reserve(n);
-  m.mergeable.reserve(n);
   for (int32_t i = 0; i < n; i++) {
     const std::string& t = d.tokens[i];
-    m.all.emplace(t, i);  // first id wins on duplicate text
+    m.all.emplace(std::string_view(t), i);  // first id wins on duplicate text
     const int32_t ty = m.types[i];
-    // Byte, control and unknown tokens are never produced by merging text: literal
-    // "<0x0A>" or "</s>" in the input must not turn into those tokens.
-    if (ty == kNormal || ty == kUser || ty == kUnused) m.mergeable.emplace(t, i);
     if (ty == kByte) {
       const int b = parse_byte_token(t);
       if (b < 0) fail("tokenizer: byte token " + std::to_string(i) + " has text '" + t + "', expected <0xNN>");
@@ -139,7 +135,7 @@ Tokenizer::Tokenizer(const TokenizerData& data) : impl_(std::make_unique<Impl>()
       const size_t sp = mg.find(' ');
       if (sp == std::string::npos || sp == 0 || sp + 1 >= mg.size())
         fail("tokenizer: merge " + std::to_string(r) + " '" + mg + "' is not of the form 'left right'");
-      m.merge_rank.emplace(mg, (int)r);
+      m.merge_rank.emplace(std::string_view(mg), (int)r);
     }
     const std::string& pre = d.pre;
     if (pre.empty() || pre == "default" || pre == "gpt2" || pre == "gpt-2")
