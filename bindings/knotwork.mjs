@@ -127,28 +127,14 @@ export async function openModel(source, {probe = 256 * 1024, chunkBytes = 4 << 2
   const given = await source;
   source = await resolveSource(given);
   const owned = source !== given;  // opened here from a path/URL/bytes: close it here
-  const nm = nameArgs(w, source.name);
   let handle = 0;
   try {
-    const table = await parsePrefix(w, source, probe, (p, len) => {
-      const out = w.malloc(4);
-      try {
-        w.call("kw_model_open", p, len, source.size, nm.ptr, nm.len, out);
-        handle = w.i32(out, 1)[0];
-      } finally { w.free(out); }
-      return w.resultJSON();
-    });
+    let table;
+    ({handle, table} = await openTable(w, source, probe));
     const total = table.tensors.reduce((a, t) => a + t.size, 0);
     let done = 0;
     for (const t of table.tensors) {
-      const dst = withOut(w, (out) => w.call("kw_model_tensor_buffer", handle, t.i, out)) >>> 0;
-      for (let off = 0; off < t.size; off += chunkBytes) {
-        const n = Math.min(chunkBytes, t.size - off);
-        const bytes = await source.read(t.offset + off, n);
-        if (bytes.length !== n) throw new Error(`${source.name}: short read of ${t.name} at ${t.offset + off}`);
-        w.u8().set(bytes, dst + off);  // fresh view: memory may have grown during the await
-      }
-      w.call("kw_model_tensor_loaded", handle, t.i);
+      await loadTensor(w, source, handle, t, chunkBytes);
       done += t.size;
       onProgress?.(done, total);
     }
@@ -158,11 +144,40 @@ export async function openModel(source, {probe = 256 * 1024, chunkBytes = 4 << 2
     handle = 0;
     return model;
   } finally {
-    w.free(nm.ptr);
     if (handle) w.exports.kw_model_free(handle);
     if (owned) await source.close?.();
   }
 }
+
+/**
+ * Low level (used by mesh.mjs): parse the header into a model handle with no tensor
+ * bytes. Returns {handle, table: {format, tensors: [{i, name, offset, size}]}}.
+ */
+export async function openTable(w, source, probe = 256 * 1024) {
+  const nm = nameArgs(w, source.name);
+  let handle = 0;
+  try {
+    const table = await parsePrefix(w, source, probe, (p, len) => {
+      handle = withOut(w, (out) => w.call("kw_model_open", p, len, source.size, nm.ptr, nm.len, out));
+      return w.resultJSON();
+    });
+    return {handle, table};
+  } finally { w.free(nm.ptr); }
+}
+
+/** Low level: fetch table entry t by range straight into its wasm buffer; the core verifies it. */
+export async function loadTensor(w, source, handle, t, chunkBytes = 4 << 20) {
+  const dst = withOut(w, (out) => w.call("kw_model_tensor_buffer", handle, t.i, out)) >>> 0;
+  for (let off = 0; off < t.size; off += chunkBytes) {
+    const n = Math.min(chunkBytes, t.size - off);
+    const bytes = await source.read(t.offset + off, n);
+    if (bytes.length !== n) throw new Error(`${source.name}: short read of ${t.name} at ${t.offset + off}`);
+    w.u8().set(bytes, dst + off);  // fresh view: memory may have grown during the await
+  }
+  w.call("kw_model_tensor_loaded", handle, t.i);
+}
+
+export {resolveSource as _resolveSource, withOut as _withOut};
 
 /** Run the SIMD-vs-scalar kernel checks inside wasm; returns the core's report. */
 export async function kernelSelftest({seed = 1} = {}) {
@@ -281,6 +296,27 @@ export class Model {
     } finally {
       w.exports.kw_session_free(sess);
     }
+  }
+
+  /**
+   * A raw forward session: eval(ids) appends ids at the next positions and returns the
+   * logits of the last one (Float32Array [n_vocab]); truncate(n) forgets positions >= n.
+   */
+  session({reference = false, nCtx, chunk} = {}) {
+    const w = this.w;
+    const o = JSON.stringify({mode: reference ? "reference" : "fast", n_ctx: nCtx, chunk});
+    const h = w.withString(o, (p, n) => withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
+    return {
+      eval(ids) {
+        const a = Int32Array.from(ids);
+        const p = w.copyIn(new Uint8Array(a.buffer));
+        try { w.call("kw_session_eval", h, p, a.length); } finally { w.free(p); }
+        const b = w.resultBytes();
+        return new Float32Array(b.buffer, b.byteOffset, b.length / 4);
+      },
+      truncate(n) { w.call("kw_session_reset", h, n); },
+      free() { w.exports.kw_session_free(h); },
+    };
   }
 
   /** Collect generate(): {text, ids, ...summary}. */

@@ -35,6 +35,13 @@ ModelEntry& ready_model(int h, const char* fn) {
   return m;
 }
 
+size_t table_index(const ModelEntry& m, uint32_t i, const char* fn) {
+  if (i >= m.table.size())
+    knot::fail(std::string(fn) + ": " + m.what + ": tensor index " + std::to_string(i) + " out of range (" +
+               std::to_string(m.table.size()) + " entries)");
+  return i;
+}
+
 json config_json(const knot::ModelConfig& c) {
   return json{{"arch", c.arch},
               {"n_embd", c.n_embd},
@@ -100,7 +107,7 @@ bool open_gguf(ModelEntry& e, const uint8_t* p, size_t n, uint64_t file_size, ui
     t.type = ti.type;
     t.shape = ti.shape;
     t.size = ti.size;
-    e.table.push_back({t.name, f.data_offset + ti.offset, ti.size, 0, false});
+    e.table.push_back({t.name, f.data_offset + ti.offset, ti.size, 0, false, false, 0, ti.shape});
     e.model.tensors.emplace(t.name, std::move(t));
   }
   return true;
@@ -117,7 +124,7 @@ bool open_knot(ModelEntry& e, const uint8_t* p, size_t n, uint64_t file_size, ui
   const knot::KnotHeader& h = hp.header;
   e.model.config = h.config;
   TableEntry tokb{"tokenizer", h.payload_offset + h.tokenizer.offset, h.tokenizer.size, h.tokenizer.hash,
-                  false, true};
+                  false, true, 0, {}};
   e.table.push_back(tokb);
   for (const auto& kt : h.tensors) {
     knot::Tensor t;
@@ -126,9 +133,10 @@ bool open_knot(ModelEntry& e, const uint8_t* p, size_t n, uint64_t file_size, ui
     t.shape = kt.shape;
     t.size = kt.size;
     t.hash = kt.hash;
-    e.table.push_back({kt.name, h.payload_offset + kt.offset, kt.size, kt.hash, false, false});
+    e.table.push_back({kt.name, h.payload_offset + kt.offset, kt.size, kt.hash, false, false, 0, kt.shape});
     e.model.tensors.emplace(kt.name, std::move(t));
   }
+  e.knot_header = std::make_unique<knot::KnotHeader>(h);
   return true;
 }
 
@@ -177,7 +185,15 @@ int kw_model_tensor_buffer(int32_t h, uint32_t i, uint8_t** out_ptr) {
       *out_ptr = m.tok_blob.data();
       return;
     }
-    knot::Tensor& t = m.model.tensors.at(m.table[i].name);
+    TableEntry& te = m.table[i];
+    knot::Tensor& t = m.model.tensors.at(te.name);
+    if (te.row0 != 0 || t.size != te.size) {  // held a row range before: back to whole
+      t.bytes.reset();
+      t.shape = te.shape;
+      t.size = te.size;
+      te.row0 = 0;
+    }
+    te.loaded = false;
     if (!t.bytes) t.bytes = knot::alloc_aligned(t.size);
     *out_ptr = t.bytes.get();
   });

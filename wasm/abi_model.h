@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "abi_internal.h"
+#include "knot.h"
 #include "model.h"
 #include "vocab.h"
 
@@ -17,6 +18,8 @@ struct TableEntry {
   uint64_t hash = 0;       // 0: none to verify
   bool loaded = false;
   bool tokenizer = false;  // .knot tokenizer blob, not a tensor
+  int64_t row0 = 0;        // first row held when only a row range is loaded (vocab slices)
+  std::vector<int64_t> shape;  // full shape (the Tensor's shape shrinks for a row range)
 };
 
 struct ModelEntry {
@@ -26,8 +29,12 @@ struct ModelEntry {
   std::vector<TableEntry> table;
   std::unique_ptr<knot::Tokenizer> tok;
   std::vector<uint8_t> tok_blob;  // .knot: tokenizer JSON until parsed
+  std::unique_ptr<knot::KnotHeader> knot_header;  // .knot: for verified row-range reads
   bool ready = false;
 };
+
+// Index of a tensor in m.table; throws naming the model when absent.
+size_t table_index(const ModelEntry& m, uint32_t i, const char* fn);
 
 extern Table<ModelEntry> g_models;
 

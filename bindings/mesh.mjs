@@ -1,0 +1,175 @@
+// mesh.mjs — the per-phase forward pass for mesh stations and vocab shards (DESIGN §1-2).
+// Glue only: tensors come by range from a byte source into wasm memory, the core runs
+// the phase (wasm/abi_mesh.cpp). Activations are Float32Arrays in JS:
+//   x, partial residuals: [ntok * n_embd]   FFN hidden: [ntok * (c1 - c0)]
+//   logits: [ntok * (v1 - v0)]
+// Every phase returns a partial; the caller adds partials (the merge rule).
+//
+//   const parts = await openParts(await urlSource(url));
+//   await parts.load(parts.layerTensors(0, "attn"));            // fluid: load a phase,
+//   const d = station.attn(0, pos0, x, ntok);                    // run it,
+//   parts.evict(parts.layerTensors(0, "attn"));                  // evict it
+import {init, openTable, loadTensor, _resolveSource as resolveSource, _withOut as withOut} from "./knotwork.mjs";
+
+const PHASE_TENSORS = {
+  attn: ["attn_norm_weight", "attn_q_weight", "attn_k_weight", "attn_v_weight", "attn_output_weight",
+         "attn_q_bias", "attn_k_bias", "attn_v_bias"],
+  ffn_gate: ["ffn_norm_weight", "ffn_gate_weight"],
+  ffn_up: ["ffn_norm_weight", "ffn_up_weight"],
+  ffn_down: ["ffn_down_weight"],
+};
+const FFN_PHASE = {gate: 0, up: 1, down: 2, gate_up: 3};
+
+/**
+ * Open a model's header only; load tensors on demand.
+ * @param {import("./sources.mjs").ByteSource} source  kept open until close()
+ */
+export async function openParts(source, {probe = 256 * 1024} = {}) {
+  const w = await init();
+  source = await resolveSource(source);
+  const {handle, table} = await openTable(w, source, probe);
+  return new ModelParts(w, source, handle, table);
+}
+
+export class ModelParts {
+  constructor(w, source, handle, table) {
+    this.w = w;
+    this.source = source;
+    this.handle = handle;
+    this.format = table.format;
+    this.entries = new Map(table.tensors.map((t) => [t.name, t]));
+    this.loaded = new Set();
+  }
+
+  /** Model config, from a header parse (cached). */
+  async config() {
+    if (!this._config) {
+      const {parseKnotHeader} = await import("./knotwork.mjs");
+      this._config = (await parseKnotHeader(this.source)).config;
+    }
+    return this._config;
+  }
+
+  has(name) { return this.entries.has(name); }
+  /** Names of the tensors a phase of a layer uses that exist in this file. */
+  layerTensors(layer, phase) {
+    const names = PHASE_TENSORS[phase];
+    if (!names) throw new Error(`unknown phase ${phase}`);
+    return names.map((s) => `blk_${layer}_${s}`).filter((n) => this.entries.has(n));
+  }
+  #entry(name) {
+    const t = this.entries.get(name);
+    if (!t) throw new Error(`${this.source.name}: no tensor ${name}`);
+    return t;
+  }
+
+  /** Load whole tensors (no-op for ones already loaded). */
+  async load(names) {
+    for (const n of names) {
+      if (this.loaded.has(n)) continue;
+      await loadTensor(this.w, this.source, this.handle, this.#entry(n));
+      this.loaded.add(n);
+    }
+  }
+  evict(names) {
+    for (const n of names) {
+      this.w.call("kw_model_tensor_evict", this.handle, this.#entry(n).i);
+      this.loaded.delete(n);
+    }
+  }
+  /** Load only rows [r0, r1) of a tensor (vocab slice of token_embd / output), verified. */
+  async loadRows(name, r0, r1) {
+    const w = this.w, t = this.#entry(name);
+    w.call("kw_model_rows_plan", this.handle, t.i, r0, r1);
+    const {offset, size} = w.resultJSON();
+    const bytes = await this.source.read(offset, size);
+    const p = w.copyIn(bytes);
+    try { w.call("kw_model_rows_load", this.handle, t.i, r0, r1, p, offset, size); } finally { w.free(p); }
+    this.loaded.add(name);
+  }
+
+  /** Embedding partial: rows of ids in [v0, v1), zeros elsewhere. */
+  embed(ids, v0, v1, nEmbd) {
+    const w = this.w, n = ids.length;
+    return withBuffers(w, [Int32Array.from(ids), n * nEmbd * 4], ([pi, po]) => {
+      w.call("kw_embed", this.handle, pi, n, v0, v1, po);
+      return w.f32(po, n * nEmbd).slice();
+    });
+  }
+  outputNorm(x, ntok) {
+    const w = this.w;
+    return withBuffers(w, [x, x.length * 4], ([px, po]) => {
+      w.call("kw_output_norm", this.handle, px, ntok, po);
+      return w.f32(po, x.length).slice();
+    });
+  }
+  /** Logits of vocab slice [v0, v1): [ntok * (v1 - v0)]. */
+  lmHead(xn, ntok, v0, v1, {softcap = 0, reference = false} = {}) {
+    const w = this.w;
+    return withBuffers(w, [xn, ntok * (v1 - v0) * 4], ([px, po]) => {
+      w.call("kw_lm_head", this.handle, px, ntok, v0, v1, po, softcap, reference ? 1 : 0);
+      return w.f32(po, ntok * (v1 - v0)).slice();
+    });
+  }
+  /** A station: KV cache for layers [l0, l1) and heads [h0, h1). */
+  station({layers, heads = [0, -1], nCtx, reference = false}) {
+    const w = this.w;
+    const h = withOut(w, (out) => w.call("kw_station_new", this.handle, layers[0], layers[1], nCtx, heads[0], heads[1], reference ? 1 : 0, out));
+    return new Station(this, h);
+  }
+  close() {
+    if (this.handle) { this.w.exports.kw_model_free(this.handle); this.handle = 0; }
+    return this.source.close?.();
+  }
+}
+
+export class Station {
+  constructor(parts, handle) { this.parts = parts; this.w = parts.w; this.handle = handle; }
+  /** Attention partial residual for positions [pos0, pos0 + ntok); appends to the KV cache. */
+  attn(layer, pos0, x, ntok) {
+    const w = this.w;
+    return withBuffers(w, [x, x.length * 4], ([px, po]) => {
+      w.call("kw_station_attn", this.handle, layer, pos0, px, ntok, po);
+      return w.f32(po, x.length).slice();
+    });
+  }
+  #ffn(phase, layer, x, ntok, h, [c0, c1], outLen) {
+    const w = this.w;
+    return withBuffers(w, [x ?? 4, h, Math.max(4, outLen * 4)], ([px, ph, po]) => {
+      w.call("kw_station_ffn", this.handle, FFN_PHASE[phase], layer, x ? px : 0, ntok, ph, po, c0, c1);
+      return phase === "down" ? w.f32(po, outLen).slice() : w.f32(ph, h.length).slice();
+    });
+  }
+  /** h = ffn_norm(x) @ gate[c0:c1]^T */
+  ffnGate(layer, x, ntok, cols) { return this.#ffn("gate", layer, x, ntok, new Float32Array(ntok * (cols[1] - cols[0])), cols, 0); }
+  /** h = silu(h) * (ffn_norm(x) @ up[c0:c1]^T) */
+  ffnUp(layer, x, ntok, h, cols) { return this.#ffn("up", layer, x, ntok, h, cols, 0); }
+  ffnGateUp(layer, x, ntok, cols) { return this.#ffn("gate_up", layer, x, ntok, new Float32Array(ntok * (cols[1] - cols[0])), cols, 0); }
+  /** out = h @ down[:, c0:c1]^T : partial residual [ntok * n_embd] */
+  ffnDown(layer, h, ntok, cols, nEmbd) { return this.#ffn("down", layer, null, ntok, h, cols, ntok * nEmbd); }
+  truncate(nPos) { this.w.call("kw_station_truncate", this.handle, nPos); }
+  info() { this.w.call("kw_station_info", this.handle); return this.w.resultJSON(); }
+  free() { if (this.handle) { this.w.exports.kw_station_free(this.handle); this.handle = 0; } }
+}
+
+/** Top-k (absolute ids) and log-sum-exp of one slice's logits [v1 - v0]. */
+export async function topkLse(logits, v0, v1, k) {
+  const w = await init();
+  return withBuffers(w, [logits], ([p]) => {
+    w.call("kw_topk_lse", p, v0, v1, k);
+    return w.resultJSON();
+  });
+}
+
+// Allocate one wasm buffer per spec (a typed array to copy in, or a byte count), run fn
+// with their pointers, free them.
+function withBuffers(w, specs, fn) {
+  const ptrs = [];
+  try {
+    for (const s of specs) {
+      if (typeof s === "number") ptrs.push(w.malloc(s));
+      else ptrs.push(w.copyIn(new Uint8Array(s.buffer, s.byteOffset, s.byteLength)));
+    }
+    return fn(ptrs);
+  } finally { for (const p of ptrs) w.free(p); }
+}
