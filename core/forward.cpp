@@ -182,15 +182,18 @@ void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
 void rope(float* x, int ntok, int row_stride, int n_heads, int head_dim, int rope_dims, int pos0,
           float theta, RopeStyle style) {
   const int half = rope_dims / 2;
+  // frequency of pair i: theta^(-2i/rope_dims), as a running product (double: exact
+  // enough for any context length; one cos/sin per (token, pair) shared by all heads)
+  const double step = std::pow((double)theta, -2.0 / rope_dims);
   for (int t = 0; t < ntok; t++) {
     const double pos = (double)(pos0 + t);
-    for (int i = 0; i < half; i++) {
-      const double freq = std::pow((double)theta, -2.0 * i / rope_dims);
+    double freq = 1.0;
+    for (int i = 0; i < half; i++, freq *= step) {
       const float c = (float)std::cos(pos * freq), s = (float)std::sin(pos * freq);
+      const int a = style == RopeStyle::Norm ? 2 * i : i;
+      const int b = style == RopeStyle::Norm ? 2 * i + 1 : i + half;
       for (int h = 0; h < n_heads; h++) {
         float* xh = x + (size_t)t * row_stride + (size_t)h * head_dim;
-        const int a = style == RopeStyle::Norm ? 2 * i : i;
-        const int b = style == RopeStyle::Norm ? 2 * i + 1 : i + half;
         const float x0 = xh[a], x1 = xh[b];
         xh[a] = x0 * c - x1 * s;
         xh[b] = x0 * s + x1 * c;
