@@ -166,6 +166,14 @@ const TensorInfo* File::find_tensor(std::string_view name) const {
   return nullptr;
 }
 
+// ggml's type names by id, so an unsupported-but-real type is named in the error.
+static const char* ggml_type_name(uint32_t id) {
+  static const char* names[] = {"F32", "F16", "Q4_0", "Q4_1", nullptr, nullptr, "Q5_0", "Q5_1", "Q8_0", "Q8_1",
+                                "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
+                                "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32", "I64", "F64", "IQ1_M", "BF16"};
+  return id < sizeof(names) / sizeof(names[0]) ? names[id] : nullptr;
+}
+
 // ---- reader ------------------------------------------------------------------------
 
 namespace {
@@ -281,7 +289,8 @@ File parse(const uint8_t* data, size_t avail, uint64_t file_size, const std::str
   f.version = c.get<uint32_t>();
   if (f.version == 1) fail(what + ": gguf version 1 is not supported (only v2 and v3)");
   if (f.version != 2 && f.version != 3)
-    fail(what + ": unknown gguf version " + std::to_string(f.version) + " (supported: 2, 3)");
+    fail(what + ": unknown gguf version " + std::to_string(f.version) + " (supported: 2, 3" +
+         ((f.version > 0xFFFF && (f.version & 0xFFFF) == 0) ? "; this looks like a big-endian GGUF, which is not supported)" : ")"));
   uint64_t n_tensors = c.get<uint64_t>();
   uint64_t n_kv = c.get<uint64_t>();
   // a kv needs >= 12 bytes and a tensor info >= 24: bound counts before allocating
@@ -330,6 +339,9 @@ File parse(const uint8_t* data, size_t avail, uint64_t file_size, const std::str
     const TypeTraits* tt = type_traits(t.type_id);
     if (!tt || !tt->storage) {
       c.pos -= 4;
+      if (const char* gn = ggml_type_name(t.type_id))
+        c.bad("tensor " + t.name + " has type " + gn + " (ggml id " + std::to_string(t.type_id) +
+              "), which knotwork does not support (F32 F16 BF16 Q4_0 Q8_0 Q4_K Q5_K Q6_K); re-quantize it");
       c.bad("unknown tensor type id " + std::to_string(t.type_id) + " for tensor " + t.name);
     }
     t.type = tt->type;

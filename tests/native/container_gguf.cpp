@@ -180,12 +180,19 @@ TEST(Gguf, UnknownTensorTypeIsRefused) {
   auto b = w.to_bytes({d.data()});
   std::string e = error_of([&] { gguf::parse(b.data(), b.size(), b.size(), "x"); });
   EXPECT_TRUE(contains(e, "unknown tensor type id 99") && contains(e, "weird.weight")) << e;
+  // a real ggml type we do not implement is named
+  gguf::Writer w3;
+  w3.add_tensor("blk.0.ffn_up.weight", 6 /* Q5_0 */, {32, 2}, 44);
+  std::vector<uint8_t> d3(44);
+  auto b3 = w3.to_bytes({d3.data()});
+  e = error_of([&] { gguf::parse(b3.data(), b3.size(), b3.size(), "x"); });
+  EXPECT_TRUE(contains(e, "Q5_0") && contains(e, "does not support") && contains(e, "blk.0.ffn_up.weight")) << e;
   // Q8_K is an activation format, not a storage type
   gguf::Writer w2;
   w2.add_tensor("act", (uint32_t)DType::Q8_K, {256}, 292);
   std::vector<uint8_t> d2(292);
   auto b2 = w2.to_bytes({d2.data()});
-  EXPECT_TRUE(contains(error_of([&] { gguf::parse(b2.data(), b2.size(), b2.size(), "x"); }), "unknown tensor type"));
+  EXPECT_TRUE(contains(error_of([&] { gguf::parse(b2.data(), b2.size(), b2.size(), "x"); }), "Q8_K"));
 }
 
 // Patches tensor #k's data offset in a writer-built file.
