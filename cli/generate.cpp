@@ -131,6 +131,7 @@ int cmd_generate(int argc, char** argv) {
       });
       std::printf("\n");
     }
+    std::fflush(stdout);  // text before the stats on a shared terminal
     const knot::Telemetry& t = engine.telemetry();
     std::fprintf(stderr,
                  "knot: %s mode (%s kernels, %s KV), ctx %d, chunk %d\n"
