@@ -50,6 +50,9 @@ TEST(TextSpm, Llama2KnownIds) {
             V({450, 4996, 17354, 1701, 29916, 432, 17204, 975, 278, 17366, 11203}));
   EXPECT_EQ(tok.encode("Hello, world!", false, false), V({15043, 29892, 3186, 29991}));
   EXPECT_EQ(tok.encode("I'm", false, false), V({306, 29915, 29885}));
+  EXPECT_EQ(tok.encode("Hello\nworld", false, false), V({15043, 13, 11526}));  // "world" w/o ▁
+  // Llama-2 has single-digit pieces only and no "▁1": "▁" then one token per digit.
+  EXPECT_EQ(tok.encode("1234", false, false), V({29871, 29896, 29906, 29941, 29946}));
   // Two spaces: "▁a▁▁b" -> "▁a" "▁" "▁b".
   EXPECT_EQ(tok.encode("a  b", false, false), V({263, 29871, 289}));
   // Reference prompt ids of the shared reference outputs.
