@@ -37,7 +37,7 @@ static const char* USAGE =
     "                                 (default: keep the source types)\n"
     "  verify FILE                    layout, stale check, every hash, NaN/Inf scales\n"
     "  synth --arch llama|qwen2 --hidden N --layers N --heads N --kv-heads N --ffn N\n"
-    "        --vocab N [--type T] [--seed S] [--tied] [--ctx N] OUT(.gguf|.knot)\n"
+    "        --vocab N [--vocab-tensor N] [--type T] [--seed S] [--tied] [--ctx N] OUT(.gguf|.knot)\n"
     "                                 deterministic random-weight model\n"
     "  generate ...                   run a model (see `knot generate --help`)\n"
     "  help                           this text\n";
@@ -289,6 +289,7 @@ int cmd_synth(int argc, char** argv) {
   o.ffn = (int)parse_int(take_opt(args, "--ffn", std::to_string(o.ffn)), "--ffn");
   o.vocab = (int)parse_int(take_opt(args, "--vocab", std::to_string(o.vocab)), "--vocab");
   o.ctx = (int)parse_int(take_opt(args, "--ctx", std::to_string(o.ctx)), "--ctx");
+  o.vocab_tensor = (int)parse_int(take_opt(args, "--vocab-tensor", "0"), "--vocab-tensor");
   o.type = take_opt(args, "--type", o.type);
   o.seed = (uint64_t)parse_int(take_opt(args, "--seed", "1"), "--seed");
   o.tied = has_flag(args, "--tied");

@@ -40,7 +40,8 @@ ModelConfig synth_config(const SynthOptions& o) {
   c.head_dim = o.hidden / o.heads;
   c.n_ff = o.ffn;
   c.n_vocab = o.vocab;
-  c.n_vocab_tensor = o.vocab;
+  c.n_vocab_tensor = o.vocab_tensor ? o.vocab_tensor : o.vocab;
+  if (c.n_vocab_tensor < o.vocab) fail("synth: --vocab-tensor must be >= --vocab");
   c.rope_dims = c.head_dim;
   c.rope_style = o.arch == "qwen2" ? RopeStyle::Neox : RopeStyle::Norm;
   c.rope_theta = o.arch == "qwen2" ? 1000000.f : 10000.f;

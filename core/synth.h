@@ -17,6 +17,7 @@ namespace knot {
 struct SynthOptions {
   std::string arch = "llama";  // llama | qwen2
   int hidden = 64, layers = 2, heads = 4, kv_heads = 2, ffn = 128, vocab = 512;
+  int vocab_tensor = 0;  // rows of token_embd/output; 0 = vocab (more = padding rows, as qwen2.5)
   std::string type = "F32";  // any convert target (Q4_K_M mixes too)
   uint64_t seed = 1;
   bool tied = false;  // no output.weight

@@ -64,6 +64,13 @@ TEST(Synth, GgufAndKnotCarryTheSameModel) {
   EXPECT_NE(mg.find("blk_2_attn_q_bias"), nullptr);
   EXPECT_EQ(mk.get("blk_0_attn_k_weight").shape, (std::vector<int64_t>{128, 64}));
   EXPECT_FALSE(mk.config.tied_embeddings);
+  o.vocab_tensor = 512;  // padded rows past the tokenizer's vocab
+  synth_model(o, g);
+  Model mp = load_model_file(g);
+  EXPECT_EQ(mp.config.n_vocab, 400);
+  EXPECT_EQ(mp.config.n_vocab_tensor, 512);
+  EXPECT_EQ(mp.get("output_weight").shape[1], 512);
+  o.vocab_tensor = 0;
   o.tied = true;
   synth_model(o, k);
   Model mt = load_model_file(k);
