@@ -1,5 +1,8 @@
 // Greedy decoding of "Once upon a time" against /work/shared/models/reference-outputs.json:
 // token ids (native llama.cpp and the exact float64 pass) and top-5 logits per step.
+#include <cstdio>
+
+#include "convert.h"
 #include "infer_util.h"
 
 using namespace infer_test;
@@ -159,6 +162,59 @@ TEST(Generate, Stories260KGreedyText) {
   EXPECT_EQ(r.stop_reason, "stop");
   EXPECT_EQ(r.text, ", there was a little girl");
   EXPECT_EQ(streamed, r.text);
+}
+
+}  // namespace
+
+namespace {
+
+// A .knot converted from the .gguf runs identically (same tensors, same bytes).
+TEST(KnotFile, SameGreedyAsGguf) {
+  const std::string path = model_path("stories260K-pad256-qwen2-q4_k_m.gguf");
+  REQUIRE_SHARED_MODEL(path);
+  const std::string knot_path = ::testing::TempDir() + "infer_qwen2_q4km.knot";
+  knot::convert_gguf_to_knot(path, knot_path);
+  knot::Model g = knot::load_model_file(path);
+  knot::Model k = knot::load_model_file(knot_path);
+  EngineOptions eo;
+  eo.n_ctx = 64;
+  Engine eg(g, eo), ek(k, eo);
+  const auto prompt = json_ids(reference()["models"]["stories260K-pad256-qwen2-q4_k_m.gguf"]["promptTokenIds"]);
+  GreedyRun a = greedy(eg, prompt, 21), b = greedy(ek, prompt, 21);
+  EXPECT_EQ(a.ids, b.ids);
+  for (int i = 0; i < 21; i++) ASSERT_EQ(a.logits[i], b.logits[i]) << "step " << i;
+  std::remove(knot_path.c_str());
+}
+
+// The CLI: `knot generate MODEL -p TEXT -n 32 --temp 0 --ids` prints the reference ids.
+TEST(Cli, GenerateIdsMatchesReference) {
+  const std::string path = model_path("stories260K-pad256-llama-q8_0.gguf");
+  REQUIRE_SHARED_MODEL(path);
+  const std::string bin = std::string(KNOT_BIN_DIR) + "/knot";
+  ASSERT_TRUE(have_file(bin)) << "build the knot CLI first: " << bin;
+  for (const char* mode : {"", " --reference"}) {
+    const std::string cmd = bin + " generate " + path +
+                            " -p 'Once upon a time' -n 32 --temp 0 --ids --chunk 3" + mode + " 2>/dev/null";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ASSERT_EQ(pclose(p), 0) << cmd;
+    const auto ids = json_ids(nlohmann::json::parse(out));
+    EXPECT_EQ(ids, json_ids(reference()["models"]["stories260K-pad256-llama-q8_0.gguf"]["exactFloat64"]["tokenIds"]))
+        << cmd;
+  }
+  // bad input: exit code 1 and an error naming the problem
+  const std::string bad = bin + " generate " + path + " -p 'Once upon a time' --ctx 3 2>&1";
+  FILE* p = popen(bad.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  EXPECT_NE(pclose(p), 0);
+  EXPECT_NE(out.find("prompt has 5 tokens but the context holds 3"), std::string::npos) << out;
 }
 
 }  // namespace
