@@ -19,10 +19,14 @@
 // length, so a column slice is a sub-range of every row. When c0 and c1 are multiples of
 // the weight type's block size (32 for Q8_0/Q4_0, 256 for K-quants, 1 for F32/F16) the
 // sub-rows are copied (still quantized) into a tile of <= kColTileRows rows and multiplied —
-// exact, same numerics as the unsliced call. Otherwise the tile rows are dequantized to f32
-// and the tile multiplies with f32 activations (correct, slower, and differs from the
-// unsliced quantized-activation result by activation-quantization noise).
-// A tensor already cut to the slice (ne0 == c1-c0) is used as is.
+// same quantization as the unsliced call, partials sum to it up to float rounding.
+// Otherwise the tile rows are dequantized to f32 and the tile multiplies with f32
+// activations (correct, slower, and differs from the unsliced quantized-activation result
+// by activation-quantization noise). Example, qwen2.5-7b (g = 7, head_dim 128, Q4_K
+// attn_output): 7-head slices are 896 columns (unaligned, f32 path); 14-head slices are
+// 1792 = 7 x 256 (aligned). A planner should prefer aligned cuts.
+// Tensors already cut to the slice are used as is: q/k/v/gate/up (and biases) with only
+// the slice's rows, attn_output/ffn_down with rows of c1-c0 elements.
 // Every slice recomputes the RMS norm of the full x (cheap; keeps phases independent).
 //
 // Errors: a missing required tensor throws "missing tensor blk_3_ffn_up_weight (layer 3,
