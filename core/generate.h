@@ -72,6 +72,7 @@ class Engine {
  public:
   // Checks every layer's tensors up front (missing tensor -> error naming layer, phase,
   // tensor), allocates the KV cache (budget error names budget and requirement).
+  // m is referenced, not copied: it must outlive the Engine.
   Engine(const Model& m, const EngineOptions& o = {});
 
   const ModelConfig& config() const { return m_.config; }
