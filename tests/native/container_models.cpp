@@ -173,6 +173,31 @@ TEST(SharedModels, ConvertInspectVerifyByteIdentical) {
   }
 }
 
+TEST(SharedModels, TruncatedRealFilesAreClearErrors) {
+  REQUIRE_MODELS();
+  const std::string in = model_path("stories260K-pad256-qwen2-q4_k_m.gguf");
+  auto b = ctest::read_all(in);
+  gguf::File g = gguf::parse(b.data(), b.size(), b.size(), "x");
+  std::vector<uint64_t> cuts = {0, 3, 4, 8, 16, 24, 100, g.data_offset / 2, g.data_offset - 1, g.data_offset};
+  for (auto& t : g.tensors) cuts.push_back(g.data_offset + t.offset + t.size / 2);
+  for (uint64_t n : cuts) {
+    std::string e = error_of([&] { gguf::parse(b.data(), n, n, "cut.gguf"); });
+    EXPECT_TRUE(contains(e, "cut.gguf") && (contains(e, "truncated") || contains(e, "past the end") || contains(e, "not a gguf"))) << n << ": " << e;
+  }
+  // the converted .knot, cut at its section boundaries, through a file
+  const std::string k = ctest::tmp_path("cut-src.knot"), cut = ctest::tmp_path("cut.knot");
+  convert_gguf_to_knot(in, k);
+  auto kb = ctest::read_all(k);
+  FileSource ks(k);
+  KnotHeader h = read_knot_header(ks);
+  for (uint64_t n : {(uint64_t)5, (uint64_t)10, 10 + (uint64_t)h.meta_len, h.align, h.payload_offset, h.payload_offset + h.tokenizer.size,
+                     (uint64_t)kb.size() - 1}) {
+    ctest::write_all(cut, std::vector<uint8_t>(kb.begin(), kb.begin() + (long)n));
+    std::string e = error_of([&] { load_model_file(cut); });
+    EXPECT_TRUE(contains(e, "cut.knot") && (contains(e, "truncated") || contains(e, "metaLen"))) << n << ": " << e;
+  }
+}
+
 TEST(SharedModels, CliRefusesBadFilesWithExitOne) {
   REQUIRE_MODELS();
   if (!std::filesystem::exists(knot_bin())) GTEST_SKIP() << "knot CLI not built at " << knot_bin();
