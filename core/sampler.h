@@ -27,8 +27,10 @@ class Sampler {
   void accept(int32_t id);  // record a token (prompt or generated) for the penalty
   void reset();
   // Same pipeline over an explicit candidate list (e.g. merged per-shard top-k):
-  // ids[i] has logit logits[i]; ids >= n_vocab are ignored. Exact for greedy and for
-  // top-k/top-p/min-p as long as the list holds every token those filters would keep.
+  // ids[i] has logit logits[i]; ids >= n_vocab are ignored. Same result as sample() on
+  // the full logits for greedy, and for top-k / min-p when the list holds every token
+  // those filters keep; top-p and the final softmax use the list's own mass, so they
+  // match only when the list carries (nearly) all of the probability.
   int32_t sample_candidates(const int32_t* ids, const float* logits, int n);
   const SamplerParams& params() const { return p_; }
 
