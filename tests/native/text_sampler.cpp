@@ -82,6 +82,25 @@ TEST(TextSampler, PaddedIdsNeverSampled) {
   EXPECT_EQ(g.sample_candidates(ids, cl, 3), 2);
 }
 
+// A shard-merged top-5 list samples exactly like the full logits under top-k 3.
+TEST(TextSampler, CandidateListMatchesFullLogitsUnderTopK) {
+  std::vector<float> l(300);
+  for (int i = 0; i < 300; i++) l[i] = (float)std::cos(i * 1.3) * 2.0f;
+  std::vector<int32_t> ids(300);
+  for (int i = 0; i < 300; i++) ids[i] = i;
+  std::sort(ids.begin(), ids.end(), [&](int a, int b) { return l[a] > l[b]; });
+  ids.resize(5);
+  std::vector<float> cl;
+  for (int32_t id : ids) cl.push_back(l[id]);
+  std::reverse(ids.begin(), ids.end());  // list order must not matter
+  std::reverse(cl.begin(), cl.end());
+  SamplerParams p = plain(1.2f, 77);
+  p.top_k = 3;
+  Sampler full(p, 300), part(p, 300);
+  for (int i = 0; i < 200; i++)
+    ASSERT_EQ(full.sample(l.data(), 300), part.sample_candidates(ids.data(), cl.data(), 5)) << i;
+}
+
 TEST(TextSampler, DoesNotModifyLogits) {
   std::vector<float> l = {0.5f, 2.0f, -1.0f, 1.5f};
   const std::vector<float> copy = l;
