@@ -24,7 +24,7 @@ let runtime = null;
  * @param {WebAssembly.Module|ArrayBuffer|ArrayBufferView|URL|string} [wasmSource]
  */
 export function init(wasmSource) {
-  runtime ??= loadWasm(wasmSource);
+  runtime ??= loadWasm(wasmSource).catch((e) => { runtime = null; throw e; });  // a failed load may be retried
   return runtime;
 }
 
@@ -224,6 +224,19 @@ export class Model {
     w.withString(text, (p, n) => w.call("kw_tokenize", this.#h(), p, n, addBos ? 1 : 0, parseSpecial ? 1 : 0));
     const b = w.resultBytes();
     return Array.from(new Int32Array(b.buffer, b.byteOffset, b.length / 4));
+  }
+
+  /**
+   * Format chat messages with the model's template (ChatML, Llama-2, Llama-3, ... detected
+   * from the file, or `template` to force one). Generate from the result with
+   * {parseSpecial: true} so the role markers become their special tokens.
+   * @param {{role: string, content: string}[]} messages
+   */
+  applyChatTemplate(messages, {addGenerationPrompt = true, template = ""} = {}) {
+    const w = this.w;
+    w.withString(JSON.stringify(messages), (p, n) =>
+      w.withString(template, (tp, tn) => w.call("kw_chat_apply", this.#h(), p, n, addGenerationPrompt ? 1 : 0, tp, tn)));
+    return w.resultText();
   }
 
   /** @returns {string} text of ids (llama.cpp detokenize rules) */

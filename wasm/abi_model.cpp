@@ -15,6 +15,7 @@
 
 #include "abi_internal.h"
 #include "abi_model.h"
+#include "chat.h"
 #include "gguf.h"
 #include "hash.h"
 #include "knot.h"
@@ -347,5 +348,26 @@ int kw_model_to_knot(int32_t h) {
     ModelEntry& m = ready_model(h, "kw_model_to_knot");
     std::vector<uint8_t> bytes = knot::knot_to_bytes(m.model);
     set_result_bytes(bytes.data(), bytes.size());
+  });
+}
+
+// messages: JSON [{"role", "content"}]; result: the prompt text (encode it with BOS
+// added and special tokens parsed). template_name: "" = detect from the file.
+KW_EXPORT(kw_chat_apply)
+int kw_chat_apply(int32_t h, const char* msgs, uint32_t msgs_len, int32_t add_generation_prompt,
+                  const char* tmpl, uint32_t tmpl_len) {
+  return guard([&] {
+    ModelEntry& m = ready_model(h, "kw_chat_apply");
+    json j = json::parse(str_arg(msgs, msgs_len), nullptr, false);
+    if (j.is_discarded() || !j.is_array()) knot::fail("kw_chat_apply: messages are not a JSON array");
+    std::vector<knot::ChatMessage> v;
+    for (const auto& e : j) {
+      if (!e.is_object() || !e.contains("role") || !e["role"].is_string() || !e.contains("content") ||
+          !e["content"].is_string())
+        knot::fail("kw_chat_apply: each message needs string \"role\" and \"content\": " + e.dump());
+      v.push_back({e["role"].get<std::string>(), e["content"].get<std::string>()});
+    }
+    set_result(knot::apply_chat_template(m.model.tokenizer, v, add_generation_prompt != 0,
+                                         std::string(str_arg(tmpl, tmpl_len))));
   });
 }

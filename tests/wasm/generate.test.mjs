@@ -142,3 +142,21 @@ test("bad generation options and a freed model are errors, not aborts", async (t
   m.close();
   assert.throws(() => m.tokenize("hello"), /closed/);
 });
+
+test("chat template through the ABI: formats messages, rejects bad ones with a message", async (t) => {
+  const p = sharedModel(t, "stories260K.gguf");
+  if (!p) return;
+  const m = await kw.openModel(p);
+  try {
+    const msgs = [{role: "system", content: "Be brief."}, {role: "user", content: "Tell me a story"}];
+    for (const template of ["chatml", "llama2", "llama3"]) {
+      const s = m.applyChatTemplate(msgs, {template});
+      assert.ok(s.includes("Be brief.") && s.includes("Tell me a story"), `${template}: ${s}`);
+      assert.ok(s.indexOf("Be brief.") < s.indexOf("Tell me a story"));
+      // the generation prompt only appends (Llama-2 has none)
+      assert.ok(s.startsWith(m.applyChatTemplate(msgs, {template, addGenerationPrompt: false})));
+    }
+    assert.throws(() => m.applyChatTemplate([{role: "user"}]), /"role" and "content"/);
+    assert.throws(() => m.applyChatTemplate(msgs, {template: "nope"}), /unknown chat template 'nope'/);
+  } finally { m.close(); }
+});
