@@ -377,13 +377,9 @@ std::string Tokenizer::Impl::piece(int32_t id, bool render_special) const {
   const std::string& t = d.tokens[id];
   switch (types[id]) {
     case kControl:
-      return render_special ? t : std::string();
     case kUnknown:
-      // llama.cpp shows SPM's unknown token as U+2585; text only when asked for.
-      if (render_special) return t;
-      return spm ? std::string("\xE2\x96\x85") : std::string();
     case kUnused:
-      return render_special ? t : std::string();
+      return render_special ? t : std::string();  // suppressed, as current llama.cpp does
     case kUser:
       return t;  // user-defined tokens are literal text
     case kByte:

@@ -89,6 +89,8 @@ TEST(TextSpm, PiecesAndDecode) {
   EXPECT_EQ(tok.token_to_piece(243), "\xF0");
   EXPECT_EQ(tok.token_to_piece(1), "");             // control: empty, like llama.cpp
   EXPECT_EQ(tok.token_to_piece(1, true), "<s>");
+  EXPECT_EQ(tok.token_to_piece(0), "");  // <unk>: suppressed like control tokens
+  EXPECT_EQ(tok.token_to_piece(0, true), "<unk>");
   // llama.cpp detokenize: the first token loses one leading space, but a leading BOS
   // (empty piece) absorbs that, so "▁Once" after BOS keeps its space.
   EXPECT_EQ(tok.decode({9038, 2501, 263, 931}), "Once upon a time");
