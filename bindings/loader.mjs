@@ -21,8 +21,18 @@ export class WasmExit extends Error {
 
 const isNode = typeof process !== "undefined" && !!process.versions?.node;
 
-/** Default location of the module, next to this package's build output. */
-export const DEFAULT_WASM_URL = new URL("../build/wasm/knotwork.wasm", import.meta.url);
+/**
+ * Default location of the module: this package's build output. Computed lazily: in a
+ * Cloudflare Worker import.meta.url may be absent, and there the caller passes the
+ * WebAssembly.Module (imported from the .wasm file) anyway.
+ */
+export function defaultWasmUrl() {
+  try {
+    return new URL("../build/wasm/knotwork.wasm", import.meta.url);
+  } catch {
+    throw new Error("knotwork: no default wasm location here; pass the WebAssembly.Module (Workers) or a URL");
+  }
+}
 
 async function readSource(source) {
   if (source instanceof URL) {
@@ -51,7 +61,8 @@ async function readSource(source) {
  * @param {WebAssembly.Module|ArrayBuffer|ArrayBufferView|URL|string} [source]
  * @returns {Promise<KnotworkWasm>}
  */
-export async function loadWasm(source = DEFAULT_WASM_URL) {
+export async function loadWasm(source) {
+  source ??= defaultWasmUrl();
   const state = {memory: null, grows: 0};
   const imports = {
     env: {
@@ -74,7 +85,8 @@ export async function loadWasm(source = DEFAULT_WASM_URL) {
 }
 
 /** Compile the module once (e.g. at module scope) and instantiate it many times. */
-export async function compileWasm(source = DEFAULT_WASM_URL) {
+export async function compileWasm(source) {
+  source ??= defaultWasmUrl();
   if (source instanceof WebAssembly.Module) return source;
   let bytes = source;
   if (!(bytes instanceof ArrayBuffer) && !ArrayBuffer.isView(bytes)) bytes = await readSource(source);

@@ -1,36 +1,99 @@
-// abi.h — the C ABI of knotwork.wasm (consumed by bindings/loader.mjs + knotwork.mjs).
-// Conventions:
+// abi.h — the C ABI of knotwork.wasm (consumed by bindings/loader.mjs, knotwork.mjs,
+// mesh.mjs). Conventions:
 //  * Every kw_* function that can fail returns int status: 0 ok, else a KW_ERR_* code;
 //    the message is kw_last_error() (NUL-terminated, length kw_last_error_len()).
 //    Nothing aborts: knot::Error, std::bad_alloc and std::exception are caught at the
 //    boundary.
 //  * Variable-size results (JSON, text, ids, floats) go to one module-owned result
 //    buffer: kw_result_ptr()/kw_result_len(), valid until the next call that fills it.
-//  * Models, sessions and bench buffers are integer handles (> 0).
+//  * Models, sessions, stations and bench matrices are integer handles (> 0, never
+//    reused). Out-parameters are pointers into linear memory the caller allocated.
+//  * File offsets and sizes are doubles (exact to 2^53): JS numbers, files > 4 GB.
+//  * No clock in the module: the host times calls (performance.now()).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 enum KwStatus : int {
   KW_OK = 0,
-  KW_ERR_KNOT = 1,      // knot::Error: bad input (file, tensor, argument)
-  KW_ERR_OOM = 2,       // std::bad_alloc: the 128 MB linear memory cap was hit
-  KW_ERR_STD = 3,       // another std::exception
-  KW_ERR_HANDLE = 4,    // unknown or freed handle
-  KW_ERR_UNKNOWN = 5,   // a non-std exception
+  KW_ERR_KNOT = 1,     // knot::Error: bad input (file, tensor, argument)
+  KW_ERR_OOM = 2,      // std::bad_alloc: the 128 MB linear memory cap was hit
+  KW_ERR_STD = 3,      // another std::exception
+  KW_ERR_HANDLE = 4,   // unknown or freed handle
+  KW_ERR_UNKNOWN = 5,  // a non-std exception
 };
 
 extern "C" {
+// ---- errors, results, memory (abi.cpp) ----
 const char* kw_last_error();
 uint32_t kw_last_error_len();
 const uint8_t* kw_result_ptr();
 uint32_t kw_result_len();
-
 void* kw_alloc(uint32_t n);  // 16-byte aligned; nullptr + last error on failure
 void kw_free(void* p);
-
-// out[0] linear memory bytes now, out[1] peak linear bytes (high-water mark sampled at
-// every ABI entry and exit), out[2] malloc bytes in use, out[3] peak malloc bytes in use.
+// out[0] linear memory bytes now, out[1] peak linear bytes, out[2] malloc bytes in use,
+// out[3] peak malloc bytes (high-water marks sampled at every ABI entry and exit).
 int kw_memory_stats(uint32_t* out4);
 int kw_memory_reset_peak();
+
+// ---- kernels (abi.cpp) ----
+// result {"failures", "simd", "report"}: SIMD vs scalar checks run inside the module.
+int kw_kernel_selftest(uint32_t seed);
+// A rows x cols matrix of ggml type type_id + activations; result {w_ptr, w_bytes,
+// row_bytes, x_ptr, y_ptr}. run: kernel 0 reference, 1 scalar, 2 simd; result f64 sum(y).
+int kw_bench_matvec_prepare(uint32_t type_id, int32_t rows, int32_t cols, uint32_t seed, int32_t* out_handle);
+int kw_bench_matvec_run(int32_t h, int32_t kernel, int32_t iters);
+int kw_bench_free(int32_t h);
+
+// ---- models, tokenizer, chat (abi_model.cpp) ----
+// Header from the first len bytes: result {"need": N} (fetch N bytes, call again) or
+// {"format", "config", "tensors": [{name, type, shape, offset (absolute), size}], ...}.
+int kw_parse_header(const uint8_t* prefix, uint32_t len, double file_size, const char* name, uint32_t name_len);
+// Same protocol; on success *out_handle > 0 and result {"format", "tensors": [{i, name,
+// offset, size}]} (.knot: entry 0 is the tokenizer blob). Then per entry:
+// tensor_buffer (allocates, returns where to copy the bytes), tensor_loaded (verifies:
+// content hash, finite block scales), and kw_model_finish (result = info JSON).
+int kw_model_open(const uint8_t* prefix, uint32_t len, double file_size, const char* name, uint32_t name_len,
+                  int32_t* out_handle);
+int kw_model_tensor_buffer(int32_t h, uint32_t i, uint8_t** out_ptr);
+int kw_model_tensor_loaded(int32_t h, uint32_t i);
+int kw_model_finish(int32_t h);
+int kw_model_free(int32_t h);  // frees its sessions too
+int kw_model_info(int32_t h);
+int kw_model_to_knot(int32_t h);  // result: .knot file bytes
+int kw_tokenize(int32_t h, const char* text, uint32_t len, int32_t add_bos, int32_t parse_special);  // result i32[]
+int kw_detokenize(int32_t h, const int32_t* ids, uint32_t n);  // result UTF-8
+int kw_token_piece(int32_t h, int32_t id);
+int kw_chat_apply(int32_t h, const char* msgs_json, uint32_t msgs_len, int32_t add_generation_prompt,
+                  const char* tmpl, uint32_t tmpl_len);  // result: prompt text
+
+// ---- generation (abi_session.cpp) ----
+// opts JSON: mode ("fast"|"reference"), n_ctx, chunk, kv_budget, n_predict, temperature,
+// top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, stop [..], ignore_eos.
+int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle);
+int kw_session_prefill(int32_t s, const int32_t* ids, uint32_t n);
+// One token: result = JSON line {"id", "done", "reason", "text_len"} + '\n' + text bytes.
+int kw_session_step(int32_t s);
+int kw_session_eval(int32_t s, const int32_t* ids, uint32_t n);  // result f32 logits [n_vocab]
+int kw_session_reset(int32_t s, int32_t n_pos);
+int kw_session_telemetry(int32_t s);
+int kw_session_free(int32_t s);
+
+// ---- mesh: per-phase forward (abi_mesh.cpp) ----
+int kw_model_tensor_evict(int32_t h, uint32_t i);
+int kw_model_rows_plan(int32_t h, uint32_t i, double r0, double r1);  // result {offset, size} to fetch
+int kw_model_rows_load(int32_t h, uint32_t i, double r0, double r1, const uint8_t* p, double off, double len);
+int kw_station_new(int32_t model, int32_t l0, int32_t l1, int32_t n_ctx, int32_t h0, int32_t h1, int32_t reference,
+                   int32_t* out_handle);
+int kw_station_free(int32_t st);
+int kw_station_truncate(int32_t st, int32_t n_pos);
+int kw_station_info(int32_t st);
+int kw_station_attn(int32_t st, int32_t layer, int32_t pos0, const float* x, int32_t ntok, float* out);
+int kw_station_ffn(int32_t st, int32_t phase, int32_t layer, const float* x, int32_t ntok, float* h, float* out,
+                   int32_t c0, int32_t c1);
+int kw_embed(int32_t model, const int32_t* ids, int32_t ntok, int32_t v0, int32_t v1, float* out);
+int kw_output_norm(int32_t model, const float* x, int32_t ntok, float* out);
+int kw_lm_head(int32_t model, const float* xn, int32_t ntok, int32_t v0, int32_t v1, float* logits, float softcap,
+               int32_t reference);
+int kw_topk_lse(const float* logits, int32_t v0, int32_t v1, int32_t k);
 }
