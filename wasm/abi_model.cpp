@@ -243,6 +243,9 @@ int kw_model_finish(int32_t h) {
     for (const auto& te : m.table)
       if (!te.loaded) knot::fail(m.what + ": tensor " + te.name + " was not loaded");
     knot::validate_config(m.model.config, m.what);
+    if ((int64_t)m.model.tokenizer.tokens.size() != m.model.config.n_vocab)
+      knot::fail(m.what + ": tokenizer has " + std::to_string(m.model.tokenizer.tokens.size()) +
+                 " tokens but config.n_vocab is " + std::to_string(m.model.config.n_vocab));
     m.tok = std::make_unique<knot::Tokenizer>(m.model.tokenizer);
     m.ready = true;
     set_result(model_info_json(m).dump());
