@@ -1,6 +1,7 @@
 #include "generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -127,6 +128,11 @@ void Engine::forward_chunk(const int32_t* ids, int n, bool want_logits) {
   if (want_logits) {
     output_norm(c, *out_norm_, x + (size_t)(n - 1) * E, 1, xl_.data(), ws_);
     lm_head_logits(*lm_head_, xl_.data(), 1, 0, n_logits_, logits_.data(), fo_.kernel);
+    // Never sample from garbage: a NaN/Inf here means broken weights or an overflow.
+    for (int i = 0; i < n_logits_; i++)
+      if (!std::isfinite(logits_[i]))
+        fail("non-finite logit for token " + S(i) + " at position " + S(pos0 + n - 1) +
+             " (corrupt weights or activation overflow)");
   }
 }
 

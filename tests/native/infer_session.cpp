@@ -273,3 +273,24 @@ TEST(BadInput, MissingTensorNamesLayerPhaseTensor) {
 }
 
 }  // namespace
+
+namespace {
+
+// Corrupt weights (a NaN in the lm_head) are reported, never sampled from.
+TEST(BadInput, NonFiniteLogitsAreAnError) {
+  const std::string path = model_path("stories260K.gguf");
+  REQUIRE_SHARED_MODEL(path);
+  Model m = load_model_file(path);
+  Tensor t = m.get("output_weight");
+  t.bytes = alloc_aligned(t.size);
+  std::memcpy(t.bytes.get(), m.get("output_weight").data(), t.size);
+  const float nan = std::nanf("");
+  std::memcpy(t.bytes.get() + 7 * 64 * sizeof(float), &nan, sizeof nan);  // row 7
+  m.tensors["output_weight"] = t;
+  Engine e(m, EngineOptions{});
+  int32_t bos = 1;
+  const std::string msg = error_of([&] { e.eval(&bos, 1); });
+  EXPECT_NE(msg.find("non-finite logit for token 7 at position 0"), std::string::npos) << msg;
+}
+
+}  // namespace
