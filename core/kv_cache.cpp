@@ -17,6 +17,7 @@ namespace {
 // vector extensions: SSE2 natively, simd128 in wasm, no intrinsics or CPU checks.
 typedef uint32_t v4u __attribute__((vector_size(16)));
 typedef float v4f __attribute__((vector_size(16)));
+typedef uint16_t v4h __attribute__((vector_size(8)));
 
 inline float half_to_float(uint16_t h) {
   const uint32_t em = (uint32_t)(h & 0x7fff) << 13;
@@ -34,7 +35,9 @@ inline float half_to_float(uint16_t h) {
 void half_to_float_row(const uint16_t* src, float* dst, size_t n) {
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {  // hot loop: attention reads of the F16 cache
-    const v4u h = {src[i], src[i + 1], src[i + 2], src[i + 3]};
+    v4h h16;
+    std::memcpy(&h16, src + i, 8);
+    const v4u h = __builtin_convertvector(h16, v4u);  // zero-extend 16 -> 32 bits
     const v4u em = (h & 0x7fffu) << 13;
     const v4f f = (v4f)em * 0x1p112f;
     const v4u inf = (v4u)(em >= 0x0f800000u);  // all-ones lanes where Inf/NaN

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "infer_util.h"
+#include "quant.h"
 
 using namespace infer_test;
 using namespace knot;
@@ -107,6 +108,25 @@ TEST(KvCache, MemoryFigureAndErrors) {
   kv.read_v(1, 0, 3, out.data());
   for (int t = 0; t < 3; t++)
     for (int d = 0; d < 16; d++) EXPECT_EQ(out[t * 16 + d], v[t * 32 + d]);
+
+  // F16 storage round trip == quant.h's fp16 conversion, incl. subnormals, -0, max, Inf
+  {
+    KvCache h(c, 0, 1, 2, KvType::F16);
+    std::vector<float> kk(32), vv(32, 0.f);
+    const float vals[] = {1e-6f, -3e-7f, 6.0e-8f, -0.f, 65504.f, -65504.f, 1e6f, 0.1f, -2.5f,
+                          3.14159f, 1e-4f, -6.1e-5f, 1.f / 3, 100.25f, -1e-8f, 7.f};
+    for (int i = 0; i < 32; i++) kk[i] = vals[i % 16] * (i < 16 ? 1.f : -1.f);
+    h.append(0, 0, 1, kk.data(), vv.data());
+    std::vector<float> back(16);
+    for (int head = 0; head < 2; head++) {
+      h.read_k(0, head, 1, back.data());
+      for (int d = 0; d < 16; d++) {
+        const float want = fp16_to_fp32(fp32_to_fp16(kk[head * 16 + d]));
+        EXPECT_EQ(std::signbit(back[d]), std::signbit(want)) << kk[head * 16 + d];
+        EXPECT_EQ(back[d], want) << kk[head * 16 + d];  // Inf == Inf for 1e6
+      }
+    }
+  }
 
   auto expect_error = [](auto fn, const char* needle) {
     try {
