@@ -3,15 +3,16 @@
 // local server. Output must be token-exact with the reference.
 import {test} from "node:test";
 import assert from "node:assert/strict";
-import {existsSync} from "node:fs";
+import {existsSync, writeFileSync} from "node:fs";
 import {join} from "node:path";
 
+import * as kw from "../../bindings/knotwork.mjs";
 import {ROOT, WASM_PATH, sharedModel, referenceOutputs, serveFiles, tmpDir} from "./helpers.mjs";
 
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const MODEL = "stories260K-pad256-llama-q8_0.gguf";
 
-test(`Chromium: ${MODEL} greedy 32 ids on the page and in a Worker match the reference`, {timeout: 180_000}, async (t) => {
+test(`Chromium: ${MODEL} (.gguf and .knot over HTTP ranges) greedy 32 ids on the page and in a Worker match the reference`, {timeout: 180_000}, async (t) => {
   const modelPath = sharedModel(t, MODEL);
   if (!modelPath) return;
   if (!existsSync(CHROMIUM)) {
@@ -21,6 +22,11 @@ test(`Chromium: ${MODEL} greedy 32 ids on the page and in a Worker match the ref
   }
   const {chromium} = await import("playwright-core");
   const ref = referenceOutputs().models[MODEL];
+  // the same model as .knot (what object storage holds), encoded by the wasm core
+  const g = await kw.openModel(modelPath);
+  const knotPath = join(tmpDir(), "m.knot");
+  writeFileSync(knotPath, g.toKnot());
+  g.close();
   const server = await serveFiles({
     "/tests/wasm/page.html": join(ROOT, "tests/wasm/page.html"),
     "/tests/wasm/page-worker.mjs": join(ROOT, "tests/wasm/page-worker.mjs"),
@@ -29,6 +35,7 @@ test(`Chromium: ${MODEL} greedy 32 ids on the page and in a Worker match the ref
     "/bindings/sources.mjs": join(ROOT, "bindings/sources.mjs"),
     "/build/wasm/knotwork.wasm": WASM_PATH,
     "/models/m.gguf": modelPath,
+    "/models/m.knot": knotPath,
   });
   const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-chromium-"), {
     executablePath: CHROMIUM,
@@ -37,23 +44,26 @@ test(`Chromium: ${MODEL} greedy 32 ids on the page and in a Worker match the ref
            "--disable-component-update", "--no-first-run"],
   });
   try {
-    const page = await ctx.newPage();
-    const logs = [];
-    page.on("console", (m) => logs.push(`${m.type()}: ${m.text()}`));
-    page.on("pageerror", (e) => logs.push(`pageerror: ${e.message}`));
-    await page.goto(`${server.url}/tests/wasm/page.html?model=/models/m.gguf&n=32`);
-    await page.waitForFunction(() => window.knotResult, null, {timeout: 150_000});
-    const r = await page.evaluate(() => window.knotResult);
-    assert.ok(!r.error, `${r.error}\n${logs.join("\n")}`);
-    assert.equal(r.selftest, 0);
-    assert.deepEqual(r.main.promptIds, ref.promptTokenIds);
-    assert.deepEqual(r.main.ids, ref.exactFloat64.tokenIds);
-    assert.equal(r.main.text, ref.llamaCppNative.text);
-    assert.ok(!r.worker.error, r.worker.error);
-    assert.deepEqual(r.worker.ids, ref.exactFloat64.tokenIds);
-    // The model really came by ranges (probe + one per tensor), never as a whole file.
-    const modelReqs = server.log.filter((x) => x.path === "/models/m.gguf");
-    assert.ok(modelReqs.length > 10 && modelReqs.every((x) => x.range), JSON.stringify(modelReqs.slice(0, 5)));
+    for (const file of ["/models/m.gguf", "/models/m.knot"]) {
+      const page = await ctx.newPage();
+      const logs = [];
+      page.on("console", (m) => logs.push(`${m.type()}: ${m.text()}`));
+      page.on("pageerror", (e) => logs.push(`pageerror: ${e.message}`));
+      await page.goto(`${server.url}/tests/wasm/page.html?model=${file}&n=32`);
+      await page.waitForFunction(() => window.knotResult, null, {timeout: 150_000});
+      const r = await page.evaluate(() => window.knotResult);
+      assert.ok(!r.error, `${file}: ${r.error}\n${logs.join("\n")}`);
+      assert.equal(r.selftest, 0);
+      assert.deepEqual(r.main.promptIds, ref.promptTokenIds);
+      assert.deepEqual(r.main.ids, ref.exactFloat64.tokenIds, file);
+      assert.equal(r.main.text, ref.llamaCppNative.text);
+      assert.ok(!r.worker.error, r.worker.error);
+      assert.deepEqual(r.worker.ids, ref.exactFloat64.tokenIds, `${file} (worker)`);
+      // The model really came by ranges (probe + one per tensor), never as a whole file.
+      const reqs = server.log.filter((x) => x.path === file);
+      assert.ok(reqs.length > 10 && reqs.every((x) => x.range), JSON.stringify(reqs.slice(0, 5)));
+      await page.close();
+    }
   } finally {
     await ctx.close();
     await server.close();
