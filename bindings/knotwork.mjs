@@ -208,6 +208,59 @@ export async function benchMatvec(type, rows, cols, {kernel = "simd", minMs = 50
   } finally { w.exports.kw_bench_free(h); }
 }
 
+/** Bytes of a row of n elements of a type (ggml block layouts). */
+export function rowBytes(type, n) {
+  const [be, bb] = {F32: [1, 4], F16: [1, 2], BF16: [1, 2], Q4_0: [32, 18], Q8_0: [32, 34],
+                    Q4_K: [256, 144], Q5_K: [256, 176], Q6_K: [256, 210]}[type] ?? [];
+  if (!be) throw new Error(`knotwork: unknown type ${type}`);
+  if (n % be) throw new Error(`knotwork: a ${type} row of ${n} elements is not a multiple of ${be}`);
+  return n / be * bb;
+}
+
+const typeId = (type) => {
+  const id = typeof type === "number" ? type : DTYPES[type];
+  if (id === undefined) throw new Error(`knotwork: unknown type ${type}`);
+  return id;
+};
+
+/** Reference-quantize a Float32Array row to `type`; returns its bytes. */
+export async function quantizeRow(type, x) {
+  const w = await init();
+  const out = w.malloc(rowBytes(type, x.length));
+  const p = w.copyIn(new Uint8Array(x.buffer, x.byteOffset, x.byteLength));
+  try {
+    w.call("kw_quantize_row", typeId(type), p, out, x.length);
+    return w.u8().slice(out, out + rowBytes(type, x.length));
+  } finally { w.free(p); w.free(out); }
+}
+
+/** Dequantize n elements of `type` from bytes; returns a Float32Array. */
+export async function dequantizeRow(type, bytes, n) {
+  const w = await init();
+  const p = w.copyIn(bytes);
+  const out = w.malloc(n * 4);
+  try {
+    w.call("kw_dequantize_row", typeId(type), p, out, n);
+    return w.f32(out, n).slice();
+  } finally { w.free(p); w.free(out); }
+}
+
+/**
+ * Y[ntok, rows] = X[ntok, cols] W^T with the core's kernels (ntok = X.length / cols);
+ * W: rows x row_bytes(type, cols) bytes. kernel: "simd" | "scalar" | "reference".
+ */
+export async function matmul(type, W, rows, cols, X, {kernel = "simd"} = {}) {
+  const w = await init();
+  const ntok = X.length / cols;
+  if (!Number.isInteger(ntok) || ntok < 1) throw new Error(`knotwork: X has ${X.length} values, not a multiple of cols ${cols}`);
+  const pw = w.copyIn(W), px = w.copyIn(new Uint8Array(X.buffer, X.byteOffset, X.byteLength)), py = w.malloc(ntok * rows * 4);
+  try {
+    if (ntok === 1) w.call("kw_matvec", typeId(type), pw, rows, cols, px, py, KERNELS[kernel]);
+    else w.call("kw_matmul", typeId(type), pw, rows, cols, px, ntok, py, KERNELS[kernel]);
+    return w.f32(py, ntok * rows).slice();
+  } finally { w.free(pw); w.free(px); w.free(py); }
+}
+
 export class Model {
   constructor(w, handle, info) {
     this.w = w;

@@ -166,3 +166,59 @@ int kw_kernel_selftest(uint32_t seed) {
     set_result(out + "\"}");
   });
 }
+
+// ---- raw kernels over caller buffers ------------------------------------------------------
+// Types are ggml ids; an unknown or non-storage type is an error naming it (never zeros).
+// kernel: 0 reference, 1 scalar, 2 simd.
+
+namespace {
+knot::Kernel kernel_arg(int32_t k, const char* fn) {
+  if (k < 0 || k > 2) knot::fail(std::string(fn) + ": kernel must be 0 (reference), 1 (scalar) or 2 (simd)");
+  return (knot::Kernel)k;
+}
+void ptrs_ok(const char* fn, std::initializer_list<const void*> ps) {
+  for (const void* p : ps)
+    if (!p) knot::fail(std::string(fn) + ": null buffer");
+}
+}  // namespace
+
+// dst[n] = dequantized row src (row_bytes(type, n) bytes)
+KW_EXPORT(kw_dequantize_row)
+int kw_dequantize_row(uint32_t type_id, const void* src, float* dst, int32_t n) {
+  return guard([&] {
+    ptrs_ok("kw_dequantize_row", {src, dst});
+    knot::DType t = knot::dtype_from_id(type_id, "kw_dequantize_row");
+    knot::row_bytes(t, n, "kw_dequantize_row");  // throws on a misaligned length
+    knot::dequantize_row(t, src, dst, n);
+  });
+}
+
+// dst (row_bytes(type, n) bytes) = reference quantization of src[n]
+KW_EXPORT(kw_quantize_row)
+int kw_quantize_row(uint32_t type_id, const float* src, void* dst, int32_t n) {
+  return guard([&] {
+    ptrs_ok("kw_quantize_row", {src, dst});
+    knot::DType t = knot::dtype_from_id(type_id, "kw_quantize_row");
+    knot::row_bytes(t, n, "kw_quantize_row");
+    knot::quantize_row(t, src, dst, n);
+  });
+}
+
+// y[rows] = W[rows, cols] x[cols]
+KW_EXPORT(kw_matvec)
+int kw_matvec(uint32_t type_id, const void* W, int32_t rows, int32_t cols, const float* x, float* y, int32_t kernel) {
+  return guard([&] {
+    ptrs_ok("kw_matvec", {W, x, y});
+    knot::matvec(knot::dtype_from_id(type_id, "kw_matvec"), W, rows, cols, x, y, kernel_arg(kernel, "kw_matvec"));
+  });
+}
+
+// Y[ntok, rows] = X[ntok, cols] W^T   (batched prefill form)
+KW_EXPORT(kw_matmul)
+int kw_matmul(uint32_t type_id, const void* W, int32_t rows, int32_t cols, const float* X, int32_t ntok, float* Y,
+              int32_t kernel) {
+  return guard([&] {
+    ptrs_ok("kw_matmul", {W, X, Y});
+    knot::matmul(knot::dtype_from_id(type_id, "kw_matmul"), W, rows, cols, X, ntok, Y, kernel_arg(kernel, "kw_matmul"));
+  });
+}

@@ -45,6 +45,13 @@ int kw_bench_matvec_prepare(uint32_t type_id, int32_t rows, int32_t cols, uint32
 int kw_bench_matvec_run(int32_t h, int32_t kernel, int32_t iters);
 int kw_bench_free(int32_t h);
 
+// Raw kernels over caller buffers (type = ggml id; unknown types are errors, never zeros).
+int kw_dequantize_row(uint32_t type_id, const void* src, float* dst, int32_t n);
+int kw_quantize_row(uint32_t type_id, const float* src, void* dst, int32_t n);
+int kw_matvec(uint32_t type_id, const void* W, int32_t rows, int32_t cols, const float* x, float* y, int32_t kernel);
+int kw_matmul(uint32_t type_id, const void* W, int32_t rows, int32_t cols, const float* X, int32_t ntok, float* Y,
+              int32_t kernel);
+
 // ---- models, tokenizer, chat (abi_model.cpp) ----
 // Header from the first len bytes: result {"need": N} (fetch N bytes, call again) or
 // {"format", "config", "tensors": [{name, type, shape, offset (absolute), size}], ...}.

@@ -124,3 +124,44 @@ test("memory stats: peak tracks a large allocation; current linear never exceeds
   assert.ok(after.linear <= 128 * 1024 * 1024);
   assert.ok(after.peakLinear >= after.linear);
 });
+
+test("raw kernels: quantize/dequantize round trip per type, unknown types and bad lengths are errors", async () => {
+  const n = 512;
+  const x = Float32Array.from({length: n}, (_, i) => Math.sin(i * 0.37) * (1 + (i % 7)));
+  const rms = (a) => Math.sqrt(a.reduce((s, v) => s + v * v, 0) / a.length);
+  // loose bounds on relative rms error: they catch wrong layouts (errors ~1), not rounding
+  const bound = {F32: 1e-7, F16: 1e-3, BF16: 1e-2, Q8_0: 2e-2, Q6_K: 5e-2, Q5_K: 0.1, Q4_K: 0.2, Q4_0: 0.2};
+  for (const [type, b] of Object.entries(bound)) {
+    const q = await kw.quantizeRow(type, x);
+    assert.equal(q.length, kw.rowBytes(type, n));
+    const y = await kw.dequantizeRow(type, q, n);
+    const err = rms(y.map((v, i) => v - x[i])) / rms(x);
+    assert.ok(err <= b, `${type}: rel rms ${err} > ${b}`);
+  }
+  await assert.rejects(kw.dequantizeRow(3, new Uint8Array(64), 32), /unsupported tensor type id 3/);  // Q4_1
+  await assert.rejects(kw.dequantizeRow("Q4_K", new Uint8Array(1000), 300), /300/);
+});
+
+test("raw kernels: known-answer dots catch lane-sum bugs; matmul rows == matvec per token", async () => {
+  const cols = 512, rows = 8;
+  for (const type of ["Q8_0", "Q4_K", "Q6_K", "F16"]) {
+    // all-ones weights and activations: every output is exactly cols up to quantization
+    const one = await kw.quantizeRow(type, new Float32Array(cols).fill(1));
+    const W = new Uint8Array(one.length * rows);
+    for (let r = 0; r < rows; r++) W.set(one, r * one.length);
+    for (const kernel of ["simd", "scalar", "reference"]) {
+      const y = await kw.matmul(type, W, rows, cols, new Float32Array(cols).fill(1), {kernel});
+      for (const v of y) assert.ok(Math.abs(v - cols) < cols * 0.02, `${type} ${kernel}: ${v} != ${cols}`);
+    }
+    // random weights: matmul over 3 tokens == 3 matvecs, bit for bit
+    const Wr = new Uint8Array(one.length * rows);
+    for (let r = 0; r < rows; r++)
+      Wr.set(await kw.quantizeRow(type, Float32Array.from({length: cols}, (_, i) => Math.cos(i * (r + 1) * 0.11))), r * one.length);
+    const X = Float32Array.from({length: 3 * cols}, (_, i) => Math.sin(i * 0.05));
+    const Y = await kw.matmul(type, Wr, rows, cols, X);
+    for (let t = 0; t < 3; t++) {
+      const yt = await kw.matmul(type, Wr, rows, cols, X.subarray(t * cols, (t + 1) * cols));
+      assert.deepEqual(Array.from(Y.subarray(t * rows, (t + 1) * rows)), Array.from(yt), `${type} token ${t}`);
+    }
+  }
+});
