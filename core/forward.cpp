@@ -148,12 +148,14 @@ void Workspace::reserve(const ModelConfig& c, int max_tok, int n_ctx) {
   grow(scores, (size_t)n_ctx);
   grow(up, T * c.n_ff);
   grow(tmp, std::max(c.n_embd, c.n_head * c.head_dim));
+  grow(delta, T * c.n_embd);
+  grow(hidden, T * c.n_ff);
   note_peak();
 }
 
 size_t Workspace::bytes() const {
   size_t b = 0;
-  for (const auto* v : {&xn, &q, &k, &v, &att, &kf, &vf, &scores, &up, &tmp, &ytile, &rowf})
+  for (const auto* v : {&xn, &q, &k, &v, &att, &kf, &vf, &scores, &up, &tmp, &ytile, &rowf, &delta, &hidden})
     b += v->capacity() * sizeof(float);
   return b + wtile.capacity();
 }
@@ -162,7 +164,7 @@ void Workspace::note_peak() { peak = std::max(peak, bytes()); }
 
 void Workspace::release() {
   note_peak();
-  for (auto* v : {&xn, &q, &k, &v, &att, &kf, &vf, &scores, &up, &tmp, &ytile, &rowf}) {
+  for (auto* v : {&xn, &q, &k, &v, &att, &kf, &vf, &scores, &up, &tmp, &ytile, &rowf, &delta, &hidden}) {
     v->clear();
     v->shrink_to_fit();
   }
@@ -452,6 +454,26 @@ void ffn_down(const ModelConfig& cfg, const LayerWeights& w, const float* h, int
     fail("tensor " + wd.name + " has shape " + shape_str(wd) + ", expected rows of " + S(cfg.n_ff) +
          " elements (phase ffn_down)");
   ws.note_peak();
+}
+
+// ---- layer station ---------------------------------------------------------------
+
+void forward_layers(const ModelConfig& cfg, const LayerWeights* layers, KvCache& kv, int pos0,
+                    float* x, int ntok, const ForwardOptions& o, Workspace& ws) {
+  const size_t nx = (size_t)ntok * cfg.n_embd;
+  float* d = grow(ws.delta, nx);                          // [ntok, E]
+  float* h = grow(ws.hidden, (size_t)ntok * cfg.n_ff);    // [ntok, n_ff]
+  for (int l = kv.layer_begin(); l < kv.layer_end(); l++) {
+    const LayerWeights& w = layers[l - kv.layer_begin()];
+    if (w.layer != l)
+      fail("forward_layers: weights for layer " + S(w.layer) + " given where layer " + S(l) +
+           " is expected");
+    attn(cfg, w, kv, pos0, x, ntok, d, o, ws);
+    for (size_t i = 0; i < nx; i++) x[i] += d[i];
+    ffn_gate_up(cfg, w, x, ntok, h, o, ws);
+    ffn_down(cfg, w, h, ntok, d, o, ws);
+    for (size_t i = 0; i < nx; i++) x[i] += d[i];
+  }
 }
 
 // ---- embedding / lm_head -----------------------------------------------------------

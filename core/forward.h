@@ -88,6 +88,8 @@ struct Workspace {
   std::vector<float> ytile;   // [ntok, kColTileRows]
   std::vector<float> rowf;    // [cols] one dequantized row (unaligned column slices)
   std::vector<uint8_t> wtile; // gathered weight tile
+  std::vector<float> delta;   // [ntok, n_embd]  phase output (forward_layers)
+  std::vector<float> hidden;  // [ntok, n_ff]    FFN hidden (forward_layers)
   // Pre-size for chunks of up to max_tok tokens and a context of n_ctx positions, so the
   // decode loop never allocates.
   void reserve(const ModelConfig& cfg, int max_tok, int n_ctx);
@@ -145,6 +147,12 @@ void ffn_gate_up(const ModelConfig& cfg, const LayerWeights& w, const float* x, 
                  float* h, const ForwardOptions& o, Workspace& ws, int c0 = 0, int c1 = -1);
 void ffn_down(const ModelConfig& cfg, const LayerWeights& w, const float* h, int ntok,
               float* out, const ForwardOptions& o, Workspace& ws, int c0 = 0, int c1 = -1);
+
+// A layer station: runs layers [kv.layer_begin(), kv.layer_end()) on x in place
+// (attn, x += out, ffn_gate_up, ffn_down, x += out per layer), positions pos0.., with
+// resident weights. layers[i] holds layer kv.layer_begin() + i.   x: [ntok, n_embd]
+void forward_layers(const ModelConfig& cfg, const LayerWeights* layers, KvCache& kv, int pos0,
+                    float* x, int ntok, const ForwardOptions& o, Workspace& ws);
 
 // ---- embedding and lm_head (vocab slices) ------------------------------------------
 

@@ -88,8 +88,6 @@ Engine::Engine(const Model& m, const EngineOptions& o) : m_(m), opt_(o) {
   kv_ = KvCache(c, 0, c.n_layer, n_ctx_, fo_.kv_type, o.kv_budget);
   ws_.reserve(c, chunk_, n_ctx_);
   x_.resize((size_t)chunk_ * c.n_embd);
-  d_.resize((size_t)chunk_ * c.n_embd);
-  h_.resize((size_t)chunk_ * c.n_ff);
   xl_.resize(c.n_embd);
   logits_.resize(n_logits_);
   tel_.peak_bytes = peak_bytes();
@@ -99,7 +97,7 @@ double Engine::now() const { return opt_.clock ? opt_.clock() : steady_seconds()
 
 size_t Engine::bytes() const {
   return kv_.bytes() + ws_.bytes() +
-         (x_.capacity() + d_.capacity() + h_.capacity() + xl_.capacity() + logits_.capacity()) *
+         (x_.capacity() + xl_.capacity() + logits_.capacity()) *
              sizeof(float);
 }
 
@@ -114,17 +112,8 @@ void Engine::forward_chunk(const int32_t* ids, int n, bool want_logits) {
   const int E = c.n_embd;
   const int pos0 = kv_.n_pos();
   float* x = x_.data();  // [n, E]
-  float* d = d_.data();  // [n, E]
-  float* h = h_.data();  // [n, n_ff]
   embed_rows(*tok_embd_, ids, n, 0, tok_embd_->nrows(), n_logits_, x);
-  const size_t nx = (size_t)n * E;
-  for (int l = 0; l < c.n_layer; l++) {
-    attn(c, layers_[l], kv_, pos0, x, n, d, fo_, ws_);
-    for (size_t i = 0; i < nx; i++) x[i] += d[i];
-    ffn_gate_up(c, layers_[l], x, n, h, fo_, ws_);
-    ffn_down(c, layers_[l], h, n, d, fo_, ws_);
-    for (size_t i = 0; i < nx; i++) x[i] += d[i];
-  }
+  forward_layers(c, layers_.data(), kv_, pos0, x, n, fo_, ws_);
   if (want_logits) {
     output_norm(c, *out_norm_, x + (size_t)(n - 1) * E, 1, xl_.data(), ws_);
     lm_head_logits(*lm_head_, xl_.data(), 1, 0, n_logits_, logits_.data(), fo_.kernel);

@@ -113,8 +113,6 @@ class Engine {
   KvCache kv_;
   Workspace ws_;
   std::vector<float> x_;       // [chunk, n_embd] residual stream
-  std::vector<float> d_;       // [chunk, n_embd] phase output
-  std::vector<float> h_;       // [chunk, n_ff]   FFN hidden
   std::vector<float> xl_;      // [n_embd]        normed last row
   std::vector<float> logits_;  // [n_logits]
   Telemetry tel_;

@@ -314,3 +314,69 @@ TEST(BadInput, NonFiniteLogitsAreAnError) {
 }
 
 }  // namespace
+
+namespace {
+
+// The mesh shape in miniature: entry station [0,2), exit station [2,5), each with its own
+// KV cache, and 3 vocab shards for embed + lm_head (top-k/lse merge), over a prefill and
+// 4 greedy decode steps == the Engine's greedy run.
+TEST(Mesh, StationsAndVocabShardsEqualEngine) {
+  const std::string path = model_path(kQwen);
+  REQUIRE_SHARED_MODEL(path);
+  Model m = load_model_file(path);
+  const ModelConfig& c = m.config;
+  const int E = c.n_embd, V = c.n_vocab;
+  const ForwardOptions fo = forward_options_for(Mode::Fast);
+  const std::vector<int> cut = {0, 2, c.n_layer};
+  const std::vector<int> vb = {0, 170, 300, V};
+
+  std::vector<std::vector<LayerWeights>> lw(2);
+  std::vector<KvCache> kv;
+  std::vector<Workspace> ws(2);
+  for (int s = 0; s < 2; s++) {
+    for (int l = cut[s]; l < cut[s + 1]; l++) lw[s].push_back(layer_weights(m, l));
+    kv.emplace_back(c, cut[s], cut[s + 1], 32, fo.kv_type);
+  }
+  Workspace wsv;
+  const Tensor& te = m.get("token_embd_weight");
+  const Tensor& lm = lm_head_tensor(m);
+
+  auto step = [&](const std::vector<int32_t>& ids, int pos0) {
+    const int T = (int)ids.size();
+    std::vector<float> x(T * E, 0.f), part(T * E);
+    for (size_t s = 0; s + 1 < vb.size(); s++) {  // embed: sum of shard partials
+      embed_rows(te, ids.data(), T, vb[s], vb[s + 1], V, part.data());
+      for (int i = 0; i < T * E; i++) x[i] += part[i];
+    }
+    for (int s = 0; s < 2; s++) forward_layers(c, lw[s].data(), kv[s], pos0, x.data(), T, fo, ws[s]);
+    std::vector<float> xn(E);
+    output_norm(c, m.get("output_norm_weight"), x.data() + (T - 1) * E, 1, xn.data(), wsv);
+    std::vector<SliceTopK> parts;
+    for (size_t s = 0; s + 1 < vb.size(); s++) {
+      std::vector<float> lg(vb[s + 1] - vb[s]);
+      lm_head_logits(lm, xn.data(), 1, vb[s], vb[s + 1], lg.data(), fo.kernel);
+      parts.push_back(topk_lse(lg.data(), vb[s], vb[s + 1], 4));
+    }
+    return merge_topk(parts, 4);
+  };
+
+  EngineOptions eo;
+  eo.n_ctx = 32;
+  Engine e(m, eo);
+  const auto prompt = long_prompt(5);
+  GreedyRun ref = greedy(e, prompt, 5);
+
+  SliceTopK t = step(prompt, 0);
+  for (int i = 0; i < 5; i++) {
+    ASSERT_EQ(t.ids[0], ref.ids[i]) << "step " << i;
+    EXPECT_NEAR(t.logits[0], ref.logits[i][ref.ids[i]], 1e-4) << "step " << i;
+    // lse of the merge == lse of the Engine's full logits
+    SliceTopK full = topk_lse(ref.logits[i].data(), 0, V, 1);
+    EXPECT_NEAR(t.lse, full.lse, 1e-3) << "step " << i;
+    if (i + 1 < 5) t = step({t.ids[0]}, (int)prompt.size() + i);
+  }
+  EXPECT_EQ(kv[0].n_pos(), (int)prompt.size() + 4);
+  EXPECT_EQ(kv[1].n_pos(), (int)prompt.size() + 4);
+}
+
+}  // namespace
