@@ -149,3 +149,30 @@ test("native `knot convert` output parses and loads in wasm", async (t) => {
   assert.equal(m.info.config.n_embd, 256);
   m.close();
 });
+
+test("urlSource refuses a server that ignores Range, and a short range answer", async () => {
+  const {createServer} = await import("node:http");
+  const body = new Uint8Array(1000).fill(1);
+  let mode = "ignore";
+  const server = createServer((req, res) => {
+    if (mode === "ignore") { res.writeHead(200, {"Content-Length": body.length}); res.end(body); return; }
+    // claims the range but sends fewer bytes than asked
+    const m = /bytes=(\d+)-(\d+)/.exec(req.headers.range);
+    const [a, b] = [Number(m[1]), Number(m[2])];
+    const n = req.headers.range === "bytes=0-0" ? 1 : Math.max(1, b - a);
+    res.writeHead(206, {"Content-Range": `bytes ${a}-${a + n - 1}/${body.length}`, "Content-Length": n});
+    res.end(body.subarray(0, n));
+  });
+  await new Promise((ok) => server.listen(0, "127.0.0.1", ok));
+  const url = `http://127.0.0.1:${server.address().port}/m.knot`;
+  try {
+    await assert.rejects(kw.urlSource(url), /did not answer a Range request \(HTTP 200/);
+    mode = "short";
+    const src = await kw.urlSource(url);
+    await assert.rejects(src.read(10, 100), /returned 99 bytes/);
+    await assert.rejects(src.read(990, 100), /outside the source's 1000 bytes/);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((ok) => server.close(ok));
+  }
+});
