@@ -137,14 +137,65 @@ static void q8_0_wasm(int64_t n, const void* w, const void* const* act, float* o
 
 // ---- K-quants x Q8_K
 
-// Q4_K / Q5_K: q*sc <= 31*63 fits i16. sumi = sum dot(q*sc, a); summs via bsums.
+// Q4_K / Q5_K. Scales and mins of all 8 sub-blocks decoded at once with 32-bit masks
+// (same packing as k4_scale_min): bytes 0-3 of the 12 give sc0-3 (+ top bits of sc4-7),
+// bytes 4-7 m0-3 (+ top bits of m4-7), bytes 8-11 the low nibbles of sc4-7 / m4-7.
+struct KScales {
+  v128_t sc16;    // i16x8: sc0..sc7
+  v128_t mp[2];   // i16x8: m0,m0,m1,m1,m2,m2,m3,m3 / m4..m7 pairs (vs bsums)
+};
+static inline KScales k4_scales_wasm(const uint8_t* s) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t sc_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
+  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+  const v128_t v8 = wasm_i32x4_make((int32_t)sc_lo, (int32_t)sc_hi, (int32_t)m_lo, (int32_t)m_hi);
+  const v128_t m16 = wasm_u16x8_extend_high_u8x16(v8);
+  KScales k;
+  k.sc16 = wasm_u16x8_extend_low_u8x16(v8);
+  k.mp[0] = wasm_i16x8_shuffle(m16, m16, 0, 0, 1, 1, 2, 2, 3, 3);
+  k.mp[1] = wasm_i16x8_shuffle(m16, m16, 4, 4, 5, 5, 6, 6, 7, 7);
+  return k;
+}
+
+// One chunk of 64 weights (sub-blocks 2C from low nibbles, 2C+1 from high nibbles).
+// The 6-bit scale is folded into the weights (q*sc <= 31*63 fits i16) so each token
+// needs only load8x8_s + dot + add per 8 weights.
+template <int NT, int C, bool Q5>
+static inline void kmin_chunk_wasm(const uint8_t* qs, const uint8_t* qh, const KScales& ks,
+                                   const int8_t* const* a, v128_t* isum) {
+  const v128_t m4 = wasm_i16x8_splat(0x0F), bit4 = wasm_i16x8_splat(0x10);
+  const v128_t s_lo = wasm_i16x8_shuffle(ks.sc16, ks.sc16, 2 * C, 2 * C, 2 * C, 2 * C, 2 * C, 2 * C, 2 * C, 2 * C);
+  const v128_t s_hi = wasm_i16x8_shuffle(ks.sc16, ks.sc16, 2 * C + 1, 2 * C + 1, 2 * C + 1, 2 * C + 1,
+                                         2 * C + 1, 2 * C + 1, 2 * C + 1, 2 * C + 1);
+  for (int g = 0; g < 4; g++) {  // hot loop: 8 bytes -> 8 low + 8 high weights
+    const v128_t q = wasm_u16x8_load8x8(qs + 32 * C + 8 * g);
+    v128_t lo = wasm_v128_and(q, m4);
+    v128_t hi = wasm_u16x8_shr(q, 4);
+    if (Q5) {  // fifth bit: qh[l] bit 2C (low) / 2C+1 (high)
+      const v128_t h = wasm_u16x8_load8x8(qh + 8 * g);
+      lo = wasm_v128_or(lo, wasm_v128_and(wasm_i16x8_shl(wasm_u16x8_shr(h, 2 * C), 4), bit4));
+      hi = wasm_v128_or(hi, wasm_v128_and(wasm_i16x8_shl(wasm_u16x8_shr(h, 2 * C + 1), 4), bit4));
+    }
+    lo = wasm_i16x8_mul(lo, s_lo);
+    hi = wasm_i16x8_mul(hi, s_hi);
+    for (int t = 0; t < NT; t++) {
+      const int8_t* at = a[t] + 64 * C + 8 * g;
+      isum[t] = wasm_i32x4_add(isum[t], wasm_i32x4_add(wasm_i32x4_dot_i16x8(lo, wasm_i16x8_load8x8(at)),
+                                                       wasm_i32x4_dot_i16x8(hi, wasm_i16x8_load8x8(at + 32))));
+    }
+  }
+}
+
 template <int NT, bool Q5>
 static void kmin_wasm(int64_t n, const void* w, const void* const* act, float* out) {
   const int64_t nb = n / QK_K;
   const size_t bsz = Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
   float acc[NT];
   for (int t = 0; t < NT; t++) acc[t] = 0.f;
-  const v128_t m4 = wasm_i16x8_splat(0x0F), bit4 = wasm_i16x8_splat(0x10);
   for (int64_t i = 0; i < nb; i++) {
     const uint8_t* blk = (const uint8_t*)w + (size_t)i * bsz;
     fp16_t d16, dmin16;
@@ -152,39 +203,23 @@ static void kmin_wasm(int64_t n, const void* w, const void* const* act, float* o
     std::memcpy(&dmin16, blk + 2, 2);
     const uint8_t* qh = blk + 16;  // Q5_K only
     const uint8_t* qs = blk + (Q5 ? 48 : 16);
-    uint8_t sc[8], m[8];
-    k4_unpack_scales(blk + 4, sc, m);
+    const KScales ks = k4_scales_wasm(blk + 4);
+    const int8_t* a[NT];
     v128_t isum[NT];
-    for (int t = 0; t < NT; t++) isum[t] = wasm_i32x4_splat(0);
-    for (int c = 0; c < 4; c++) {  // 64 weights: sub-blocks 2c (low nibbles), 2c+1 (high)
-      const v128_t s_lo = wasm_i16x8_splat(sc[2 * c]), s_hi = wasm_i16x8_splat(sc[2 * c + 1]);
-      for (int g = 0; g < 4; g++) {  // hot loop: 8 bytes -> 8 + 8 weights
-        const v128_t q = wasm_u16x8_load8x8(qs + 32 * c + 8 * g);
-        v128_t lo = wasm_v128_and(q, m4);
-        v128_t hi = wasm_u16x8_shr(q, 4);
-        if (Q5) {
-          const v128_t h = wasm_u16x8_load8x8(qh + 8 * g);
-          lo = wasm_v128_or(lo, wasm_v128_and(wasm_i16x8_shl(wasm_u16x8_shr(h, 2 * c), 4), bit4));
-          hi = wasm_v128_or(hi, wasm_v128_and(wasm_i16x8_shl(wasm_u16x8_shr(h, 2 * c + 1), 4), bit4));
-        }
-        lo = wasm_i16x8_mul(lo, s_lo);
-        hi = wasm_i16x8_mul(hi, s_hi);
-        for (int t = 0; t < NT; t++) {
-          const int8_t* a = ((const block_q8_K*)act[t])[i].qs + 64 * c + 8 * g;
-          isum[t] = wasm_i32x4_add(isum[t], wasm_i32x4_add(wasm_i32x4_dot_i16x8(lo, wasm_i16x8_load8x8(a)),
-                                                           wasm_i32x4_dot_i16x8(hi, wasm_i16x8_load8x8(a + 32))));
-        }
-      }
+    for (int t = 0; t < NT; t++) {
+      a[t] = ((const block_q8_K*)act[t])[i].qs;
+      isum[t] = wasm_i32x4_splat(0);
     }
-    // [m0,m0,m1,m1,m2,m2,m3,m3] and [m4,..,m7,m7] against bsums[0..7], [8..15]
-    const v128_t mp0 = wasm_i16x8_make(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3]);
-    const v128_t mp1 = wasm_i16x8_make(m[4], m[4], m[5], m[5], m[6], m[6], m[7], m[7]);
+    kmin_chunk_wasm<NT, 0, Q5>(qs, qh, ks, a, isum);
+    kmin_chunk_wasm<NT, 1, Q5>(qs, qh, ks, a, isum);
+    kmin_chunk_wasm<NT, 2, Q5>(qs, qh, ks, a, isum);
+    kmin_chunk_wasm<NT, 3, Q5>(qs, qh, ks, a, isum);
     const float dw = half_to_float(d16), dminw = half_to_float(dmin16);
     for (int t = 0; t < NT; t++) {
-      const block_q8_K* a = (const block_q8_K*)act[t] + i;
-      const v128_t ms = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(a->bsums), mp0),
-                                       wasm_i32x4_dot_i16x8(wasm_v128_load(a->bsums + 8), mp1));
-      acc[t] = block_accum_kmin(acc[t], dw, dminw, a->d, hsum_i32x4(isum[t]), hsum_i32x4(ms));
+      const block_q8_K* ab = (const block_q8_K*)act[t] + i;
+      const v128_t ms = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(ab->bsums), ks.mp[0]),
+                                       wasm_i32x4_dot_i16x8(wasm_v128_load(ab->bsums + 8), ks.mp[1]));
+      acc[t] = block_accum_kmin(acc[t], dw, dminw, ab->d, hsum_i32x4(isum[t]), hsum_i32x4(ms));
     }
   }
   for (int t = 0; t < NT; t++) out[t] = acc[t];
