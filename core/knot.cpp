@@ -99,6 +99,8 @@ static uint64_t j_hash(const json& j, const char* k, const std::string& ctx) {
   return hash_from_hex(j[k].get<std::string>(), ctx + " " + k);
 }
 
+static void parse_meta(const json& j, KnotHeader& h, const std::string& what);
+
 HeaderParse parse_knot_header(const uint8_t* buf, size_t len, uint64_t file_size, const std::string& what) {
   HeaderParse r;
   if (len > file_size) len = (size_t)file_size;
@@ -149,8 +151,21 @@ HeaderParse parse_knot_header(const uint8_t* buf, size_t len, uint64_t file_size
   json j = json::parse(js, js + h.meta_len, nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail(what + ": metadata JSON at offset 10 (" + std::to_string(h.meta_len) + " bytes) does not parse");
   h.meta_json.assign(js, h.meta_len);
+  try {
+    parse_meta(j, h, what);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type we did not check
+    fail(what + ": bad metadata: " + e.what());
+  }
+  r.complete = true;
+  r.need = h.payload_offset;
+  return r;
+}
+
+// Metadata JSON -> header fields, with the layout checks that need the tensor table.
+static void parse_meta(const json& j, KnotHeader& h, const std::string& what) {
+  const uint64_t file_size = h.file_size;
   if (!j.contains("schema") || !j["schema"].is_number_integer()) fail(what + ": metadata has no schema version");
-  h.schema = j["schema"].get<int>();
+  h.schema = (int)std::clamp<int64_t>(j["schema"].get<int64_t>(), -1, INT32_MAX);
   if (h.schema < 1 || h.schema > KNOT_SCHEMA_VERSION)
     fail(what + ": metadata schema " + std::to_string(h.schema) + " not supported (this reader knows 1.." + std::to_string(KNOT_SCHEMA_VERSION) + ")");
   if (!j.contains("config")) fail(what + ": metadata has no config");
@@ -162,7 +177,7 @@ HeaderParse parse_knot_header(const uint8_t* buf, size_t len, uint64_t file_size
   if (!j.contains("tensors") || !j["tensors"].is_array()) fail(what + ": metadata has no tensors array");
 
   const uint64_t payload = file_size - h.payload_offset;
-  for (auto& jt : j["tensors"]) {
+  for (auto& jt : j.at("tensors")) {
     KnotTensor t;
     if (!jt.is_object() || !jt.contains("name") || !jt["name"].is_string()) fail(what + ": tensor entry without a name");
     t.name = jt["name"];
@@ -183,6 +198,11 @@ HeaderParse parse_knot_header(const uint8_t* buf, size_t len, uint64_t file_size
     for (auto& d : jt["shape"]) {
       if (!d.is_number_integer() || d.get<int64_t>() <= 0 || d.get<int64_t>() > ((int64_t)1 << 40)) fail(ctx + ": bad dimension in shape");
       t.shape.push_back(d.get<int64_t>());
+    }
+    int64_t ne = 1;
+    for (int64_t d : t.shape) {
+      if (ne > ((int64_t)1 << 48) / d) fail(ctx + ": shape has more than 2^48 elements");
+      ne *= d;
     }
     t.offset = j_u64(jt, "offset", ctx);
     t.size = j_u64(jt, "size", ctx);
@@ -230,9 +250,6 @@ HeaderParse parse_knot_header(const uint8_t* buf, size_t len, uint64_t file_size
     if (h.payload_offset + sum > file_size) fail(what + ": truncated (or stale, if written by the old encoder): " + detail);
     fail(stale_msg(what, "layout mismatch: " + detail));
   }
-  r.complete = true;
-  r.need = h.payload_offset;
-  return r;
 }
 
 KnotHeader read_knot_header(ByteSource& src, size_t probe) {

@@ -269,7 +269,11 @@ static ModelConfig config_from_j(const json& j, const std::string& what) {
   c.n_vocab = get_int("n_vocab");
   c.n_vocab_tensor = get_int("n_vocab_tensor");
   c.rope_dims = get_int("rope_dims");
-  std::string rs = j.value("rope_style", std::string("norm"));
+  std::string rs = "norm";
+  if (j.contains("rope_style")) {
+    if (!j["rope_style"].is_string()) fail(what + ": config.rope_style is not a string");
+    rs = j["rope_style"].get<std::string>();
+  }
   if (rs != "norm" && rs != "neox") fail(what + ": config.rope_style '" + rs + "' (expected norm|neox)");
   c.rope_style = rs == "neox" ? RopeStyle::Neox : RopeStyle::Norm;
   c.rope_theta = get_num("rope_theta");

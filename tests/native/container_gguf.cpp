@@ -318,4 +318,39 @@ TEST(Gguf, BadTokenizerBlobsAreErrors) {
     std::string e = error_of([&] { tokenizer_from_json(bad, "blob.knot"); });
     EXPECT_TRUE(contains(e, "blob.knot") && contains(e, "tokenizer")) << bad << " -> " << e;
   }
+  // mutated blobs: parse or knot::Error, nothing else
+  TokenizerData t = synth_tokenizer(300);
+  t.tokens[270] = "\xFF";
+  const std::string good = tokenizer_to_json(t);
+  uint64_t st = 99;
+  for (int it = 0; it < 2000; it++) {
+    std::string b = good;
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    size_t pos = (st >> 33) % b.size();
+    b[pos] = "0[]{}\":,-e\\x"[(st >> 20) % 14];
+    error_of([&] { tokenizer_from_json(b, "m"); });
+  }
+}
+
+// Random byte corruption: every outcome is a parse or a knot::Error, never a crash or a
+// foreign exception (run under ASan/UBSan to make "never a crash" meaningful).
+TEST(Gguf, RandomCorruptionNeverCrashes) {
+  auto b = sample_bytes();
+  uint64_t st = 12345;
+  auto rnd = [&] {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    return st >> 33;
+  };
+  int errors = 0;
+  for (int it = 0; it < 3000; it++) {
+    auto c = b;
+    int flips = 1 + (int)(rnd() % 4);
+    for (int k = 0; k < flips; k++) {
+      size_t pos = rnd() % c.size();
+      c[pos] = (it % 3 == 0) ? (uint8_t)rnd() : (uint8_t)(c[pos] ^ (1u << (rnd() % 8)));
+    }
+    size_t len = it % 5 == 0 ? rnd() % c.size() : c.size();
+    if (!error_of([&] { gguf::parse(c.data(), len, len, "fuzz"); }).empty()) errors++;
+  }
+  EXPECT_GT(errors, 100);
 }

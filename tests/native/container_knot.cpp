@@ -308,6 +308,24 @@ TEST(Knot, UnknownTypeOutOfRangeOverlapMisalignedRows) {
   EXPECT_TRUE(contains(e, "bad hash")) << e;
   e = load_error(with_json([](json& j) { j["config"]["n_head_kv"] = 3; }));
   EXPECT_TRUE(contains(e, "n_head_kv")) << e;
+  e = load_error(with_json([](json& j) { j["config"]["rope_style"] = 5; }));
+  EXPECT_TRUE(contains(e, "rope_style")) << e;
+  e = load_error(with_json([](json& j) { j["config"]["rms_eps"] = "tiny"; }));
+  EXPECT_TRUE(contains(e, "rms_eps")) << e;
+  e = load_error(with_json([](json& j) { j["tensors"][0]["shape"] = "big"; }));
+  EXPECT_TRUE(contains(e, "shape")) << e;
+  e = load_error(with_json([](json& j) { j["tensors"] = 3; }));
+  EXPECT_TRUE(contains(e, "tensors")) << e;
+  e = load_error(with_json([](json& j) {
+    for (auto& t : j["tensors"])
+      if (t["name"] == "token_embd_weight") t["chunk_hashes"] = {1, 2, 3};
+  }));
+  EXPECT_TRUE(contains(e, "chunk hash")) << e;
+  e = load_error(with_json([](json& j) {
+    for (auto& t : j["tensors"])
+      if (t["name"] == "output_weight") t["chunk_hashes"].erase(0);
+  }));
+  EXPECT_TRUE(contains(e, "chunk hashes, expected 3")) << e;
   e = load_error(with_json([](json& j) { j["tensors"].erase(0); }));  // bytes unaccounted for
   EXPECT_TRUE(contains(e, "stale") || contains(e, "missing tensor")) << e;
 }
@@ -324,4 +342,33 @@ TEST(Knot, NonFiniteScaleScan) {
   for (auto& b : k) b.d = fp32_to_fp16(1.f);
   k[1].d = 0xFE00;
   EXPECT_EQ(first_nonfinite_block(DType::Q6_K, (const uint8_t*)k.data(), sizeof(block_q6_K) * 2), 1);
+}
+
+// Type confusion in the metadata: every JSON value (each position after a ':') replaced
+// by tokens of other types; then random bit flips anywhere. A load either succeeds (a
+// harmless change) or throws knot::Error — never a crash or a foreign exception.
+TEST(Knot, CorruptMetadataAndPayloadNeverCrash) {
+  static const char* tokens[] = {"0", "-1", "1e309", "\"x\"", "null", "[]", "{}", "true", "99999999999999999999", "\"Q4_K\""};
+  auto s = ctest::split_knot(good());
+  int errors = 0, n = 0;
+  for (size_t pos = s.json.find(':'); pos != std::string::npos; pos = s.json.find(':', pos + 1), n++) {
+    size_t end = pos + 1;
+    if (s.json[end] == '"') end = s.json.find('"', end + 1) + 1;  // a string value
+    else end = s.json.find_first_of(",}]", end);
+    for (int k : {0, 3, 7}) {
+      std::string js = s.json.substr(0, pos + 1) + tokens[(n + k) % 10] + s.json.substr(end);
+      if (!load_error(ctest::layout_knot(js, s.payload)).empty()) errors++;
+    }
+  }
+  EXPECT_GT(errors, n);
+  uint64_t st = 777;
+  auto rnd = [&] {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    return st >> 33;
+  };
+  for (int it = 0; it < 300; it++) {
+    auto c = good();
+    c[rnd() % c.size()] ^= (uint8_t)(1u << (rnd() % 8));
+    load_error(c);
+  }
 }
