@@ -138,10 +138,17 @@ static void q8_0_avx2(int64_t n, const void* w, const void* const* act, float* o
 // ---- K-quants x Q8_K
 // maddubs(u8 weights, s8 activations) cannot saturate here: |pair| <= 2*63*128 < 32767.
 
-// [m0,m0,m1,m1,...,m7,m7] as 16 x i16: pairs with bsums (16 groups of 16) per sub-block.
-static inline __m256i mins_pairs(const uint8_t m[8]) {
-  const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_loadl_epi64((const __m128i*)m), dup));
+// Scales/mins of all 8 sub-blocks with 32-bit masks (same packing as k4_scale_min):
+// returns bytes [sc0..sc7, m0..m7].
+static inline __m128i k4_scales_avx2(const uint8_t* s) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t sc_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
+  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+  return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)m_lo, (int)m_hi);
 }
 
 template <int NT, bool Q5>
@@ -151,19 +158,23 @@ static void kmin_avx2(int64_t n, const void* w, const void* const* act, float* o
   float acc[NT];
   for (int t = 0; t < NT; t++) acc[t] = 0.f;
   const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  // byte pairs (2j, 2j+1) of an i16 vector: splat lane j
+  const __m256i lane_idx = _mm256_set1_epi16(0x0100), lane_step = _mm256_set1_epi16(0x0202);
+  const __m128i mins_dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
   for (int64_t i = 0; i < nb; i++) {
     const uint8_t* blk = (const uint8_t*)w + (size_t)i * bsz;
     fp16_t d16, dmin16;
     std::memcpy(&d16, blk, 2);
     std::memcpy(&dmin16, blk + 2, 2);
-    const uint8_t* scales = blk + 4;
     const uint8_t* qh = blk + 16;                 // Q5_K only
     const uint8_t* qs = blk + (Q5 ? 48 : 16);
-    uint8_t sc[8], m[8];
-    k4_unpack_scales(scales, sc, m);
+    const __m128i scm = k4_scales_avx2(blk + 4);
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));  // [sc0..sc7] x2
+    const __m256i mp = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scm, mins_dup));   // m0,m0,..,m7,m7
     __m256i isum[NT];
     for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
     __m256i hb = Q5 ? _mm256_loadu_si256((const __m256i*)qh) : _mm256_setzero_si256();
+    __m256i idx = lane_idx;
     for (int c = 0; c < 4; c++) {  // hot loop: 64 weights = sub-blocks 2c, 2c+1
       const __m256i q = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
       __m256i lo = _mm256_and_si256(q, m4);
@@ -173,7 +184,10 @@ static void kmin_avx2(int64_t n, const void* w, const void* const* act, float* o
         hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
         hb = _mm256_srli_epi16(hb, 2);
       }
-      const __m256i s_lo = _mm256_set1_epi16(sc[2 * c]), s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
+      const __m256i s_lo = _mm256_shuffle_epi8(sc16, idx);
+      idx = _mm256_add_epi8(idx, lane_step);
+      const __m256i s_hi = _mm256_shuffle_epi8(sc16, idx);
+      idx = _mm256_add_epi8(idx, lane_step);
       for (int t = 0; t < NT; t++) {
         const int8_t* a = ((const block_q8_K*)act[t])[i].qs + 64 * c;
         const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)a));
@@ -182,7 +196,6 @@ static void kmin_avx2(int64_t n, const void* w, const void* const* act, float* o
                                                               _mm256_madd_epi16(p_hi, s_hi)));
       }
     }
-    const __m256i mp = mins_pairs(m);
     const float dw = half_to_float(d16), dminw = half_to_float(dmin16);
     for (int t = 0; t < NT; t++) {
       const block_q8_K* a = (const block_q8_K*)act[t] + i;
