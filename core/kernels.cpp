@@ -41,8 +41,13 @@ bool simd_compiled() {
 #endif
 }
 
+static const DotKernels* g_simd_override = nullptr;
+
+void set_simd_kernels_for_test(const DotKernels* k) { g_simd_override = k; }
+
 const DotKernels& dot_kernels(Kernel k) {
   if (k == Kernel::Simd) {
+    if (g_simd_override) return *g_simd_override;
 #if defined(__wasm_simd128__)
     return kDotWasm;
 #elif defined(KNOT_HAVE_AVX2_TU)

@@ -41,6 +41,9 @@ extern const DotKernels kDotWasm;
 
 // The table Kernel k runs on this machine (Simd falls back to kDotGeneric). kernels.cpp.
 const DotKernels& dot_kernels(Kernel k);
+// Test hook: replace the Simd table (nullptr restores). Lets tests prove that the
+// selftest catches a deliberately broken SIMD kernel. Not thread-safe; tests only.
+void set_simd_kernels_for_test(const DotKernels* k);
 
 inline dot_fn pick_dot(const DotKernels& k, DType t) {
   switch (t) {

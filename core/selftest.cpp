@@ -588,6 +588,19 @@ double kernel_bench_matvec(DType t, int64_t rows, int64_t cols, Kernel k, double
   return g;
 }
 
+double kernel_bench_matmul(DType t, int64_t rows, int64_t cols, int64_t ntok, Kernel k,
+                           double min_seconds) {
+  std::vector<uint8_t> W = bench_weights(t, rows, cols);
+  std::vector<float> X((size_t)(cols * ntok)), Y((size_t)(rows * ntok));
+  Rng r{8};
+  for (auto& v : X) v = r.gauss();
+  const double g = time_gws(rows, cols * ntok, min_seconds, [&] {
+    matmul(t, W.data(), rows, cols, X.data(), ntok, Y.data(), k);
+  });
+  g_sink = Y[0];
+  return g;
+}
+
 double kernel_bench_dequant_dot(DType t, int64_t rows, int64_t cols, double min_seconds) {
   std::vector<uint8_t> W = bench_weights(t, rows, cols);
   const size_t rb = row_bytes(t, cols);

@@ -21,6 +21,10 @@ int kernel_selftest(uint64_t seed, std::string* report);
 // type t ([rows, cols]), repeating for at least min_seconds (steady_clock).
 double kernel_bench_matvec(DType t, int64_t rows, int64_t cols, Kernel k, double min_seconds);
 
+// Batched (prefill) throughput: matmul with ntok tokens, in G weight-token products/s.
+double kernel_bench_matmul(DType t, int64_t rows, int64_t cols, int64_t ntok, Kernel k,
+                           double min_seconds);
+
 // Baseline for the same shape: plain C++ "dequantize the row to f32, then f32 dot" per
 // row (what a kernel-less implementation would do). G weights/s.
 double kernel_bench_dequant_dot(DType t, int64_t rows, int64_t cols, double min_seconds);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "kernels_internal.h"
 #include "selftest.h"
 
 using namespace knot;
@@ -56,6 +57,45 @@ TEST(KernelsDot, SelftestPasses) {
     EXPECT_EQ(failures, 0) << report;
     EXPECT_NE(report.find("0 failure(s)"), std::string::npos) << report;
   }
+}
+
+// The selftest must fail on the known trap: a SIMD kernel that sums all lanes of a
+// splat (4x the right answer), and on a kernel that drops part of a row.
+namespace {
+void q4_K_times4(int64_t n, const void* w, const void* const* act, int nt, float* out) {
+  kDotGeneric.q4_K(n, w, act, nt, out);
+  for (int t = 0; t < nt; t++) out[t] *= 4.f;
+}
+void f16_drops_tail(int64_t n, const void* w, const void* const* act, int nt, float* out) {
+  kDotGeneric.f16(n - n % 8, w, act, nt, out);
+}
+void q6_K_last_token_wrong(int64_t n, const void* w, const void* const* act, int nt, float* out) {
+  kDotGeneric.q6_K(n, w, act, nt, out);
+  if (nt > 1) {
+    const void* first[1] = {act[0]};
+    kDotGeneric.q6_K(n, w, first, 1, &out[nt - 1]);  // reuses token 0's activations
+  }
+}
+}  // namespace
+
+TEST(KernelsDot, SelftestCatchesBrokenSimdKernels) {
+  struct Case {
+    const char* type;
+    DotKernels table;
+  } cases[] = {{"Q4_K", kDotGeneric}, {"F16", kDotGeneric}, {"Q6_K", kDotGeneric}};
+  cases[0].table.q4_K = q4_K_times4;
+  cases[1].table.f16 = f16_drops_tail;
+  cases[2].table.q6_K = q6_K_last_token_wrong;
+  for (const Case& c : cases) {
+    set_simd_kernels_for_test(&c.table);
+    std::string report;
+    const int failures = kernel_selftest(1, &report);
+    set_simd_kernels_for_test(nullptr);
+    EXPECT_GT(failures, 0) << c.type;
+    EXPECT_NE(report.find(std::string("FAIL ") + c.type), std::string::npos) << report;
+  }
+  // and the real table passes again
+  EXPECT_EQ(kernel_selftest(1, nullptr), 0);
 }
 
 TEST(KernelsDot, SimdIsActiveOnAvx2Machines) {
