@@ -12,6 +12,10 @@
 #include "kernels.h"
 #include "kernels_internal.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace knot {
 
 const char* kernel_name(Kernel k) {
@@ -24,9 +28,15 @@ const char* kernel_name(Kernel k) {
 }
 
 #if defined(KNOT_HAVE_AVX2_TU)
+// AVX2 + FMA via the compiler's CPU check (includes OS YMM support); F16C from CPUID
+// leaf 1 ECX bit 29 (clang's __builtin_cpu_supports has no "f16c").
 static bool cpu_has_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  static const bool ok = [] {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return false;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    return (c & (1u << 29)) != 0;
+  }();
   return ok;
 }
 #endif
