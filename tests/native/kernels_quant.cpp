@@ -373,3 +373,46 @@ TEST(KernelsQuant, ZeroAndNonFinite) {
     EXPECT_THROW(quantize_row(t, bad.data(), q.data(), 256), Error) << dtype_name(t);
   }
 }
+
+// Activation rounding rules, worked by hand with exactly representable ties.
+// Block max magnitude 1.984375 = 127/64, so Q8_K's iscale = -127/(-1.984375) = 64 and
+// Q8_0's d = 1.984375/127 = 1/64 exactly.
+TEST(KernelsQuant, ActivationRoundingByHand) {
+  std::vector<float> x(256, 0.f);
+  x[0] = -1.984375f;   // the signed extreme: Q8_K maps it to -127
+  x[1] = 5.f / 128;    // * 64 = 2.5   -> Q8_K nearest-even 2, Q8_0 roundf (away) 3
+  x[2] = -5.f / 128;   // * 64 = -2.5  -> -2 / -3
+  x[3] = 7.f / 128;    // * 64 = 3.5   -> 4 / 4
+  x[4] = 0.25f;        // * 64 = 16
+  x[17] = 1.f;         // * 64 = 64 (second group of 16)
+  block_q8_K k;
+  quantize_row(DType::Q8_K, x.data(), &k, 256);
+  EXPECT_EQ(k.d, 1.f / 64);
+  EXPECT_EQ(k.qs[0], -127);
+  EXPECT_EQ(k.qs[1], 2);
+  EXPECT_EQ(k.qs[2], -2);
+  EXPECT_EQ(k.qs[3], 4);
+  EXPECT_EQ(k.qs[4], 16);
+  EXPECT_EQ(k.qs[17], 64);
+  EXPECT_EQ(k.bsums[0], -127 + 2 - 2 + 4 + 16);
+  EXPECT_EQ(k.bsums[1], 64);
+  EXPECT_EQ(k.bsums[2], 0);
+  // positive extreme: iscale is negative -> the extreme maps to -127 and d < 0
+  std::vector<float> y(256, 0.f);
+  y[9] = 2.f;
+  y[10] = -1.f;
+  quantize_row(DType::Q8_K, y.data(), &k, 256);
+  EXPECT_EQ(k.qs[9], -127);
+  EXPECT_EQ(k.qs[10], 64);  // -1 * -63.5 = 63.5 -> nearest even 64
+  EXPECT_EQ(k.d, -2.f / 127);
+
+  block_q8_0 b[8];
+  quantize_row(DType::Q8_0, x.data(), b, 256);
+  EXPECT_EQ(b[0].d, 0x2400);  // fp16(1/64)
+  EXPECT_EQ(b[0].qs[0], -127);
+  EXPECT_EQ(b[0].qs[1], 3);
+  EXPECT_EQ(b[0].qs[2], -3);
+  EXPECT_EQ(b[0].qs[3], 4);
+  EXPECT_EQ(b[0].qs[17], 64);
+  EXPECT_EQ(b[1].d, 0);  // all-zero block
+}
