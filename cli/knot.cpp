@@ -30,8 +30,9 @@ static const char* USAGE =
     "usage: knot <command> [args]\n"
     "\n"
     "commands:\n"
-    "  inspect FILE [--kv] [--hash]   config, tensor table and totals of a .gguf or .knot\n"
-    "                                 (--kv: all GGUF metadata; --hash: hash GGUF tensors)\n"
+    "  inspect FILE [--kv] [--no-hash]  config, tensor table and totals of a .gguf or .knot\n"
+    "                                 (--kv: all GGUF metadata; --no-hash: skip hashing\n"
+    "                                 GGUF tensor data, which reads the whole file)\n"
     "  convert IN.gguf OUT.knot [--type T] [--allow-requantize]\n"
     "                                 T: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M\n"
     "                                 (default: keep the source types)\n"
@@ -155,9 +156,9 @@ static std::function<void(uint64_t, uint64_t, const std::string&)> progress_bar(
 
 int cmd_inspect(int argc, char** argv) {
   auto args = rest(argc, argv);
-  bool all_kv = has_flag(args, "--kv"), do_hash = has_flag(args, "--hash");
+  bool all_kv = has_flag(args, "--kv"), do_hash = !has_flag(args, "--no-hash");
   no_unknown_flags(args);
-  if (args.size() != 1) fail("usage: knot inspect FILE [--kv] [--hash]");
+  if (args.size() != 1) fail("usage: knot inspect FILE [--kv] [--no-hash]");
   const std::string path = args[0];
   FileFormat fmt = detect_format(path);
   if (fmt == FileFormat::Gguf) {

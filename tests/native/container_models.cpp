@@ -170,6 +170,16 @@ TEST(SharedModels, ConvertInspectVerifyByteIdentical) {
     EXPECT_EQ(field(rk.out, "n_embd"), e.hidden);
     EXPECT_EQ(field(rk.out, "n_head_kv"), e.kv_heads);
     EXPECT_EQ(field(rk.out, "n_vocab"), e.vocab);
+    // the same content hash per tensor in both tables
+    auto hashes = [](const std::string& out) {
+      std::map<std::string, std::string> m;
+      std::regex r(R"(\n  \d+ +(\S+) +\S+ .*? ([0-9a-f]{16}))");
+      for (std::sregex_iterator it(out.begin(), out.end(), r), end; it != end; ++it) m[(*it)[1]] = (*it)[2];
+      return m;
+    };
+    auto hg = hashes(ri.out), hk = hashes(rk.out);
+    EXPECT_EQ(hg.size(), g.tensors.size());
+    EXPECT_EQ(hg, hk);
   }
 }
 
