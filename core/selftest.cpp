@@ -50,24 +50,22 @@ struct Ctx {
   }
 };
 
+// No stdio in this file (it runs in the wasm module): scientific notation by hand,
+// 7 significant digits.
 std::string fmt(double v) {
-  char buf[32];
-  // no stdio: format by hand with ~7 significant digits
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == 0) return "0";
   std::string s = v < 0 ? "-" : "";
   v = std::fabs(v);
-  int e = 0;
-  if (v != 0) {
-    e = (int)std::floor(std::log10(v));
-    v /= std::pow(10.0, e);
-    if (v >= 10) { v /= 10; e++; }
-  }
+  int e = (int)std::floor(std::log10(v));
+  v /= std::pow(10.0, e);
+  if (v >= 10) { v /= 10; e++; }
+  if (v < 1) { v *= 10; e--; }
   long long m = std::llround(v * 1e6);
   if (m >= 10000000) { m /= 10; e++; }
   std::string digits = std::to_string(m);
   s += digits.substr(0, 1) + "." + digits.substr(1) + "e" + std::to_string(e);
-  (void)buf;
   return s;
 }
 
