@@ -486,9 +486,9 @@ void check_roundtrip(Ctx& c, uint64_t seed) {
   struct B {
     DType t;
     double max_rel_rms;
-  } bounds[] = {{DType::F32, 0.0},    {DType::F16, 1e-3},   {DType::BF16, 5e-3},
-                {DType::Q8_0, 0.008}, {DType::Q8_K, 0.008}, {DType::Q6_K, 0.03},
-                {DType::Q5_K, 0.05},  {DType::Q4_K, 0.10},  {DType::Q4_0, 0.15}};
+  } bounds[] = {{DType::F32, 0.0},    {DType::F16, 4e-4},   {DType::BF16, 3e-3},
+                {DType::Q8_0, 0.008}, {DType::Q8_K, 0.008}, {DType::Q6_K, 0.025},
+                {DType::Q5_K, 0.05},  {DType::Q4_K, 0.10},  {DType::Q4_0, 0.12}};
   Rng r{seed + 99};
   const int64_t n = 2048;
   const int before = c.failures;
