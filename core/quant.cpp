@@ -3,6 +3,7 @@
 // Quantizer numerics follow ggml's reference quantizers (same rounding rule, same scale
 // searches) so that activations quantized here (Q8_0, Q8_K) match llama.cpp's closely.
 #include <cfloat>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -244,6 +245,51 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::Q8_K: dequant_q8_K((const block_q8_K*)src, dst, n / QK_K); return;
   }
   fail("dequantize_row: unsupported type id " + std::to_string((uint32_t)t));
+}
+
+// Scales only: a block with finite scales dequantizes to finite values (quants are ints).
+int64_t first_nonfinite(DType t, const void* src, int64_t n) {
+  check_row(t, n, "first_nonfinite");
+  const uint8_t* p = (const uint8_t*)src;
+  auto h_bad = [](const uint8_t* q) {
+    fp16_t h;
+    std::memcpy(&h, q, 2);
+    return (h & 0x7C00) == 0x7C00;
+  };
+  const TypeTraits& tt = type_traits(t);
+  const int64_t nb = n / tt.block_elems;
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t* b = p + (size_t)i * tt.block_bytes;
+    bool bad = false;
+    switch (t) {
+      case DType::F32: {
+        float f;
+        std::memcpy(&f, b, 4);
+        bad = !std::isfinite(f);
+        break;
+      }
+      case DType::F16: bad = h_bad(b); break;
+      case DType::BF16: {
+        uint16_t h;
+        std::memcpy(&h, b, 2);
+        bad = (h & 0x7F80) == 0x7F80;
+        break;
+      }
+      case DType::Q4_0:
+      case DType::Q8_0: bad = h_bad(b); break;                    // d at offset 0
+      case DType::Q4_K:
+      case DType::Q5_K: bad = h_bad(b) || h_bad(b + 2); break;    // d, dmin
+      case DType::Q6_K: bad = h_bad(b + offsetof(block_q6_K, d)); break;
+      case DType::Q8_K: {
+        float f;
+        std::memcpy(&f, b, 4);
+        bad = !std::isfinite(f);
+        break;
+      }
+    }
+    if (bad) return i * tt.block_elems;
+  }
+  return -1;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -102,6 +102,11 @@ void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Reference quantizers: F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, Q8_K.
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 
+// Validation of raw tensor bytes (e.g. a stale or misaligned file): index of the first
+// element whose block scale (d, dmin) is inf/nan — or, for F32/F16/BF16, the first
+// inf/nan element — or -1 when all are finite. Throws like row_bytes on a misaligned n.
+int64_t first_nonfinite(DType t, const void* src, int64_t n);
+
 float fp16_to_fp32(fp16_t h);
 fp16_t fp32_to_fp16(float f);
 float bf16_to_fp32(bf16_t h);

@@ -416,3 +416,35 @@ TEST(KernelsQuant, ActivationRoundingByHand) {
   EXPECT_EQ(b[0].qs[17], 64);
   EXPECT_EQ(b[1].d, 0);  // all-zero block
 }
+
+TEST(KernelsQuant, FirstNonFiniteFindsBadScales) {
+  std::vector<float> x(512);
+  for (int i = 0; i < 512; i++) x[i] = std::sin(0.1f * i);
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q8_0, DType::Q4_K,
+                  DType::Q5_K, DType::Q6_K, DType::Q8_K}) {
+    std::vector<uint8_t> q(row_bytes(t, 512));
+    quantize_row(t, x.data(), q.data(), 512);
+    EXPECT_EQ(first_nonfinite(t, q.data(), 512), -1) << dtype_name(t);
+  }
+  // corrupt the second block's scale of each block type, by hand at the ggml offsets
+  std::vector<uint8_t> q(row_bytes(DType::Q4_K, 512));
+  quantize_row(DType::Q4_K, x.data(), q.data(), 512);
+  q[144 + 2] = 0x00;
+  q[144 + 3] = 0x7C;  // dmin = +inf
+  EXPECT_EQ(first_nonfinite(DType::Q4_K, q.data(), 512), 256);
+  std::vector<uint8_t> q6(row_bytes(DType::Q6_K, 512));
+  quantize_row(DType::Q6_K, x.data(), q6.data(), 512);
+  q6[210 + 208] = 0x01;
+  q6[210 + 209] = 0xFE;  // d = nan (0xFE01)
+  EXPECT_EQ(first_nonfinite(DType::Q6_K, q6.data(), 512), 256);
+  std::vector<uint8_t> q8(row_bytes(DType::Q8_0, 64));
+  quantize_row(DType::Q8_0, x.data(), q8.data(), 64);
+  q8[34 + 1] = 0x7C;
+  EXPECT_EQ(first_nonfinite(DType::Q8_0, q8.data(), 64), 32);
+  std::vector<uint16_t> h(5, 0x3C00);
+  h[3] = 0xFC00;
+  EXPECT_EQ(first_nonfinite(DType::F16, h.data(), 5), 3);
+  float f[3] = {1.f, NAN, 2.f};
+  EXPECT_EQ(first_nonfinite(DType::F32, f, 3), 1);
+  EXPECT_THROW(first_nonfinite(DType::Q4_K, q.data(), 300), Error);
+}
