@@ -159,33 +159,39 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
     return;
   }
 
-  // Activations in vec_dot_type, quantized once per token.  qa: [ntok, ab bytes]
+  // Activations in vec_dot_type, quantized once per token. Tokens go in chunks of
+  // TOK_CHUNK so the scratch stays small (64 x 18944 cols as Q8_K ~ 1.4 MB) for long
+  // prefills in a 128 MB wasm budget; each chunk streams the weights once.
   const DType vt = vec_dot_type(wtype);
   const size_t ab = row_bytes(vt, cols);
-  std::unique_ptr<uint32_t[]> qa;  // 4-byte aligned (block_q8_K starts with a float)
-  const uint8_t* acts_base;
-  if (vt == DType::F32) {
-    acts_base = (const uint8_t*)X;
-  } else {
-    qa.reset(new uint32_t[(ab * (size_t)ntok + 3) / 4]);
-    for (int64_t t = 0; t < ntok; t++)
-      quantize_row(vt, X + t * cols, (uint8_t*)qa.get() + (size_t)t * ab, cols);
-    acts_base = (const uint8_t*)qa.get();
-  }
+  const int64_t TOK_CHUNK = 64;
+  std::unique_ptr<uint32_t[]> qa;  // [min(ntok, TOK_CHUNK), ab bytes], 4-byte aligned
+  if (vt != DType::F32) qa.reset(new uint32_t[(ab * (size_t)std::min(ntok, TOK_CHUNK) + 3) / 4]);
 
   const dot_fn dot = dot_for(wtype, k);
-  // Tile: ROW_TILE weight rows stay in cache while every token tile passes over them.
-  const int64_t ROW_TILE = 16;
-  for (int64_t rt = row_begin; rt < row_end; rt += ROW_TILE) {
-    const int64_t rt_end = std::min(row_end, rt + ROW_TILE);
-    for (int64_t t0 = 0; t0 < ntok; t0 += KMAX_TOK) {
-      const int nt = (int)std::min<int64_t>(KMAX_TOK, ntok - t0);
-      const void* acts[KMAX_TOK];
-      for (int j = 0; j < nt; j++) acts[j] = acts_base + (size_t)(t0 + j) * ab;
-      for (int64_t r = rt; r < rt_end; r++) {  // hot loop: one weight row x nt tokens
-        float out[KMAX_TOK];
-        dot(cols, Wb + (size_t)r * rb, acts, nt, out);
-        for (int j = 0; j < nt; j++) Y[(t0 + j) * nout + (r - row_begin)] = out[j];
+  const int64_t ROW_TILE = 16;  // weight rows kept in cache while every token tile passes
+  for (int64_t c0 = 0; c0 < ntok; c0 += TOK_CHUNK) {
+    const int64_t nc = std::min(TOK_CHUNK, ntok - c0);
+    const uint8_t* acts_base;
+    if (vt == DType::F32) {
+      acts_base = (const uint8_t*)(X + c0 * cols);
+    } else {
+      for (int64_t t = 0; t < nc; t++)
+        quantize_row(vt, X + (c0 + t) * cols, (uint8_t*)qa.get() + (size_t)t * ab, cols);
+      acts_base = (const uint8_t*)qa.get();
+    }
+    for (int64_t rt = row_begin; rt < row_end; rt += ROW_TILE) {
+      const int64_t rt_end = std::min(row_end, rt + ROW_TILE);
+      for (int64_t t0 = 0; t0 < nc; t0 += KMAX_TOK) {
+        const int nt = (int)std::min<int64_t>(KMAX_TOK, nc - t0);
+        const void* acts[KMAX_TOK];
+        for (int j = 0; j < nt; j++) acts[j] = acts_base + (size_t)(t0 + j) * ab;
+        float* yt = Y + (c0 + t0) * nout;  // [nt, nout]
+        for (int64_t r = rt; r < rt_end; r++) {  // hot loop: one weight row x nt tokens
+          float out[KMAX_TOK];
+          dot(cols, Wb + (size_t)r * rb, acts, nt, out);
+          for (int j = 0; j < nt; j++) yt[j * nout + (r - row_begin)] = out[j];
+        }
       }
     }
   }

@@ -288,6 +288,26 @@ TEST(KernelsDot, MatmulEqualsLoopOfMatvecAndRowsSlice) {
   }
 }
 
+// Long prefills are processed in token chunks (scratch bound): results must not depend
+// on where the chunk boundaries fall.
+TEST(KernelsDot, LongPrefillMatchesMatvec) {
+  const int64_t rows = 9, cols = 512, ntok = 133;
+  for (DType t : {DType::Q4_K, DType::Q8_0, DType::BF16}) {
+    std::vector<uint8_t> W = quant_matrix(t, rows, cols, 21);
+    std::vector<float> X = gauss((size_t)(ntok * cols), 22);
+    for (Kernel k : {Kernel::Scalar, Kernel::Simd}) {
+      std::vector<float> Y(ntok * (rows - 2)), y(rows);
+      matmul_rows(t, W.data(), 1, rows - 1, cols, X.data(), ntok, Y.data(), k);
+      for (int64_t tk = 0; tk < ntok; tk++) {
+        matvec(t, W.data(), rows, cols, X.data() + tk * cols, y.data(), k);
+        for (int64_t r = 1; r < rows - 1; r++)
+          ASSERT_TRUE(bit_equal(Y[tk * (rows - 2) + r - 1], y[r]))
+              << dtype_name(t) << " " << kernel_name(k) << " tok " << tk << " row " << r;
+      }
+    }
+  }
+}
+
 TEST(KernelsDot, BenchHelpersReturnPositiveRates) {
   EXPECT_GT(kernel_bench_matvec(DType::Q4_K, 64, 1024, Kernel::Simd, 0.01), 0.0);
   EXPECT_GT(kernel_bench_dequant_dot(DType::Q6_K, 64, 1024, 0.01), 0.0);
