@@ -206,6 +206,13 @@ static void kmin_avx2(int64_t n, const void* w, const void* const* act, float* o
   for (int t = 0; t < NT; t++) out[t] = acc[t];
 }
 
+// Byte indices selecting i16 lane 2k in the low 128 bits and lane 2k+1 in the high.
+static inline __m256i q6_scale_idx(int k) {
+  const __m128i lo = _mm_set1_epi16((short)(((4 * k + 1) << 8) | (4 * k)));
+  const __m128i hi = _mm_set1_epi16((short)(((4 * k + 3) << 8) | (4 * k + 2)));
+  return _mm256_setr_m128i(lo, hi);
+}
+
 // Q6_K: unsigned 6-bit q (0..63) via maddubs, then subtract 32 * sum_j sc[j]*bsums[j].
 template <int NT>
 static void q6_K_avx2(int64_t n, const void* w, const void* const* act, float* out) {
@@ -229,12 +236,12 @@ static void q6_K_avx2(int64_t n, const void* w, const void* const* act, float* o
       v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4), _mm256_and_si256(hb, m30));
       v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
                              _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-      // v[k] covers sub-blocks 8h+2k (first 16 bytes) and 8h+2k+1 (last 16)
+      // v[k] covers sub-blocks 8h+2k (first 16 bytes) and 8h+2k+1 (last 16): scale
+      // vectors [sc[8h+2k] x8 | sc[8h+2k+1] x8] by byte shuffles of the half's 8 scales.
+      const __m256i sch = _mm256_broadcastsi128_si256(
+          _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)(x[i].scales + 8 * h))));
       __m256i s[4];
-      for (int k = 0; k < 4; k++) {
-        const int j = 8 * h + 2 * k;
-        s[k] = _mm256_setr_m128i(_mm_set1_epi16(x[i].scales[j]), _mm_set1_epi16(x[i].scales[j + 1]));
-      }
+      for (int k = 0; k < 4; k++) s[k] = _mm256_shuffle_epi8(sch, q6_scale_idx(k));
       for (int t = 0; t < NT; t++) {
         const int8_t* a = ((const block_q8_K*)act[t])[i].qs + 128 * h;
         for (int k = 0; k < 4; k++) {
