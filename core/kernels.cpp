@@ -1,9 +1,11 @@
 // kernels.cpp — kernel selection and the mat-vec / mat-mat drivers.
 // Reference: dequantize the weight row to f32, dot in double accumulation (rounded to
 //            f32 once at the end), activations unquantized.
-// Scalar/Simd: activations quantized once per token to vec_dot_type, then tiles of
-//            ROW_TILE weight rows x KMAX_TOK tokens through the multi-token dot kernels
-//            (each weight block decoded once per token tile).
+// Scalar/Simd: activations quantized once per token to vec_dot_type (in chunks of 64
+//            tokens), then tiles of ROW_TILE weight rows x KMAX_TOK tokens through the
+//            multi-token dot kernels (each weight block decoded once per token tile).
+//            Per token the arithmetic does not depend on the tiling, so matmul equals a
+//            loop of matvec bit for bit, and (quantized types) Simd equals Scalar.
 #include <algorithm>
 #include <memory>
 #include <string>

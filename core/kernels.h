@@ -1,11 +1,14 @@
 // kernels.h — dot products, mat-vec and mat-mat over quantized weights.
 // Three kernel paths with one contract:
 //   Kernel::Reference — dequantize each weight row to f32 and dot with f32 activations
-//                        (no activation quantization). The "exact" reference mode.
+//                        (no activation quantization; double accumulation, one final
+//                        rounding to f32). The "exact" reference mode.
 //   Kernel::Scalar    — activations quantized to vec_dot_type(w) (Q8_K for K-quants,
 //                        Q8_0 for Q4_0/Q8_0, F32 for F32/F16/BF16), scalar _generic dots.
 //   Kernel::Simd      — same math as Scalar, AVX2 natively / simd128 in wasm; falls back
-//                        to Scalar where no SIMD path exists. Tested against Scalar.
+//                        to Scalar where no SIMD path exists. Tested against Scalar:
+//                        bit-identical for quantized weights, within float rounding of
+//                        a different summation order for F32/F16/BF16 weights.
 // Weights: `rows` rows of `cols` elements, each row row_bytes(wtype, cols) bytes, contiguous.
 // All entry points throw knot::Error on an unsupported type or a misaligned cols.
 #pragma once
