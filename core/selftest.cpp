@@ -268,7 +268,7 @@ void check_vec_dot(Ctx& c, DType t, uint64_t seed) {
   const int before = c.failures;
   for (int64_t n : lens) {
     std::vector<uint8_t> w(row_bytes(t, n));
-    std::vector<std::vector<uint8_t>> a(KMAX_TOK, std::vector<uint8_t>(row_bytes(vt, n) + 4));
+    std::vector<std::vector<uint8_t>> a(KMAX_TOK, std::vector<uint8_t>(row_bytes(vt, n)));
     const uint8_t* ap[KMAX_TOK];
     for (int j = 0; j < KMAX_TOK; j++) ap[j] = a[j].data();
     auto quant_acts = [&](float scale) {
@@ -314,7 +314,7 @@ void check_known_answer(Ctx& c, DType t) {
   const DType vt = vec_dot_type(t);
   const int be = std::max(type_traits(t).block_elems, type_traits(vt).block_elems);
   const int64_t n = be == 1 ? 40 : 3 * be;
-  std::vector<uint8_t> w(row_bytes(t, n)), a(row_bytes(vt, n) + 4);
+  std::vector<uint8_t> w(row_bytes(t, n)), a(row_bytes(vt, n));
   std::vector<float> ones((size_t)n, 1.f);
   const int64_t nb = n / type_traits(t).block_elems;
   switch (t) {
@@ -457,7 +457,7 @@ void check_matmul(Ctx& c, DType t, uint64_t seed) {
     // Scalar vs Reference: bounded by activation quantization error (half a step per
     // element) times |w|, plus float rounding slack.
     std::vector<float> wf((size_t)cols), xq((size_t)cols);
-    std::vector<uint8_t> qa(row_bytes(vt, cols) + 4);
+    std::vector<uint8_t> qa(row_bytes(vt, cols));
     for (int64_t tk = 0; tk < ntok; tk++) {
       const float* x = X.data() + tk * cols;
       quantize_row(vt, x, qa.data(), cols);
