@@ -43,23 +43,8 @@ size_t table_index(const ModelEntry& m, uint32_t i, const char* fn) {
   return i;
 }
 
-json config_json(const knot::ModelConfig& c) {
-  return json{{"arch", c.arch},
-              {"n_embd", c.n_embd},
-              {"n_layer", c.n_layer},
-              {"n_head", c.n_head},
-              {"n_head_kv", c.n_head_kv},
-              {"head_dim", c.head_dim},
-              {"n_ff", c.n_ff},
-              {"n_vocab", c.n_vocab},
-              {"n_vocab_tensor", c.n_vocab_tensor},
-              {"rope_dims", c.rope_dims},
-              {"rope_style", c.rope_style == knot::RopeStyle::Neox ? "neox" : "norm"},
-              {"rope_theta", c.rope_theta},
-              {"rms_eps", c.rms_eps},
-              {"n_ctx_train", c.n_ctx_train},
-              {"tied_embeddings", c.tied_embeddings}};
-}
+// One serialisation of the config for files and the ABI alike (model_io.cpp).
+json config_json(const knot::ModelConfig& c) { return json::parse(knot::config_to_json(c)); }
 
 json tensor_json(const knot::Tensor& t) {
   return json{{"name", t.name}, {"type", knot::dtype_name(t.type)}, {"shape", t.shape}, {"size", t.size}};
