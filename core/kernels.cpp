@@ -1,12 +1,13 @@
 // kernels.cpp — kernel selection and the mat-vec / mat-mat drivers.
 // Reference: dequantize the weight row to f32, dot in double accumulation (rounded to
 //            f32 once at the end), activations unquantized.
-// Scalar/Simd: activations quantized once per token to vec_dot_type (in chunks of 64
+// Scalar/Simd: activations quantized once per token to act_format(w) (in chunks of 64
 //            tokens), then tiles of ROW_TILE weight rows x KMAX_TOK tokens through the
 //            multi-token dot kernels (each weight block decoded once per token tile).
 //            Per token the arithmetic does not depend on the tiling, so matmul equals a
 //            loop of matvec bit for bit, and (quantized types) Simd equals Scalar.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -82,6 +83,62 @@ DType vec_dot_type(DType wtype) {
     case DType::Q8_K: fail("Q8_K is an activation format, not a weight type");
   }
   fail("unsupported weight type id " + std::to_string((uint32_t)wtype));
+}
+
+ActFormat act_format(DType wtype) {
+  switch (vec_dot_type(wtype)) {  // throws for non-weight types
+    case DType::F32: return ActFormat::F32;
+    case DType::Q8_K: return ActFormat::Q8_K;
+    default: return ActFormat::Q16_0;  // Q4_0, Q8_0
+  }
+}
+
+static DType act_dtype(ActFormat f) {  // formats quant.cpp knows
+  return f == ActFormat::F32 ? DType::F32 : (f == ActFormat::Q8_0 ? DType::Q8_0 : DType::Q8_K);
+}
+
+size_t act_row_bytes(ActFormat f, int64_t n) {
+  if (f != ActFormat::Q16_0) return row_bytes(act_dtype(f), n);
+  if (n % QK8_0) fail("Q16_0 activations: row length " + std::to_string(n) + " is not a multiple of 32");
+  return (size_t)(n / QK8_0) * sizeof(block_q16_0);
+}
+
+// Q16_0: d = amax/32767 in f32, q = round-half-away(x/d) clamped to +-32767.
+static void quantize_row_q16_0(const float* x, block_q16_0* y, int64_t n) {
+  for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+    float amax = 0.f;
+    for (int j = 0; j < QK8_0; j++) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 32767.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    y[i].d = d;
+    for (int j = 0; j < QK8_0; j++) {
+      const float v = std::round(x[j] * id);
+      y[i].qs[j] = (int16_t)(v >= 32767.f ? 32767 : (v <= -32767.f ? -32767 : (v == v ? v : 0)));
+    }
+  }
+}
+
+void quantize_act_row(ActFormat f, const float* x, void* dst, int64_t n) {
+  if (f == ActFormat::Q16_0) {
+    act_row_bytes(f, n);  // length check
+    quantize_row_q16_0(x, (block_q16_0*)dst, n);
+  } else {
+    quantize_row(act_dtype(f), x, dst, n);
+  }
+}
+
+void dequantize_act_row(ActFormat f, const void* src, float* dst, int64_t n) {
+  if (f != ActFormat::Q16_0) return dequantize_row(act_dtype(f), src, dst, n);
+  act_row_bytes(f, n);
+  const block_q16_0* b = (const block_q16_0*)src;
+  for (int64_t i = 0; i < n / QK8_0; i++)
+    for (int j = 0; j < QK8_0; j++) dst[i * QK8_0 + j] = b[i].d * (float)b[i].qs[j];
+}
+
+dot_fn pick_mm_dot(const DotKernels& k, DType wtype) {
+  if (wtype == DType::Q4_0) return k.q4_0_q16;
+  if (wtype == DType::Q8_0) return k.q8_0_q16;
+  return pick_dot(k, wtype);
 }
 
 // Validates a weight type + row length; returns the weight row size in bytes.
@@ -164,22 +221,23 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
   // Activations in vec_dot_type, quantized once per token. Tokens go in chunks of
   // TOK_CHUNK so the scratch stays small (64 x 18944 cols as Q8_K ~ 1.4 MB) for long
   // prefills in a 128 MB wasm budget; each chunk streams the weights once.
-  const DType vt = vec_dot_type(wtype);
-  const size_t ab = row_bytes(vt, cols);
+  const ActFormat af = act_format(wtype);
+  const size_t ab = act_row_bytes(af, cols);
   const int64_t TOK_CHUNK = 64;
   std::unique_ptr<uint32_t[]> qa;  // [min(ntok, TOK_CHUNK), ab bytes], 4-byte aligned
-  if (vt != DType::F32) qa.reset(new uint32_t[(ab * (size_t)std::min(ntok, TOK_CHUNK) + 3) / 4]);
+  if (af != ActFormat::F32) qa.reset(new uint32_t[(ab * (size_t)std::min(ntok, TOK_CHUNK) + 3) / 4]);
 
-  const dot_fn dot = dot_for(wtype, k);
+  const dot_fn dot = pick_mm_dot(dot_kernels(k), wtype);
+  if (!dot) fail(std::string("no matmul kernel for weight type ") + dtype_name(wtype));
   const int64_t ROW_TILE = 16;  // weight rows kept in cache while every token tile passes
   for (int64_t c0 = 0; c0 < ntok; c0 += TOK_CHUNK) {
     const int64_t nc = std::min(TOK_CHUNK, ntok - c0);
     const uint8_t* acts_base;
-    if (vt == DType::F32) {
+    if (af == ActFormat::F32) {
       acts_base = (const uint8_t*)(X + c0 * cols);
     } else {
       for (int64_t t = 0; t < nc; t++)
-        quantize_row(vt, X + (c0 + t) * cols, (uint8_t*)qa.get() + (size_t)t * ab, cols);
+        quantize_act_row(af, X + (c0 + t) * cols, (uint8_t*)qa.get() + (size_t)t * ab, cols);
       acts_base = (const uint8_t*)qa.get();
     }
     for (int64_t rt = row_begin; rt < row_end; rt += ROW_TILE) {

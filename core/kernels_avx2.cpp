@@ -135,6 +135,53 @@ static void q8_0_avx2(int64_t n, const void* w, const void* const* act, float* o
   for (int t = 0; t < NT; t++) out[t] = acc[t];
 }
 
+// ---- Q4_0 / Q8_0 x Q16_0: weights widened to i16, madd with the int16 activations
+// (pairs <= 2 * 128 * 32768 = 2^24, exact).
+
+static inline __m256i dot_i16x32(__m256i w_lo16, __m256i w_hi16, const int16_t* a) {
+  return _mm256_add_epi32(_mm256_madd_epi16(w_lo16, _mm256_loadu_si256((const __m256i*)a)),
+                          _mm256_madd_epi16(w_hi16, _mm256_loadu_si256((const __m256i*)(a + 16))));
+}
+
+template <int NT>
+static void q4_0_q16_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q4_0* x = (const block_q4_0*)w;
+  const int64_t nb = n / QK4_0;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const __m128i m4 = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
+  for (int64_t i = 0; i < nb; i++) {  // hot loop
+    const __m128i q = _mm_loadu_si128((const __m128i*)x[i].qs);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), k8);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), k8);
+    const __m256i w_lo = _mm256_cvtepi8_epi16(lo), w_hi = _mm256_cvtepi8_epi16(hi);
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q16_0* a = (const block_q16_0*)act[t] + i;
+      acc[t] = block_accum(acc[t], dw, a->d, hsum_i32(dot_i16x32(w_lo, w_hi, a->qs)));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+template <int NT>
+static void q8_0_q16_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q8_0* x = (const block_q8_0*)w;
+  const int64_t nb = n / QK8_0;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  for (int64_t i = 0; i < nb; i++) {  // hot loop
+    const __m256i w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x[i].qs));
+    const __m256i w_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(x[i].qs + 16)));
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q16_0* a = (const block_q16_0*)act[t] + i;
+      acc[t] = block_accum(acc[t], dw, a->d, hsum_i32(dot_i16x32(w_lo, w_hi, a->qs)));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
 // ---- K-quants x Q8_K
 // maddubs(u8 weights, s8 activations) cannot saturate here: |pair| <= 2*63*128 < 32767.
 
@@ -288,10 +335,13 @@ KNOT_NT_DISPATCH(dot_q8_0_avx2, q8_0_avx2)
 KNOT_NT_DISPATCH(dot_q4_K_avx2, q4_K_avx2)
 KNOT_NT_DISPATCH(dot_q5_K_avx2, q5_K_avx2)
 KNOT_NT_DISPATCH(dot_q6_K_avx2, q6_K_avx2)
+KNOT_NT_DISPATCH(dot_q4_0_q16_avx2, q4_0_q16_avx2)
+KNOT_NT_DISPATCH(dot_q8_0_q16_avx2, q8_0_q16_avx2)
 
 const DotKernels kDotAvx2 = {
     dot_f32_avx2,  dot_f16_avx2,  dot_bf16_avx2, dot_q4_0_avx2,
     dot_q8_0_avx2, dot_q4_K_avx2, dot_q5_K_avx2, dot_q6_K_avx2,
+    dot_q4_0_q16_avx2, dot_q8_0_q16_avx2,
 };
 
 }  // namespace knot

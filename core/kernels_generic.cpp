@@ -83,6 +83,47 @@ static void dot_q8_0_generic(int64_t n, const void* w, const void* const* act, i
   for (int t = 0; t < nt; t++) out[t] = acc[t];
 }
 
+// ---- Q4_0 / Q8_0 x Q16_0 (int16 activations)
+
+static void dot_q4_0_q16_generic(int64_t n, const void* w, const void* const* act, int nt,
+                                 float* out) {
+  const block_q4_0* x = (const block_q4_0*)w;
+  const int64_t nb = n / QK4_0;
+  float acc[KMAX_TOK] = {0, 0, 0, 0};
+  int32_t q[QK4_0];
+  for (int64_t i = 0; i < nb; i++) {
+    for (int j = 0; j < QK4_0 / 2; j++) {
+      q[j] = (x[i].qs[j] & 0x0F) - 8;
+      q[j + QK4_0 / 2] = (x[i].qs[j] >> 4) - 8;
+    }
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < nt; t++) {
+      const block_q16_0* a = (const block_q16_0*)act[t] + i;
+      int32_t sumi = 0;
+      for (int j = 0; j < QK4_0; j++) sumi += q[j] * a->qs[j];
+      acc[t] = block_accum(acc[t], dw, a->d, sumi);
+    }
+  }
+  for (int t = 0; t < nt; t++) out[t] = acc[t];
+}
+
+static void dot_q8_0_q16_generic(int64_t n, const void* w, const void* const* act, int nt,
+                                 float* out) {
+  const block_q8_0* x = (const block_q8_0*)w;
+  const int64_t nb = n / QK8_0;
+  float acc[KMAX_TOK] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < nb; i++) {
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < nt; t++) {
+      const block_q16_0* a = (const block_q16_0*)act[t] + i;
+      int32_t sumi = 0;
+      for (int j = 0; j < QK8_0; j++) sumi += x[i].qs[j] * a->qs[j];
+      acc[t] = block_accum(acc[t], dw, a->d, sumi);
+    }
+  }
+  for (int t = 0; t < nt; t++) out[t] = acc[t];
+}
+
 // ---- K-quants x Q8_K
 
 // Q4_K / Q5_K: sumi = sum_j sc[j] * <q_j, a_j>  (q in [0,15] or [0,31]),
@@ -174,6 +215,7 @@ static void dot_q6_K_generic(int64_t n, const void* w, const void* const* act, i
 const DotKernels kDotGeneric = {
     dot_f32_generic,  dot_f16_generic,  dot_bf16_generic, dot_q4_0_generic,
     dot_q8_0_generic, dot_q4_K_generic, dot_q5_K_generic, dot_q6_K_generic,
+    dot_q4_0_q16_generic, dot_q8_0_q16_generic,
 };
 
 }  // namespace knot

@@ -23,9 +23,33 @@ constexpr int KMAX_TOK = 4;  // token tile width of the multi-token kernels
 
 typedef void (*dot_fn)(int64_t n, const void* w, const void* const* act, int nt, float* out);
 
+// Higher-precision activation format for Q4_0/Q8_0 weights in matvec/matmul: int16
+// quants per 32-block with an f32 scale (d = amax/32767). Q8_0 activations (int8, fp16
+// scale) moved Q8_0-model logits by up to 0.17; int16 makes activation rounding
+// negligible (2^-16 relative) at the same integer-dot cost (pmaddwd / dot_i16x8 on the
+// int16 lanes the int8 path widened to anyway). Products stay exact in i32:
+// |q8 * q16| * 32 <= 127 * 32768 * 32 < 2^31.
+struct block_q16_0 {
+  float d;
+  int16_t qs[QK8_0];
+};
+static_assert(sizeof(block_q16_0) == 68, "block_q16_0 size");
+
 struct DotKernels {
   dot_fn f32, f16, bf16, q4_0, q8_0, q4_K, q5_K, q6_K;
+  dot_fn q4_0_q16, q8_0_q16;  // Q4_0 / Q8_0 weights x block_q16_0 activations
 };
+
+// Activation format matvec/matmul feed the kernels for weight type wtype:
+// Q16_0 (block_q16_0) for Q4_0/Q8_0, else vec_dot_type(wtype). vec_dot() keeps
+// vec_dot_type (the llama.cpp-compatible Q8_0 activations).
+enum class ActFormat { F32, Q8_0, Q8_K, Q16_0 };
+ActFormat act_format(DType wtype);
+size_t act_row_bytes(ActFormat f, int64_t n);
+void quantize_act_row(ActFormat f, const float* x, void* dst, int64_t n);
+void dequantize_act_row(ActFormat f, const void* src, float* dst, int64_t n);
+// Dot kernel of table k for weights wtype against act_format(wtype) activations.
+dot_fn pick_mm_dot(const DotKernels& k, DType wtype);
 
 // Scalar integer kernels (kernels_generic.cpp): always available.
 extern const DotKernels kDotGeneric;

@@ -135,6 +135,53 @@ static void q8_0_wasm(int64_t n, const void* w, const void* const* act, float* o
   for (int t = 0; t < NT; t++) out[t] = acc[t];
 }
 
+// ---- Q4_0 / Q8_0 x Q16_0: int16 activations load straight into i16 lanes.
+
+template <int NT>
+static void q4_0_q16_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q4_0* x = (const block_q4_0*)w;
+  const int64_t nb = n / QK4_0;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const v128_t m4 = wasm_i16x8_splat(0x0F), k8 = wasm_i16x8_splat(8);
+  for (int64_t i = 0; i < nb; i++) {  // hot loop
+    v128_t wv[4];
+    for (int g = 0; g < 2; g++) {
+      const v128_t q = wasm_u16x8_load8x8(x[i].qs + 8 * g);
+      wv[g] = wasm_i16x8_sub(wasm_v128_and(q, m4), k8);
+      wv[g + 2] = wasm_i16x8_sub(wasm_u16x8_shr(q, 4), k8);
+    }
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q16_0* a = (const block_q16_0*)act[t] + i;
+      v128_t s = wasm_i32x4_dot_i16x8(wv[0], wasm_v128_load(a->qs));
+      for (int g = 1; g < 4; g++) s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wv[g], wasm_v128_load(a->qs + 8 * g)));
+      acc[t] = block_accum(acc[t], dw, a->d, hsum_i32x4(s));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+template <int NT>
+static void q8_0_q16_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q8_0* x = (const block_q8_0*)w;
+  const int64_t nb = n / QK8_0;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  for (int64_t i = 0; i < nb; i++) {  // hot loop
+    v128_t wv[4];
+    for (int g = 0; g < 4; g++) wv[g] = wasm_i16x8_load8x8(x[i].qs + 8 * g);
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q16_0* a = (const block_q16_0*)act[t] + i;
+      v128_t s = wasm_i32x4_dot_i16x8(wv[0], wasm_v128_load(a->qs));
+      for (int g = 1; g < 4; g++) s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wv[g], wasm_v128_load(a->qs + 8 * g)));
+      acc[t] = block_accum(acc[t], dw, a->d, hsum_i32x4(s));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
 // ---- K-quants x Q8_K
 
 // Q4_K / Q5_K. Scales and mins of all 8 sub-blocks decoded at once with 32-bit masks
@@ -301,10 +348,13 @@ KNOT_NT_DISPATCH(dot_q8_0_wasm, q8_0_wasm)
 KNOT_NT_DISPATCH(dot_q4_K_wasm, q4_K_wasm)
 KNOT_NT_DISPATCH(dot_q5_K_wasm, q5_K_wasm)
 KNOT_NT_DISPATCH(dot_q6_K_wasm, q6_K_wasm)
+KNOT_NT_DISPATCH(dot_q4_0_q16_wasm, q4_0_q16_wasm)
+KNOT_NT_DISPATCH(dot_q8_0_q16_wasm, q8_0_q16_wasm)
 
 const DotKernels kDotWasm = {
     dot_f32_wasm,  dot_f16_wasm,  dot_bf16_wasm, dot_q4_0_wasm,
     dot_q8_0_wasm, dot_q4_K_wasm, dot_q5_K_wasm, dot_q6_K_wasm,
+    dot_q4_0_q16_wasm, dot_q8_0_q16_wasm,
 };
 
 }  // namespace knot

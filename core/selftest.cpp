@@ -169,9 +169,10 @@ void gen_pattern(DType t, int64_t n, uint8_t pattern, fp16_t dval, uint8_t* dst)
   }
 }
 
-// Activation rows in vec_dot_type: quantized from floats, or raw extreme blocks.
-void gen_act_raw(DType vt, int64_t n, int mode, Rng& r, uint8_t* dst) {
-  if (vt == DType::Q8_K) {
+// Activation rows in format f: raw extreme blocks (mode 0: max quants, big scale; 1: min
+// quants, tiny scale; 2: random bits).
+void gen_act_raw(ActFormat f, int64_t n, int mode, Rng& r, uint8_t* dst) {
+  if (f == ActFormat::Q8_K) {
     block_q8_K* b = (block_q8_K*)dst;
     for (int64_t i = 0; i < n / QK_K; i++) {
       b[i].d = mode == 0 ? 1e-3f : (mode == 1 ? 1e3f : r.sym());
@@ -183,17 +184,32 @@ void gen_act_raw(DType vt, int64_t n, int mode, Rng& r, uint8_t* dst) {
         b[i].bsums[g] = (int16_t)s;
       }
     }
-  } else if (vt == DType::Q8_0) {
+  } else if (f == ActFormat::Q8_0) {
     block_q8_0* b = (block_q8_0*)dst;
     for (int64_t i = 0; i < n / QK8_0; i++) {
       b[i].d = mode == 0 ? (fp16_t)0x7BFF : (mode == 1 ? (fp16_t)0x0001 : rand_fp16_finite(r));
       for (int j = 0; j < QK8_0; j++)
         b[i].qs[j] = (int8_t)(mode == 0 ? 127 : (mode == 1 ? -128 : (int8_t)r.next()));
     }
+  } else if (f == ActFormat::Q16_0) {
+    block_q16_0* b = (block_q16_0*)dst;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+      b[i].d = mode == 0 ? 3e4f : (mode == 1 ? 1e-30f : r.sym() * std::ldexp(1.f, r.range(40) - 20));
+      for (int j = 0; j < QK8_0; j++)
+        b[i].qs[j] = (int16_t)(mode == 0 ? 32767 : (mode == 1 ? -32768 : (int16_t)r.next()));
+    }
   } else {
-    float* f = (float*)dst;
+    float* f32 = (float*)dst;
     for (int64_t i = 0; i < n; i++)
-      f[i] = mode == 0 ? 1e4f : (mode == 1 ? -1e-4f : r.sym() * std::ldexp(1.f, r.range(20) - 10));
+      f32[i] = mode == 0 ? 1e4f : (mode == 1 ? -1e-4f : r.sym() * std::ldexp(1.f, r.range(20) - 10));
+  }
+}
+
+ActFormat vec_dot_format(DType t) {
+  switch (vec_dot_type(t)) {
+    case DType::F32: return ActFormat::F32;
+    case DType::Q8_0: return ActFormat::Q8_0;
+    default: return ActFormat::Q8_K;
   }
 }
 
@@ -222,9 +238,7 @@ std::string case_name(DType t, const char* what, int64_t n) {
 // Simd vs Scalar on one (w, act) pair; every multi-token width (1..4) of both tables
 // must reproduce its own single-token result exactly.
 void check_pair(Ctx& c, DType t, int64_t n, const uint8_t* w, const uint8_t* const* acts,
-                const char* what) {
-  const dot_fn fs = pick_dot(kDotGeneric, t);
-  const dot_fn fv = pick_dot(dot_kernels(Kernel::Simd), t);
+                const char* what, dot_fn fs, dot_fn fv) {
   float s1[KMAX_TOK], v1[KMAX_TOK];
   for (int j = 0; j < KMAX_TOK; j++) {
     const void* one[1] = {acts[j]};
@@ -257,10 +271,19 @@ void check_pair(Ctx& c, DType t, int64_t n, const uint8_t* w, const uint8_t* con
   }
 }
 
-void check_vec_dot(Ctx& c, DType t, uint64_t seed) {
-  Rng r{seed ^ (uint64_t)t * 0x1234567ull};
-  const DType vt = vec_dot_type(t);
-  const int be = std::max(type_traits(t).block_elems, type_traits(vt).block_elems);
+// Simd vs Scalar dot kernels for weights t against activation format f: vec_dot's
+// format, and for Q4_0/Q8_0 also the Q16_0 format matvec/matmul use.
+void check_vec_dot(Ctx& c, DType t, ActFormat f, uint64_t seed) {
+  Rng r{seed ^ (uint64_t)t * 0x1234567ull ^ (uint64_t)f * 0x9E37ull};
+  const bool q16 = f == ActFormat::Q16_0;
+  const dot_fn fs = q16 ? pick_mm_dot(kDotGeneric, t) : pick_dot(kDotGeneric, t);
+  const DotKernels& kv = dot_kernels(Kernel::Simd);
+  const dot_fn fv = q16 ? pick_mm_dot(kv, t) : pick_dot(kv, t);
+  const std::string fname = q16 ? " x Q16_0" : "";
+  const char* what_random = q16 ? "random x Q16_0" : "random";
+  const char* what_raw = q16 ? "raw-bits x Q16_0" : "raw-bits";
+  const char* what_adv = q16 ? "adversarial x Q16_0" : "adversarial";
+  const int be = std::max<int>(type_traits(t).block_elems, f == ActFormat::F32 ? 1 : (f == ActFormat::Q8_K ? QK_K : QK8_0));
   std::vector<int64_t> lens;
   if (be == 1) lens = {1, 3, 7, 8, 15, 16, 17, 31, 33, 100, 256, 1000};
   else lens = {be, 2 * be, 3 * be, 5 * be, 7 * be, 16 * be};
@@ -268,28 +291,28 @@ void check_vec_dot(Ctx& c, DType t, uint64_t seed) {
   const int before = c.failures;
   for (int64_t n : lens) {
     std::vector<uint8_t> w(row_bytes(t, n));
-    std::vector<std::vector<uint8_t>> a(KMAX_TOK, std::vector<uint8_t>(row_bytes(vt, n)));
+    std::vector<std::vector<uint8_t>> a(KMAX_TOK, std::vector<uint8_t>(act_row_bytes(f, n)));
     const uint8_t* ap[KMAX_TOK];
     for (int j = 0; j < KMAX_TOK; j++) ap[j] = a[j].data();
     auto quant_acts = [&](float scale) {
       for (int j = 0; j < KMAX_TOK; j++) {
         std::vector<float> x((size_t)n);
         for (auto& v : x) v = r.gauss() * scale;
-        quantize_row(vt, x.data(), a[j].data(), n);
+        quantize_act_row(f, x.data(), a[j].data(), n);
       }
     };
     // random realistic weights and activations
     for (int rep = 0; rep < 3; rep++) {
       gen_quantized(t, r, n, rep == 0 ? 0.02f : (rep == 1 ? 1.f : 300.f), w.data());
       quant_acts(rep == 2 ? 1e-3f : 3.f);
-      check_pair(c, t, n, w.data(), ap, "random");
+      check_pair(c, t, n, w.data(), ap, what_random, fs, fv);
       cases++;
     }
     // raw random bits in every field
     for (int rep = 0; rep < 3; rep++) {
       gen_raw(t, r, n, w.data());
-      for (int j = 0; j < KMAX_TOK; j++) gen_act_raw(vt, n, 2, r, a[j].data());
-      check_pair(c, t, n, w.data(), ap, "raw-bits");
+      for (int j = 0; j < KMAX_TOK; j++) gen_act_raw(f, n, 2, r, a[j].data());
+      check_pair(c, t, n, w.data(), ap, what_raw, fs, fv);
       cases++;
     }
     // adversarial patterns x extreme scales x extreme activations
@@ -299,12 +322,13 @@ void check_vec_dot(Ctx& c, DType t, uint64_t seed) {
       for (fp16_t dv : ds) {
         if (is_float_type(t) && p != 0x00) continue;  // float rows ignore the pattern
         gen_pattern(t, n, p, dv, w.data());
-        for (int j = 0; j < KMAX_TOK; j++) gen_act_raw(vt, n, j % 3, r, a[j].data());
-        check_pair(c, t, n, w.data(), ap, "adversarial");
+        for (int j = 0; j < KMAX_TOK; j++) gen_act_raw(f, n, j % 3, r, a[j].data());
+        check_pair(c, t, n, w.data(), ap, what_adv, fs, fv);
         cases++;
       }
   }
-  if (c.failures == before) c.ok(std::string(dtype_name(t)) + " vec_dot simd==scalar, " + std::to_string(cases) + " cases");
+  if (c.failures == before)
+    c.ok(std::string(dtype_name(t)) + fname + " vec_dot simd==scalar, " + std::to_string(cases) + " cases");
 }
 
 // Known-answer: every weight = 1 and every activation = 1 (exactly representable in all
@@ -404,6 +428,23 @@ void check_known_answer(Ctx& c, DType t) {
         all_ok = false;
       }
     }
+    if (act_format(t) == ActFormat::Q16_0) {  // the matvec/matmul kernels of Q4_0/Q8_0
+      std::vector<block_q16_0> a16((size_t)(n / QK8_0));
+      for (int64_t i = 0; i < n; i++) {
+        a16[(size_t)(i / QK8_0)].d = 1.f;
+        a16[(size_t)(i / QK8_0)].qs[i % QK8_0] = (int16_t)(hot < 0 || i == hot ? 1 : 0);
+      }
+      const void* ap[1] = {a16.data()};
+      for (Kernel k : {Kernel::Scalar, Kernel::Simd}) {
+        float got = NAN;
+        pick_mm_dot(dot_kernels(k), t)(n, w.data(), ap, 1, &got);
+        if (got != want) {
+          c.fail(case_name(t, "known-answer x Q16_0", n) + " " + kernel_name(k) + " hot=" +
+                 std::to_string(hot) + ": " + fmt(got) + " != " + fmt(want));
+          all_ok = false;
+        }
+      }
+    }
   }
   if (all_ok) c.ok(std::string(dtype_name(t)) + " known-answer dots (all-ones, one-hot) on all kernels");
 }
@@ -456,12 +497,13 @@ void check_matmul(Ctx& c, DType t, uint64_t seed) {
     }
     // Scalar vs Reference: bounded by activation quantization error (half a step per
     // element) times |w|, plus float rounding slack.
+    const ActFormat af = act_format(t);
     std::vector<float> wf((size_t)cols), xq((size_t)cols);
-    std::vector<uint8_t> qa(row_bytes(vt, cols));
+    std::vector<uint8_t> qa(act_row_bytes(af, cols));
     for (int64_t tk = 0; tk < ntok; tk++) {
       const float* x = X.data() + tk * cols;
-      quantize_row(vt, x, qa.data(), cols);
-      dequantize_row(vt, qa.data(), xq.data(), cols);
+      quantize_act_row(af, x, qa.data(), cols);
+      dequantize_act_row(af, qa.data(), xq.data(), cols);
       for (int64_t i = 0; i < rows; i++) {
         dequantize_row(t, W.data() + rb * i, wf.data(), cols);
         double bound = 0, mag = 0;
@@ -531,7 +573,10 @@ int kernel_selftest(uint64_t seed, std::string* report) {
   };
   for (DType t : kStorage) {
     guarded(std::string(dtype_name(t)) + " known-answer", [&] { check_known_answer(c, t); });
-    guarded(std::string(dtype_name(t)) + " vec_dot", [&] { check_vec_dot(c, t, seed); });
+    guarded(std::string(dtype_name(t)) + " vec_dot", [&] { check_vec_dot(c, t, vec_dot_format(t), seed); });
+    if (act_format(t) == ActFormat::Q16_0)
+      guarded(std::string(dtype_name(t)) + " vec_dot x Q16_0",
+              [&] { check_vec_dot(c, t, ActFormat::Q16_0, seed); });
     guarded(std::string(dtype_name(t)) + " matmul", [&] { check_matmul(c, t, seed); });
   }
   guarded("roundtrip", [&] { check_roundtrip(c, seed); });

@@ -19,13 +19,13 @@ struct Case {
   double fast_tol;    // fast-mode logit tolerance
 };
 
-// Fast-mode tolerance: 0.05 where activations stay f32 (F32 weights: only the F16 KV
-// rounds, measured 0.010). Q8_0 weights take Q8_0-quantized activations (as llama.cpp
-// does); that noise alone moves these logits by up to 0.17 (measured with an F32 KV too),
-// so the bound there is 0.25 — ids still match all 32 steps.
+// Fast-mode tolerance 0.05. F32 weights: activations stay f32, only the F16 KV rounds
+// (measured 0.010). Q8_0 weights: matvec/matmul quantize activations to int16 per
+// 32-block (Q16_0, kernels_internal.h), not Q8_0 as llama.cpp does — Q8_0 activations
+// alone moved these logits by up to 0.17.
 const Case kCases[] = {
     {"stories260K.gguf", 32, true, 0.05},
-    {"stories260K-pad256-llama-q8_0.gguf", 32, true, 0.25},
+    {"stories260K-pad256-llama-q8_0.gguf", 32, true, 0.05},
     {"stories260K-pad256-llama-q6_k.gguf", 32, false, 0},
     {"stories260K-pad256-llama-q4_k_m.gguf", 21, false, 0},
     {"stories260K-pad256-qwen2-q4_k_m.gguf", 21, false, 0},

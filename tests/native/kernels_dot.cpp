@@ -76,16 +76,32 @@ void q6_K_last_token_wrong(int64_t n, const void* w, const void* const* act, int
     kDotGeneric.q6_K(n, w, first, 1, &out[nt - 1]);  // reuses token 0's activations
   }
 }
+// int16 activation kernel that drops the low byte of every activation quant (what an
+// int8-only path would compute): only the Q16_0 checks can see it.
+void q8_0_q16_low_byte_lost(int64_t n, const void* w, const void* const* act, int nt, float* out) {
+  std::vector<std::vector<block_q16_0>> tr((size_t)nt, std::vector<block_q16_0>((size_t)(n / 32)));
+  const void* p[KMAX_TOK];
+  for (int t = 0; t < nt; t++) {
+    for (int64_t i = 0; i < n / 32; i++) {
+      tr[t][i] = ((const block_q16_0*)act[t])[i];
+      for (int j = 0; j < 32; j++) tr[t][i].qs[j] = (int16_t)(tr[t][i].qs[j] & ~0xFF);
+    }
+    p[t] = tr[t].data();
+  }
+  kDotGeneric.q8_0_q16(n, w, p, nt, out);
+}
 }  // namespace
 
 TEST(KernelsDot, SelftestCatchesBrokenSimdKernels) {
   struct Case {
     const char* type;
     DotKernels table;
-  } cases[] = {{"Q4_K", kDotGeneric}, {"F16", kDotGeneric}, {"Q6_K", kDotGeneric}};
+  } cases[] = {{"Q4_K", kDotGeneric}, {"F16", kDotGeneric}, {"Q6_K", kDotGeneric},
+               {"Q8_0 random x Q16_0", kDotGeneric}};
   cases[0].table.q4_K = q4_K_times4;
   cases[1].table.f16 = f16_drops_tail;
   cases[2].table.q6_K = q6_K_last_token_wrong;
+  cases[3].table.q8_0_q16 = q8_0_q16_low_byte_lost;
   for (const Case& c : cases) {
     set_simd_kernels_for_test(&c.table);
     std::string report;
@@ -306,6 +322,53 @@ TEST(KernelsDot, LongPrefillMatchesMatvec) {
       }
     }
   }
+}
+
+// Q4_0/Q8_0 matvec/matmul take int16 (Q16_0) activations: Scalar is within ~1e-4 of
+// Reference (f32 activations), far tighter than the Q8_0-activation path vec_dot
+// exposes, and the Q16_0 rounding rules hold by hand.
+TEST(KernelsDot, Q16ActivationsForQ4_0AndQ8_0) {
+  const int64_t rows = 32, cols = 2048;
+  std::vector<float> x = gauss(cols, 123, 3.f);
+  x[5] = 40.f;  // outlier
+  for (DType t : {DType::Q4_0, DType::Q8_0}) {
+    EXPECT_EQ(act_format(t), ActFormat::Q16_0);
+    std::vector<uint8_t> W = quant_matrix(t, rows, cols, 17);
+    std::vector<float> yr(rows), ys(rows), yv(rows);
+    matvec(t, W.data(), rows, cols, x.data(), yr.data(), Kernel::Reference);
+    matvec(t, W.data(), rows, cols, x.data(), ys.data(), Kernel::Scalar);
+    matvec(t, W.data(), rows, cols, x.data(), yv.data(), Kernel::Simd);
+    // the old path: Q8_0 activations through vec_dot
+    std::vector<uint8_t> q8(row_bytes(DType::Q8_0, cols));
+    quantize_row(DType::Q8_0, x.data(), q8.data(), cols);
+    double err16 = 0, err8 = 0, mag = 0;
+    std::vector<float> wf(cols);
+    for (int64_t r = 0; r < rows; r++) {
+      const uint8_t* wr = W.data() + row_bytes(t, cols) * r;
+      dequantize_row(t, wr, wf.data(), cols);
+      double m = 0;
+      for (int64_t c = 0; c < cols; c++) m += std::fabs((double)wf[c] * x[c]);
+      mag = std::max(mag, m);
+      err16 = std::max(err16, std::fabs((double)ys[r] - yr[r]));
+      err8 = std::max(err8, std::fabs((double)vec_dot(t, cols, wr, q8.data(), Kernel::Scalar) - yr[r]));
+      EXPECT_TRUE(bit_equal(yv[r], ys[r])) << dtype_name(t) << " row " << r;
+      EXPECT_LE(std::fabs((double)ys[r] - yr[r]), 2e-5 * m) << dtype_name(t) << " row " << r;
+    }
+    EXPECT_LT(err16 * 20, err8) << dtype_name(t) << ": int16 activations should be far more precise";
+  }
+  // rounding by hand: amax 32767 -> d = 1, round half away from zero, clamp
+  float v[32] = {32767.f, -2.5f, 2.5f, 0.49f, -0.5f};
+  block_q16_0 b;
+  quantize_act_row(ActFormat::Q16_0, v, &b, 32);
+  EXPECT_EQ(b.d, 1.f);
+  EXPECT_EQ(b.qs[0], 32767);
+  EXPECT_EQ(b.qs[1], -3);
+  EXPECT_EQ(b.qs[2], 3);
+  EXPECT_EQ(b.qs[3], 0);
+  EXPECT_EQ(b.qs[4], -1);
+  EXPECT_EQ(b.qs[31], 0);
+  EXPECT_EQ(act_row_bytes(ActFormat::Q16_0, 64), 2 * sizeof(block_q16_0));
+  EXPECT_THROW(act_row_bytes(ActFormat::Q16_0, 48), Error);
 }
 
 TEST(KernelsDot, BenchHelpersReturnPositiveRates) {
