@@ -229,6 +229,7 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
 
   const dot_fn dot = pick_mm_dot(dot_kernels(k), wtype);
   if (!dot) fail(std::string("no matmul kernel for weight type ") + dtype_name(wtype));
+  const mm_fn mm = pick_mm_batch(dot_kernels(k), wtype);
   const int64_t ROW_TILE = 16;  // weight rows kept in cache while every token tile passes
   for (int64_t c0 = 0; c0 < ntok; c0 += TOK_CHUNK) {
     const int64_t nc = std::min(TOK_CHUNK, ntok - c0);
@@ -239,6 +240,10 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
       for (int64_t t = 0; t < nc; t++)
         quantize_act_row(af, X + (c0 + t) * cols, (uint8_t*)qa.get() + (size_t)t * ab, cols);
       acts_base = (const uint8_t*)qa.get();
+    }
+    if (mm && nc >= 2 && cols % 256 == 0) {  // batched kernel: all tokens of the chunk at once
+      mm(cols, Wb + (size_t)row_begin * rb, rb, nout, acts_base, ab, nc, Y + c0 * nout, nout);
+      continue;
     }
     for (int64_t rt = row_begin; rt < row_end; rt += ROW_TILE) {
       const int64_t rt_end = std::min(row_end, rt + ROW_TILE);

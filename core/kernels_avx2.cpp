@@ -342,6 +342,7 @@ const DotKernels kDotAvx2 = {
     dot_f32_avx2,  dot_f16_avx2,  dot_bf16_avx2, dot_q4_0_avx2,
     dot_q8_0_avx2, dot_q4_K_avx2, dot_q5_K_avx2, dot_q6_K_avx2,
     dot_q4_0_q16_avx2, dot_q8_0_q16_avx2,
+    nullptr, nullptr, nullptr, nullptr, nullptr,  // no batched kernels: tiled dot loop
 };
 
 }  // namespace knot

@@ -35,10 +35,30 @@ struct block_q16_0 {
 };
 static_assert(sizeof(block_q16_0) == 68, "block_q16_0 size");
 
+// Batched (prefill) kernel: Y[t*ldy + r] = dot(row r of W, act row t) for r < nrows,
+// t < nt (nt >= 2), rows rb bytes apart, activation rows (act_format) ab bytes apart,
+// n % 256 == 0. Must equal the table's dot_fn for every (r, t) bit for bit: same
+// integer block sums, same per-block float combine in block order. Optional (nullptr:
+// matmul_rows loops the dot_fn over tiles).
+typedef void (*mm_fn)(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act,
+                      size_t ab, int64_t nt, float* Y, int64_t ldy);
+
 struct DotKernels {
   dot_fn f32, f16, bf16, q4_0, q8_0, q4_K, q5_K, q6_K;
   dot_fn q4_0_q16, q8_0_q16;  // Q4_0 / Q8_0 weights x block_q16_0 activations
+  mm_fn mm_q4_0, mm_q8_0, mm_q4_K, mm_q5_K, mm_q6_K;  // batched, may be nullptr
 };
+
+inline mm_fn pick_mm_batch(const DotKernels& k, DType t) {
+  switch (t) {
+    case DType::Q4_0: return k.mm_q4_0;
+    case DType::Q8_0: return k.mm_q8_0;
+    case DType::Q4_K: return k.mm_q4_K;
+    case DType::Q5_K: return k.mm_q5_K;
+    case DType::Q6_K: return k.mm_q6_K;
+    default: return nullptr;
+  }
+}
 
 // Activation format matvec/matmul feed the kernels for weight type wtype:
 // Q16_0 (block_q16_0) for Q4_0/Q8_0, else vec_dot_type(wtype). vec_dot() keeps

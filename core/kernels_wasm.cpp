@@ -13,6 +13,9 @@
 
 #include <wasm_simd128.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "kernels_internal.h"
 
 namespace knot {
@@ -330,6 +333,263 @@ static void q5_K_wasm(int64_t n, const void* w, const void* const* act, float* o
   kmin_wasm<NT, true>(n, w, act, out);
 }
 
+
+// ---- Batched prefill kernels (mm_fn, see kernels_internal.h) ---------------------------
+// Per 256-weight super-block, RD weight rows are decoded once into int16 with the
+// sub-block scale folded in (wdec: 8 KB, stays in L1) and reused by every token of the
+// chunk; activation quants are widened to int16 once per call (a16). Register tile:
+// 4 rows x 2 tokens = 8 i32x4 accumulators, one dot_i16x8 (pmaddwd) per 8 products and
+// no per-token weight unpacking. At each float block the 4 rows' integer sums are
+// reduced by one 4x4 transpose, and the float combine runs on f32x4 lanes = 4 rows with
+// exactly the operations and order of block_accum / block_accum_kmin (lanewise IEEE,
+// no FMA in simd128), so every output equals the dot kernel's bit for bit.
+// Integer ranges: |decoded weight| <= 4096 (Q6_K (q-32)*sc), activations |a| <= 32768,
+// block sums < 2^31 (256 * 4096 * 128; Q8_0 x Q16_0: 32 * 128 * 32768).
+
+namespace {
+
+constexpr int RD = 16;   // weight rows decoded per pass (4 register tiles of 4)
+constexpr int SB = 256;  // weights per decoded super-block
+
+struct MmScratch {
+  std::vector<int16_t> a16;  // [nt][n] widened activation quants
+  std::vector<float> ad;     // [nt][n/BE] activation block scales
+  std::vector<int16_t> ap;   // [nt][n/256][8] Q8_K pair sums bsums[2j]+bsums[2j+1]
+  std::vector<v128_t> acc;   // [RD/4][nt] f32x4 accumulators (lanes = 4 rows)
+};
+MmScratch g_mm;  // the wasm module is single-threaded
+
+alignas(16) int16_t wdec[RD][SB];  // decoded, pre-scaled weights of one super-block
+alignas(16) float wd[8][RD];       // [block in super-block][row] weight scale d
+alignas(16) float wdm[RD];         // [row] dmin (Q4_K/Q5_K)
+alignas(16) int16_t wm[RD][8];     // [row] mins m0..m7 (Q4_K/Q5_K)
+
+inline v128_t reduce4(v128_t a, v128_t b, v128_t c, v128_t d) {  // -> [sum a, sum b, sum c, sum d]
+  const v128_t ab = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), wasm_i32x4_shuffle(a, b, 2, 6, 3, 7));
+  const v128_t cd = wasm_i32x4_add(wasm_i32x4_shuffle(c, d, 0, 4, 1, 5), wasm_i32x4_shuffle(c, d, 2, 6, 3, 7));
+  return wasm_i32x4_add(wasm_i32x4_shuffle(ab, cd, 0, 1, 4, 5), wasm_i32x4_shuffle(ab, cd, 2, 3, 6, 7));
+}
+
+void zero_row(int r) {
+  std::memset(wdec[r], 0, sizeof wdec[r]);
+  for (int b = 0; b < 8; b++) wd[b][r] = 0.f;
+  wdm[r] = 0.f;
+  std::memset(wm[r], 0, sizeof wm[r]);
+}
+
+template <bool Q5>
+struct FmtKmin {  // Q4_K / Q5_K x Q8_K
+  static constexpr int BE = 256, NBI = 1, GPB = 32;
+  static constexpr bool KMIN = true, Q16 = false;
+  static constexpr size_t BYTES = Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+  static void decode(const uint8_t* blk, int r) {
+    fp16_t d16, dmin16;
+    std::memcpy(&d16, blk, 2);
+    std::memcpy(&dmin16, blk + 2, 2);
+    const uint8_t* qh = blk + 16;
+    const uint8_t* qs = blk + (Q5 ? 48 : 16);
+    uint8_t sc[8], m[8];
+    k4_unpack_scales(blk + 4, sc, m);
+    const v128_t m4 = wasm_i16x8_splat(0x0F), bit4 = wasm_i16x8_splat(0x10);
+    for (int c = 0; c < 4; c++) {
+      const v128_t s_lo = wasm_i16x8_splat(sc[2 * c]), s_hi = wasm_i16x8_splat(sc[2 * c + 1]);
+      for (int g = 0; g < 4; g++) {
+        const v128_t q = wasm_u16x8_load8x8(qs + 32 * c + 8 * g);
+        v128_t lo = wasm_v128_and(q, m4), hi = wasm_u16x8_shr(q, 4);
+        if (Q5) {
+          const v128_t h = wasm_u16x8_load8x8(qh + 8 * g);
+          lo = wasm_v128_or(lo, wasm_v128_and(wasm_i16x8_shl(wasm_u16x8_shr(h, 2 * c), 4), bit4));
+          hi = wasm_v128_or(hi, wasm_v128_and(wasm_i16x8_shl(wasm_u16x8_shr(h, 2 * c + 1), 4), bit4));
+        }
+        wasm_v128_store(wdec[r] + 64 * c + 8 * g, wasm_i16x8_mul(lo, s_lo));
+        wasm_v128_store(wdec[r] + 64 * c + 32 + 8 * g, wasm_i16x8_mul(hi, s_hi));
+      }
+    }
+    wd[0][r] = half_to_float(d16);
+    wdm[r] = half_to_float(dmin16);
+    for (int j = 0; j < 8; j++) wm[r][j] = m[j];
+  }
+};
+
+struct FmtQ6K {  // Q6_K x Q8_K: weights (q - 32) * sc
+  static constexpr int BE = 256, NBI = 1, GPB = 32;
+  static constexpr bool KMIN = false, Q16 = false;
+  static constexpr size_t BYTES = sizeof(block_q6_K);
+  static void decode(const uint8_t* p, int r) {
+    const block_q6_K* x = (const block_q6_K*)p;
+    const v128_t m4 = wasm_i16x8_splat(0x0F), m30 = wasm_i16x8_splat(0x30), k32 = wasm_i16x8_splat(32);
+    for (int h = 0; h < 2; h++) {
+      const uint8_t* ql = x->ql + 64 * h;
+      const uint8_t* qh = x->qh + 32 * h;
+      for (int g = 0; g < 4; g++) {
+        const int j = 8 * h + (g >> 1);
+        const v128_t qa = wasm_u16x8_load8x8(ql + 8 * g);
+        const v128_t qb = wasm_u16x8_load8x8(ql + 32 + 8 * g);
+        const v128_t hb = wasm_u16x8_load8x8(qh + 8 * g);
+        v128_t v[4];
+        v[0] = wasm_v128_or(wasm_v128_and(qa, m4), wasm_v128_and(wasm_i16x8_shl(hb, 4), m30));
+        v[1] = wasm_v128_or(wasm_v128_and(qb, m4), wasm_v128_and(wasm_i16x8_shl(hb, 2), m30));
+        v[2] = wasm_v128_or(wasm_u16x8_shr(qa, 4), wasm_v128_and(hb, m30));
+        v[3] = wasm_v128_or(wasm_u16x8_shr(qb, 4), wasm_v128_and(wasm_u16x8_shr(hb, 2), m30));
+        for (int k = 0; k < 4; k++)
+          wasm_v128_store(wdec[r] + 128 * h + 32 * k + 8 * g,
+                          wasm_i16x8_mul(wasm_i16x8_sub(v[k], k32), wasm_i16x8_splat(x->scales[j + 2 * k])));
+      }
+    }
+    wd[0][r] = half_to_float(x->d);
+  }
+};
+
+struct FmtQ8_0 {  // 8 x block_q8_0 x Q16_0
+  static constexpr int BE = 32, NBI = 8, GPB = 4;
+  static constexpr bool KMIN = false, Q16 = true;
+  static constexpr size_t BYTES = 8 * sizeof(block_q8_0);
+  static void decode(const uint8_t* p, int r) {
+    const block_q8_0* x = (const block_q8_0*)p;
+    for (int b = 0; b < 8; b++) {
+      for (int g = 0; g < 4; g++) wasm_v128_store(wdec[r] + 32 * b + 8 * g, wasm_i16x8_load8x8(x[b].qs + 8 * g));
+      wd[b][r] = half_to_float(x[b].d);
+    }
+  }
+};
+
+struct FmtQ4_0 {  // 8 x block_q4_0 x Q16_0
+  static constexpr int BE = 32, NBI = 8, GPB = 4;
+  static constexpr bool KMIN = false, Q16 = true;
+  static constexpr size_t BYTES = 8 * sizeof(block_q4_0);
+  static void decode(const uint8_t* p, int r) {
+    const block_q4_0* x = (const block_q4_0*)p;
+    const v128_t m4 = wasm_i16x8_splat(0x0F), k8 = wasm_i16x8_splat(8);
+    for (int b = 0; b < 8; b++) {
+      for (int g = 0; g < 2; g++) {
+        const v128_t q = wasm_u16x8_load8x8(x[b].qs + 8 * g);
+        wasm_v128_store(wdec[r] + 32 * b + 8 * g, wasm_i16x8_sub(wasm_v128_and(q, m4), k8));
+        wasm_v128_store(wdec[r] + 32 * b + 16 + 8 * g, wasm_i16x8_sub(wasm_u16x8_shr(q, 4), k8));
+      }
+      wd[b][r] = half_to_float(x[b].d);
+    }
+  }
+};
+
+// 4 decoded rows (w, row stride SB) x NT tokens over one super-block; acc[t] += per block.
+template <class F, int NT>
+inline void mm_tile(const int16_t* w, const int16_t* const* a, const float* const* adt,
+                    const int16_t* const* apt, int sub, v128_t* acc) {
+  for (int b = 0; b < F::NBI; b++) {
+    v128_t s[4][NT];
+    for (int r = 0; r < 4; r++)
+      for (int t = 0; t < NT; t++) s[r][t] = wasm_i32x4_splat(0);
+    for (int g = 0; g < F::GPB; g++) {  // hot loop: 8 weights x 4 rows x NT tokens
+      const int off = (b * F::GPB + g) * 8;
+      v128_t av[NT];
+      for (int t = 0; t < NT; t++) av[t] = wasm_v128_load(a[t] + off);
+      for (int r = 0; r < 4; r++) {
+        const v128_t wv = wasm_v128_load(w + r * SB + off);
+        for (int t = 0; t < NT; t++) s[r][t] = wasm_i32x4_add(s[r][t], wasm_i32x4_dot_i16x8(wv, av[t]));
+      }
+    }
+    const v128_t dw = wasm_v128_load(&wd[b][4 * sub]);
+    for (int t = 0; t < NT; t++) {
+      const v128_t sumi = reduce4(s[0][t], s[1][t], s[2][t], s[3][t]);
+      const v128_t da = wasm_f32x4_splat(adt[t][b]);
+      const v128_t d = wasm_f32x4_mul(dw, da);
+      if (F::KMIN) {  // block_accum_kmin, lanewise
+        const v128_t pr = wasm_v128_load(apt[t]);
+        const v128_t ms = reduce4(wasm_i32x4_dot_i16x8(wasm_v128_load(wm[4 * sub + 0]), pr),
+                                  wasm_i32x4_dot_i16x8(wasm_v128_load(wm[4 * sub + 1]), pr),
+                                  wasm_i32x4_dot_i16x8(wasm_v128_load(wm[4 * sub + 2]), pr),
+                                  wasm_i32x4_dot_i16x8(wasm_v128_load(wm[4 * sub + 3]), pr));
+        const v128_t dm = wasm_f32x4_mul(wasm_v128_load(&wdm[4 * sub]), da);
+        const v128_t x1 = wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi));
+        const v128_t x2 = wasm_f32x4_mul(dm, wasm_f32x4_convert_i32x4(ms));
+        acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_sub(x1, x2));
+      } else {  // block_accum, lanewise
+        acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi)));
+      }
+    }
+  }
+}
+
+template <class F>
+void mm_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+             int64_t nt, float* Y, int64_t ldy) {
+  const int64_t ns = n / SB, nbe = n / F::BE;
+  MmScratch& m = g_mm;
+  m.a16.resize((size_t)(nt * n));
+  m.ad.resize((size_t)(nt * nbe));
+  if (F::KMIN) m.ap.resize((size_t)(nt * ns * 8));
+  m.acc.resize((size_t)(RD / 4 * nt));
+  // widen the activations once: [nt][n] int16 + scales (+ pair sums)
+  for (int64_t t = 0; t < nt; t++) {
+    int16_t* dst = m.a16.data() + t * n;
+    if (F::Q16) {
+      const block_q16_0* x = (const block_q16_0*)(act + (size_t)t * ab);
+      for (int64_t i = 0; i < nbe; i++) {
+        std::memcpy(dst + 32 * i, x[i].qs, sizeof x[i].qs);
+        m.ad[(size_t)(t * nbe + i)] = x[i].d;
+      }
+    } else {
+      const block_q8_K* x = (const block_q8_K*)(act + (size_t)t * ab);
+      for (int64_t i = 0; i < ns; i++) {
+        for (int g = 0; g < QK_K / 8; g++)
+          wasm_v128_store(dst + QK_K * i + 8 * g, wasm_i16x8_load8x8(x[i].qs + 8 * g));
+        m.ad[(size_t)(t * nbe + i)] = x[i].d;
+        if (F::KMIN)
+          for (int j = 0; j < 8; j++)
+            m.ap[(size_t)((t * ns + i) * 8 + j)] = (int16_t)(x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+      }
+    }
+  }
+  for (int64_t r0 = 0; r0 < nrows; r0 += RD) {
+    const int nr = (int)std::min<int64_t>(RD, nrows - r0), nsub = (nr + 3) / 4;
+    for (int64_t k = 0; k < nsub * nt; k++) m.acc[(size_t)k] = wasm_f32x4_splat(0.f);
+    for (int64_t s = 0; s < ns; s++) {
+      for (int r = 0; r < 4 * nsub; r++) {
+        if (r < nr) F::decode(W + (size_t)(r0 + r) * rb + (size_t)s * F::BYTES, r);
+        else zero_row(r);
+      }
+      int64_t t = 0;
+      for (; t + 2 <= nt; t += 2) {
+        const int16_t* a[2] = {m.a16.data() + t * n + s * SB, m.a16.data() + (t + 1) * n + s * SB};
+        const float* adt[2] = {m.ad.data() + t * nbe + s * F::NBI, m.ad.data() + (t + 1) * nbe + s * F::NBI};
+        const int16_t* apt[2] = {nullptr, nullptr};
+        if (F::KMIN) apt[0] = m.ap.data() + (t * ns + s) * 8, apt[1] = m.ap.data() + ((t + 1) * ns + s) * 8;
+        for (int sub = 0; sub < nsub; sub++) mm_tile<F, 2>(wdec[4 * sub], a, adt, apt, sub, &m.acc[(size_t)(sub * nt + t)]);
+      }
+      if (t < nt) {  // odd token count
+        const int16_t* a[1] = {m.a16.data() + t * n + s * SB};
+        const float* adt[1] = {m.ad.data() + t * nbe + s * F::NBI};
+        const int16_t* apt[1] = {F::KMIN ? m.ap.data() + (t * ns + s) * 8 : nullptr};
+        for (int sub = 0; sub < nsub; sub++) mm_tile<F, 1>(wdec[4 * sub], a, adt, apt, sub, &m.acc[(size_t)(sub * nt + t)]);
+      }
+    }
+    for (int sub = 0; sub < nsub; sub++)
+      for (int64_t t = 0; t < nt; t++) {
+        alignas(16) float o[4];
+        wasm_v128_store(o, m.acc[(size_t)(sub * nt + t)]);
+        for (int r = 0; r < 4 && 4 * sub + r < nr; r++) Y[t * ldy + r0 + 4 * sub + r] = o[r];
+      }
+  }
+}
+
+}  // namespace
+
+static void mm_q4_0_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_wasm<FmtQ4_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+static void mm_q8_0_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_wasm<FmtQ8_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+static void mm_q4_K_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_wasm<FmtKmin<false>>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+static void mm_q5_K_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_wasm<FmtKmin<true>>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+static void mm_q6_K_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_wasm<FmtQ6K>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+
 #define KNOT_NT_DISPATCH(name, tmpl)                                                     \
   static void name(int64_t n, const void* w, const void* const* act, int nt, float* out) { \
     switch (nt) {                                                                        \
@@ -355,6 +615,7 @@ const DotKernels kDotWasm = {
     dot_f32_wasm,  dot_f16_wasm,  dot_bf16_wasm, dot_q4_0_wasm,
     dot_q8_0_wasm, dot_q4_K_wasm, dot_q5_K_wasm, dot_q6_K_wasm,
     dot_q4_0_q16_wasm, dot_q8_0_q16_wasm,
+    mm_q4_0_wasm, mm_q8_0_wasm, mm_q4_K_wasm, mm_q5_K_wasm, mm_q6_K_wasm,
 };
 
 }  // namespace knot

@@ -524,6 +524,71 @@ void check_matmul(Ctx& c, DType t, uint64_t seed) {
     c.ok(std::string(dtype_name(t)) + " matmul==matvec loop, rows slice, simd==scalar, |ref-scalar|<=bound");
 }
 
+// Batched prefill kernels (mm_fn, where the Simd table has one) vs the scalar dot
+// kernel on every (row, token): random, raw-bit and adversarial weights and activations,
+// row counts that are not multiples of the 4-row / 16-row tiles, odd token counts, and an
+// output stride wider than the row count (the gaps must stay untouched).
+void check_batched(Ctx& c, DType t, uint64_t seed) {
+  const mm_fn mm = pick_mm_batch(dot_kernels(Kernel::Simd), t);
+  if (!mm) return;
+  Rng r{seed * 77 + (uint64_t)t};
+  const ActFormat af = act_format(t);
+  const dot_fn ref = pick_mm_dot(kDotGeneric, t);
+  const int64_t shapes[][2] = {{1, 2}, {5, 3}, {16, 2}, {17, 5}, {35, 8}, {4, 7}};  // rows, ntok
+  const uint8_t pats[] = {0x00, 0xFF, 0xAA, 0x55, 0x80, 0x7F};
+  const fp16_t ds[] = {0x7BFF, 0xFBFF, 0x0001, 0x3C00};
+  const int before = c.failures;
+  int cases = 0;
+  for (int64_t n : {256, 768}) {
+    const size_t rb = row_bytes(t, n), ab = act_row_bytes(af, n);
+    for (int kind = 0; kind < 3; kind++)
+      for (const auto& sh : shapes) {
+        const int64_t rows = sh[0], nt = sh[1], ldy = rows + 3;
+        std::vector<uint8_t> W(rb * (size_t)rows), A(ab * (size_t)nt);
+        for (int64_t i = 0; i < rows; i++) {
+          uint8_t* w = W.data() + rb * (size_t)i;
+          if (kind == 0) gen_quantized(t, r, n, 0.05f, w);
+          else if (kind == 1) gen_raw(t, r, n, w);
+          else gen_pattern(t, n, pats[(size_t)(i + cases) % 6], ds[(size_t)i % 4], w);
+        }
+        for (int64_t j = 0; j < nt; j++) {
+          uint8_t* a = A.data() + ab * (size_t)j;
+          if (kind == 0) {
+            std::vector<float> x((size_t)n);
+            for (auto& v : x) v = r.gauss() * 2.f;
+            quantize_act_row(af, x.data(), a, n);
+          } else {
+            gen_act_raw(af, n, kind == 1 ? 2 : (int)(j % 3), r, a);
+          }
+        }
+        const float sentinel = 12345.f;
+        std::vector<float> Y((size_t)(nt * ldy), sentinel);
+        mm(n, W.data(), rb, rows, A.data(), ab, nt, Y.data(), ldy);
+        const std::string nm = case_name(t, kind == 0 ? "batched random" : (kind == 1 ? "batched raw-bits" : "batched adversarial"), n) +
+                               " rows=" + std::to_string(rows) + " ntok=" + std::to_string(nt);
+        bool bad = false;
+        for (int64_t j = 0; j < nt && !bad; j++)
+          for (int64_t i = 0; i < ldy; i++) {
+            float want = sentinel;
+            if (i < rows) {
+              const void* one[1] = {A.data() + ab * (size_t)j};
+              ref(n, W.data() + rb * (size_t)i, one, 1, &want);
+            }
+            const float got = Y[(size_t)(j * ldy + i)];
+            if (!same_float(got, want) && !(std::isnan(got) && std::isnan(want) && i < rows)) {
+              c.fail(nm + ": [tok " + std::to_string(j) + ", row " + std::to_string(i) + "] simd " + fmt(got) +
+                     " != scalar " + fmt(want));
+              bad = true;
+              break;
+            }
+          }
+        cases++;
+      }
+  }
+  if (c.failures == before)
+    c.ok(std::string(dtype_name(t)) + " batched matmul kernel == scalar dot, " + std::to_string(cases) + " cases");
+}
+
 void check_roundtrip(Ctx& c, uint64_t seed) {
   struct B {
     DType t;
@@ -578,6 +643,7 @@ int kernel_selftest(uint64_t seed, std::string* report) {
       guarded(std::string(dtype_name(t)) + " vec_dot x Q16_0",
               [&] { check_vec_dot(c, t, ActFormat::Q16_0, seed); });
     guarded(std::string(dtype_name(t)) + " matmul", [&] { check_matmul(c, t, seed); });
+    guarded(std::string(dtype_name(t)) + " batched", [&] { check_batched(c, t, seed); });
   }
   guarded("roundtrip", [&] { check_roundtrip(c, seed); });
   if (report) *report += std::to_string(c.failures) + " failure(s)\n";
