@@ -103,28 +103,39 @@ size_t act_row_bytes(ActFormat f, int64_t n) {
   return (size_t)(n / QK8_0) * sizeof(block_q16_0);
 }
 
-// Q16_0: d = amax/32767 in f32, q = round-half-away(x/d) clamped to +-32767.
-static void quantize_row_q16_0(const float* x, block_q16_0* y, int64_t n) {
-  for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
-    float amax = 0.f;
-    for (int j = 0; j < QK8_0; j++) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 32767.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
-    y[i].d = d;
-    for (int j = 0; j < QK8_0; j++) {
-      const float v = std::round(x[j] * id);
-      y[i].qs[j] = (int16_t)(v >= 32767.f ? 32767 : (v <= -32767.f ? -32767 : (v == v ? v : 0)));
-    }
+// Q16_0: d = amax/32767 in f32, q = nearest-even(x/d) clamped to +-32767. Non-finite
+// input throws (as quantize_row does), never a silent NaN.
+void quantize_block_q16_0(const float* x, block_q16_0* y) {
+  float amax = 0.f;
+  for (int j = 0; j < QK8_0; j++) {
+    if (!std::isfinite(x[j]))
+      fail("Q16_0 activations: non-finite value " + std::to_string(x[j]) + " at index " + std::to_string(j) +
+           " of a 32-block");
+    amax = std::max(amax, std::fabs(x[j]));
+  }
+  const float d = amax / 32767.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  y->d = d;
+  for (int j = 0; j < QK8_0; j++) {
+    const float v = std::nearbyint(x[j] * id);
+    y->qs[j] = (int16_t)(v >= 32767.f ? 32767 : (v <= -32767.f ? -32767 : (v == v ? v : 0)));
   }
 }
 
 void quantize_act_row(ActFormat f, const float* x, void* dst, int64_t n) {
   if (f == ActFormat::Q16_0) {
     act_row_bytes(f, n);  // length check
-    quantize_row_q16_0(x, (block_q16_0*)dst, n);
+    for (int64_t i = 0; i < n / QK8_0; i++) quantize_block_q16_0(x + i * QK8_0, (block_q16_0*)dst + i);
   } else {
     quantize_row(act_dtype(f), x, dst, n);
   }
+}
+
+void quantize_act_row(const DotKernels& k, ActFormat f, const float* x, void* dst, int64_t n) {
+  const act_q_fn q = f == ActFormat::Q8_K ? k.quant_q8_K : (f == ActFormat::Q16_0 ? k.quant_q16_0 : nullptr);
+  if (!q) return quantize_act_row(f, x, dst, n);
+  act_row_bytes(f, n);  // length check
+  q(x, dst, n);
 }
 
 void dequantize_act_row(ActFormat f, const void* src, float* dst, int64_t n) {
@@ -238,7 +249,7 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
       acts_base = (const uint8_t*)(X + c0 * cols);
     } else {
       for (int64_t t = 0; t < nc; t++)
-        quantize_act_row(af, X + (c0 + t) * cols, (uint8_t*)qa.get() + (size_t)t * ab, cols);
+        quantize_act_row(dot_kernels(k), af, X + (c0 + t) * cols, (uint8_t*)qa.get() + (size_t)t * ab, cols);
       acts_base = (const uint8_t*)qa.get();
     }
     if (mm && nc >= 2 && cols % 256 == 0) {  // batched kernel: all tokens of the chunk at once

@@ -343,6 +343,7 @@ const DotKernels kDotAvx2 = {
     dot_q8_0_avx2, dot_q4_K_avx2, dot_q5_K_avx2, dot_q6_K_avx2,
     dot_q4_0_q16_avx2, dot_q8_0_q16_avx2,
     nullptr, nullptr, nullptr, nullptr, nullptr,  // no batched kernels: tiled dot loop
+    nullptr, nullptr,  // scalar activation quantizers
 };
 
 }  // namespace knot

@@ -217,6 +217,7 @@ const DotKernels kDotGeneric = {
     dot_q8_0_generic, dot_q4_K_generic, dot_q5_K_generic, dot_q6_K_generic,
     dot_q4_0_q16_generic, dot_q8_0_q16_generic,
     nullptr, nullptr, nullptr, nullptr, nullptr,  // no batched kernels: tiled dot loop
+    nullptr, nullptr,  // scalar activation quantizers
 };
 
 }  // namespace knot

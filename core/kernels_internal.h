@@ -43,10 +43,15 @@ static_assert(sizeof(block_q16_0) == 68, "block_q16_0 size");
 typedef void (*mm_fn)(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act,
                       size_t ab, int64_t nt, float* Y, int64_t ldy);
 
+// Activation quantizer: dst = n floats in an ActFormat (n a multiple of its block).
+// A SIMD one must equal the scalar one byte for byte (nullptr: use the scalar one).
+typedef void (*act_q_fn)(const float* x, void* dst, int64_t n);
+
 struct DotKernels {
   dot_fn f32, f16, bf16, q4_0, q8_0, q4_K, q5_K, q6_K;
   dot_fn q4_0_q16, q8_0_q16;  // Q4_0 / Q8_0 weights x block_q16_0 activations
   mm_fn mm_q4_0, mm_q8_0, mm_q4_K, mm_q5_K, mm_q6_K;  // batched, may be nullptr
+  act_q_fn quant_q8_K, quant_q16_0;                    // may be nullptr
 };
 
 inline mm_fn pick_mm_batch(const DotKernels& k, DType t) {
@@ -67,6 +72,10 @@ enum class ActFormat { F32, Q8_0, Q8_K, Q16_0 };
 ActFormat act_format(DType wtype);
 size_t act_row_bytes(ActFormat f, int64_t n);
 void quantize_act_row(ActFormat f, const float* x, void* dst, int64_t n);
+// Same bytes, using table k's quantizer when it has one.
+void quantize_act_row(const DotKernels& k, ActFormat f, const float* x, void* dst, int64_t n);
+// The scalar Q16_0 quantizer of one 32-block (nearest-even, clamped to +-32767).
+void quantize_block_q16_0(const float* x, block_q16_0* y);
 void dequantize_act_row(ActFormat f, const void* src, float* dst, int64_t n);
 // Dot kernel of table k for weights wtype against act_format(wtype) activations.
 dot_fn pick_mm_dot(const DotKernels& k, DType wtype);

@@ -14,6 +14,7 @@
 #include <wasm_simd128.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kernels_internal.h"
@@ -590,6 +591,70 @@ static void mm_q6_K_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nr, con
   mm_wasm<FmtQ6K>(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 
+// ---- Activation quantizers (byte-identical to quant.cpp's Q8_K / kernels.cpp's Q16_0;
+// blocks whose max is not finite go through the scalar code).
+
+static inline float hmax_f32x4(v128_t v) {
+  v = wasm_f32x4_max(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));
+  v = wasm_f32x4_max(v, wasm_i32x4_shuffle(v, v, 1, 0, 3, 2));
+  return wasm_f32x4_extract_lane(v, 0);
+}
+
+static void quant_q8_K_wasm(const float* x, void* dst, int64_t n) {
+  block_q8_K* y = (block_q8_K*)dst;
+  for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+    v128_t m = wasm_f32x4_splat(0.f);
+    for (int j = 0; j < QK_K; j += 4) m = wasm_f32x4_max(m, wasm_f32x4_abs(wasm_v128_load(x + j)));
+    const float amax = hmax_f32x4(m);
+    if (!(amax < INFINITY) || !(amax >= 1e-30f)) {  // zero, tiny, inf or nan: scalar reference
+      quantize_row(DType::Q8_K, x, y + i, QK_K);
+      continue;
+    }
+    int jm = 0;  // first element of largest magnitude (as the scalar scan picks it)
+    while (std::fabs(x[jm]) != amax) jm++;
+    const float iscale = -127.f / x[jm];
+    const v128_t vs = wasm_f32x4_splat(iscale), k127 = wasm_i32x4_splat(127);
+    for (int g = 0; g < QK_K / 16; g++) {  // 16 values -> 16 int8 + their sum
+      v128_t q[4];
+      for (int k = 0; k < 4; k++)
+        q[k] = wasm_i32x4_min(wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(vs, wasm_v128_load(x + 16 * g + 4 * k)))), k127);
+      const v128_t s = wasm_i32x4_add(wasm_i32x4_add(q[0], q[1]), wasm_i32x4_add(q[2], q[3]));
+      y[i].bsums[g] = (int16_t)hsum_i32x4(s);
+      const v128_t h0 = wasm_i16x8_narrow_i32x4(q[0], q[1]), h1 = wasm_i16x8_narrow_i32x4(q[2], q[3]);
+      wasm_v128_store(y[i].qs + 16 * g, wasm_i8x16_narrow_i16x8(h0, h1));
+    }
+    y[i].d = 1.f / iscale;
+  }
+}
+
+static void quant_q16_0_wasm(const float* x, void* dst, int64_t n) {
+  block_q16_0* y = (block_q16_0*)dst;
+  const v128_t lim = wasm_f32x4_splat(32767.f), nlim = wasm_f32x4_splat(-32767.f);
+  for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+    v128_t v[8];
+    v128_t m = wasm_f32x4_splat(0.f);
+    for (int k = 0; k < 8; k++) {
+      v[k] = wasm_v128_load(x + 4 * k);
+      m = wasm_f32x4_max(m, wasm_f32x4_abs(v[k]));
+    }
+    const float amax = hmax_f32x4(m);
+    if (!(amax < INFINITY) || (amax != 0.f && amax < 1e-30f)) {  // inf, nan, tiny: scalar
+      quantize_block_q16_0(x, y + i);
+      continue;
+    }
+    const float d = amax / 32767.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    y[i].d = d;
+    const v128_t vid = wasm_f32x4_splat(id);
+    for (int k = 0; k < 8; k += 2) {
+      v128_t a = wasm_f32x4_nearest(wasm_f32x4_mul(v[k], vid)), b = wasm_f32x4_nearest(wasm_f32x4_mul(v[k + 1], vid));
+      a = wasm_f32x4_max(wasm_f32x4_min(a, lim), nlim);
+      b = wasm_f32x4_max(wasm_f32x4_min(b, lim), nlim);
+      wasm_v128_store(y[i].qs + 4 * k, wasm_i16x8_narrow_i32x4(wasm_i32x4_trunc_sat_f32x4(a), wasm_i32x4_trunc_sat_f32x4(b)));
+    }
+  }
+}
+
 #define KNOT_NT_DISPATCH(name, tmpl)                                                     \
   static void name(int64_t n, const void* w, const void* const* act, int nt, float* out) { \
     switch (nt) {                                                                        \
@@ -616,6 +681,7 @@ const DotKernels kDotWasm = {
     dot_q8_0_wasm, dot_q4_K_wasm, dot_q5_K_wasm, dot_q6_K_wasm,
     dot_q4_0_q16_wasm, dot_q8_0_q16_wasm,
     mm_q4_0_wasm, mm_q8_0_wasm, mm_q4_K_wasm, mm_q5_K_wasm, mm_q6_K_wasm,
+    quant_q8_K_wasm, quant_q16_0_wasm,
 };
 
 }  // namespace knot

@@ -589,6 +589,60 @@ void check_batched(Ctx& c, DType t, uint64_t seed) {
     c.ok(std::string(dtype_name(t)) + " batched matmul kernel == scalar dot, " + std::to_string(cases) + " cases");
 }
 
+// SIMD activation quantizers (where the Simd table has them) vs the scalar ones, byte
+// for byte: random rows, exact .5 ties, a repeated largest magnitude of both signs (the
+// first one sets the scale), zero, tiny, inf and nan blocks.
+void check_act_quant(Ctx& c, uint64_t seed) {
+  const DotKernels& kv = dot_kernels(Kernel::Simd);
+  Rng r{seed + 5};
+  for (ActFormat f : {ActFormat::Q8_K, ActFormat::Q16_0}) {
+    const act_q_fn q = f == ActFormat::Q8_K ? kv.quant_q8_K : kv.quant_q16_0;
+    if (!q) continue;
+    const char* nm = f == ActFormat::Q8_K ? "Q8_K" : "Q16_0";
+    const int before = c.failures;
+    const int64_t n = 1024;  // 4 Q8_K blocks, 32 Q16_0 blocks
+    int cases = 0;
+    for (int kind = 0; kind < 9; kind++) {
+      std::vector<float> x((size_t)n);
+      for (int64_t i = 0; i < n; i++) {
+        switch (kind) {
+          case 0: x[i] = r.gauss(); break;
+          case 1: x[i] = r.gauss() * 1e-3f; break;
+          case 2: x[i] = r.gauss() * 3e4f; break;
+          case 3: x[i] = (float)(r.range(254) - 127) + 0.5f; break;  // halves (scale 1)
+          case 4: x[i] = (float)(r.range(65535) - 32767) + 0.5f; break;
+          case 5: x[i] = r.sym(); break;
+          case 6: x[i] = 0.f; break;
+          case 7: x[i] = r.sym() * 1e-38f; break;
+          default: x[i] = r.gauss(); break;
+        }
+      }
+      if (kind == 3) for (int64_t b = 0; b < n; b += 256) x[(size_t)b + 7] = -127.f;   // Q8_K iscale = 1
+      if (kind == 4) for (int64_t b = 0; b < n; b += 32) x[(size_t)b + 3] = 32767.f;   // Q16_0 id = 1
+      if (kind == 5) for (int64_t b = 0; b < n; b += 32) { x[(size_t)b + 5] = 2.f; x[(size_t)b + 9] = -2.f; }
+      if (kind == 8) { x[3] = NAN; x[300] = INFINITY; x[600] = -INFINITY; x[40] = NAN; }
+      const size_t ab = act_row_bytes(f, n);
+      std::vector<uint8_t> a(ab, 0xCD), b(ab, 0xCD);
+      bool threw_a = false, threw_b = false;
+      try { quantize_act_row(f, x.data(), a.data(), n); } catch (const Error&) { threw_a = true; }
+      try { q(x.data(), b.data(), n); } catch (const Error&) { threw_b = true; }
+      if (threw_a != threw_b || (kind == 8) != threw_a) {
+        c.fail(std::string(nm) + " activation quantizer: non-finite input must throw on both paths (kind " +
+               std::to_string(kind) + ": scalar " + (threw_a ? "threw" : "did not throw") + ", simd " +
+               (threw_b ? "threw" : "did not throw") + ")");
+      } else if (!threw_a && std::memcmp(a.data(), b.data(), ab) != 0) {
+        size_t k = 0;
+        while (a[k] == b[k]) k++;
+        c.fail(std::string(nm) + " simd activation quantizer differs from scalar (input kind " +
+               std::to_string(kind) + ") at byte " + std::to_string(k));
+      }
+      cases++;
+    }
+    if (c.failures == before)
+      c.ok(std::string(nm) + " simd activation quantizer == scalar bytes, " + std::to_string(cases) + " rows");
+  }
+}
+
 void check_roundtrip(Ctx& c, uint64_t seed) {
   struct B {
     DType t;
@@ -646,6 +700,7 @@ int kernel_selftest(uint64_t seed, std::string* report) {
     guarded(std::string(dtype_name(t)) + " batched", [&] { check_batched(c, t, seed); });
   }
   guarded("roundtrip", [&] { check_roundtrip(c, seed); });
+  guarded("activation quantizers", [&] { check_act_quant(c, seed); });
   if (report) *report += std::to_string(c.failures) + " failure(s)\n";
   return c.failures;
 }

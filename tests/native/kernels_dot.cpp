@@ -356,16 +356,17 @@ TEST(KernelsDot, Q16ActivationsForQ4_0AndQ8_0) {
     }
     EXPECT_LT(err16 * 20, err8) << dtype_name(t) << ": int16 activations should be far more precise";
   }
-  // rounding by hand: amax 32767 -> d = 1, round half away from zero, clamp
-  float v[32] = {32767.f, -2.5f, 2.5f, 0.49f, -0.5f};
+  // rounding by hand: amax 32767 -> d = 1, round half to even, clamp
+  float v[32] = {32767.f, -2.5f, 3.5f, 0.49f, -0.5f, 1.5f};
   block_q16_0 b;
   quantize_act_row(ActFormat::Q16_0, v, &b, 32);
   EXPECT_EQ(b.d, 1.f);
   EXPECT_EQ(b.qs[0], 32767);
-  EXPECT_EQ(b.qs[1], -3);
-  EXPECT_EQ(b.qs[2], 3);
+  EXPECT_EQ(b.qs[1], -2);
+  EXPECT_EQ(b.qs[2], 4);
   EXPECT_EQ(b.qs[3], 0);
-  EXPECT_EQ(b.qs[4], -1);
+  EXPECT_EQ(b.qs[4], 0);
+  EXPECT_EQ(b.qs[5], 2);
   EXPECT_EQ(b.qs[31], 0);
   EXPECT_EQ(act_row_bytes(ActFormat::Q16_0, 64), 2 * sizeof(block_q16_0));
   EXPECT_THROW(act_row_bytes(ActFormat::Q16_0, 48), Error);
