@@ -56,6 +56,16 @@ TEST(KernelsDot, SelftestPasses) {
     const int failures = kernel_selftest(seed, &report);
     EXPECT_EQ(failures, 0) << report;
     EXPECT_NE(report.find("0 failure(s)"), std::string::npos) << report;
+    // with a SIMD path the batched prefill kernels and their checks ran
+    for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+      if (pick_mm_batch(dot_kernels(Kernel::Simd), t)) {
+        EXPECT_NE(report.find(std::string("ok   ") + dtype_name(t) + " batched matmul kernel == scalar dot"),
+                  std::string::npos)
+            << report;
+      }
+    if (simd_compiled()) {
+      EXPECT_NE(pick_mm_batch(dot_kernels(Kernel::Simd), DType::Q8_0), nullptr);
+    }
   }
 }
 
@@ -370,6 +380,28 @@ TEST(KernelsDot, Q16ActivationsForQ4_0AndQ8_0) {
   EXPECT_EQ(b.qs[31], 0);
   EXPECT_EQ(act_row_bytes(ActFormat::Q16_0, 64), 2 * sizeof(block_q16_0));
   EXPECT_THROW(act_row_bytes(ActFormat::Q16_0, 48), Error);
+}
+
+// Batched prefill kernels (Simd matmul with >= 2 tokens and rows of whole 256-blocks)
+// equal Scalar bit for bit on row counts off the 4/16-row tiles, odd token counts, a
+// token count crossing the 64-token chunk, and a row slice starting mid-tile.
+TEST(KernelsDot, BatchedMatmulMatchesScalarOddShapes) {
+  const int64_t cols = 512;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    std::vector<uint8_t> W = quant_matrix(t, 37, cols, 31);
+    for (int64_t ntok : {2, 3, 65}) {
+      std::vector<float> X = gauss((size_t)(ntok * cols), 32 + (uint32_t)ntok);
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 1}, {0, 17}, {3, 36}, {5, 37}}) {
+        const int64_t nr = r1 - r0;
+        std::vector<float> Ys(ntok * nr), Yv(ntok * nr);
+        matmul_rows(t, W.data(), r0, r1, cols, X.data(), ntok, Ys.data(), Kernel::Scalar);
+        matmul_rows(t, W.data(), r0, r1, cols, X.data(), ntok, Yv.data(), Kernel::Simd);
+        for (int64_t i = 0; i < ntok * nr; i++)
+          ASSERT_TRUE(bit_equal(Ys[i], Yv[i])) << dtype_name(t) << " ntok " << ntok << " rows [" << r0 << ","
+                                               << r1 << ") at " << i << ": " << Yv[i] << " vs " << Ys[i];
+      }
+    }
+  }
 }
 
 TEST(KernelsDot, BenchHelpersReturnPositiveRates) {
