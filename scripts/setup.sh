@@ -14,7 +14,11 @@ if command -v node >/dev/null && command -v npm >/dev/null; then
 fi
 if ((${#missing[@]})); then
   echo "setup: apt-get install ${missing[*]}" >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    SUDO=sudo
+  fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
