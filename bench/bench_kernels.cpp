@@ -1,7 +1,7 @@
 // bench_kernels — single-thread matvec throughput on a 4096x4096 matrix per weight type,
 // for each kernel path, against a plain "dequantize the row to f32, then f32 dot"
 // baseline. Prints ONE JSON object (G weights/s; ratio_* = path / baseline).
-// Also reports batched prefill (matmul, 16 tokens) in G weight-token products/s.
+// Also reports batched prefill (matmul, 16 and 64 tokens) in G weight-token products/s.
 // usage: bench_kernels [min_seconds_per_measurement (default 0.4)]
 #include <chrono>
 #include <cstdio>
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   json += simd_compiled() ? "avx2" : "none";
   json += "\",\"unit\":\"G weights/s\"";
   std::vector<float> x(COLS), y(ROWS), wf(COLS);
-  std::vector<float> X(16 * COLS), Y(16 * ROWS);
+  std::vector<float> X(64 * COLS), Y(64 * ROWS);
   for (auto& v : x) v = rnd() * 50;
   for (auto& v : X) v = rnd() * 50;
   for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::F32}) {
@@ -80,13 +80,16 @@ int main(int argc, char** argv) {
     const double mm = measure(min_s, work * 16, [&] {
       matmul(t, W.data(), ROWS, COLS, X.data(), 16, Y.data(), Kernel::Simd);
     });
+    const double mm64 = measure(min_s, work * 64, [&] {
+      matmul(t, W.data(), ROWS, COLS, X.data(), 64, Y.data(), Kernel::Simd);
+    });
     sink = y[0] + Y[0];
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   ",\"%s\":{\"dequant_dot_baseline\":%.3f,\"reference\":%.3f,\"scalar\":%.3f,"
-                  "\"simd\":%.3f,\"simd_matmul16\":%.3f,\"ratio_reference\":%.2f,"
+                  "\"simd\":%.3f,\"simd_matmul16\":%.3f,\"simd_matmul64\":%.3f,\"ratio_reference\":%.2f,"
                   "\"ratio_scalar\":%.2f,\"ratio_simd\":%.2f}",
-                  dtype_name(t), base, g[0], g[1], g[2], mm, g[0] / base, g[1] / base, g[2] / base);
+                  dtype_name(t), base, g[0], g[1], g[2], mm, mm64, g[0] / base, g[1] / base, g[2] / base);
     json += buf;
   }
   json += "}";

@@ -3,12 +3,17 @@
 //   Kernel::Reference — dequantize each weight row to f32 and dot with f32 activations
 //                        (no activation quantization; double accumulation, one final
 //                        rounding to f32). The "exact" reference mode.
-//   Kernel::Scalar    — activations quantized to vec_dot_type(w) (Q8_K for K-quants,
-//                        Q8_0 for Q4_0/Q8_0, F32 for F32/F16/BF16), scalar _generic dots.
+//   Kernel::Scalar    — matvec/matmul quantize activations once per token: Q8_K for
+//                        K-quants, int16-per-32-block "Q16_0" for Q4_0/Q8_0 (int8 Q8_0
+//                        activations moved Q8_0-model logits by up to 0.17), F32 for
+//                        F32/F16/BF16; scalar _generic integer dots. vec_dot() takes
+//                        vec_dot_type(w) activations (Q8_0 for Q4_0/Q8_0, as llama.cpp).
 //   Kernel::Simd      — same math as Scalar, AVX2 natively / simd128 in wasm; falls back
-//                        to Scalar where no SIMD path exists. Tested against Scalar:
-//                        bit-identical for quantized weights, within float rounding of
-//                        a different summation order for F32/F16/BF16 weights.
+//                        to Scalar where no SIMD path exists. Prefill (matmul, >= 2 tokens)
+//                        uses batched kernels where present: weight rows decoded once per
+//                        chunk into int16 and dotted against every token. Tested against
+//                        Scalar: bit-identical for quantized weights, within float
+//                        rounding of a different summation order for F32/F16/BF16.
 // Weights: `rows` rows of `cols` elements, each row row_bytes(wtype, cols) bytes, contiguous.
 // All entry points throw knot::Error on an unsupported type or a misaligned cols.
 #pragma once

@@ -2,7 +2,8 @@
 // (kernels_generic.cpp, kernels_avx2.cpp, kernels_wasm.cpp). Not a public interface.
 //
 // Every dot kernel has one signature: a weight row of n elements against nt (1..4)
-// activation rows already in vec_dot_type format; out[t] = dot(w, act[t]).
+// activation rows already in the kernel's activation format (vec_dot_type, or Q16_0 for
+// the *_q16 kernels); out[t] = dot(w, act[t]).
 // A multi-token call decodes each weight block once and reuses it for all nt tokens.
 //
 // Numerics contract that makes Simd == Scalar bit for bit on the quantized types:

@@ -10,7 +10,9 @@ namespace knot {
 
 // Runs, for every storage type: Simd vs Scalar vec_dot / matvec / matmul on random and
 // adversarial blocks (extreme fp16 scales, every quant value at its min and max, zeros,
-// odd lengths / row counts / token counts), known-answer dots that catch lane-sum bugs,
+// odd lengths / row counts / token counts) — for Q4_0/Q8_0 also against int16 (Q16_0)
+// activations — the batched prefill kernels vs the scalar dot on every (row, token), the
+// SIMD activation quantizers vs the scalar ones byte for byte, known-answer dots that catch lane-sum bugs,
 // Reference vs Scalar within the activation-quantization bound, matmul == loop of
 // matvec, matmul_rows == slice of matmul, and quantize->dequantize error bounds.
 // Returns the number of failures; *report (if given) gets one line per check group and
