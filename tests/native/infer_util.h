@@ -1,11 +1,19 @@
 // infer_util.h — shared helpers for the infer_* tests: locating the shared models,
-// reading reference-outputs.json, greedy decoding with per-step top-5 logits.
+// reading reference-outputs.json, greedy decoding with per-step top-5 logits, seeded
+// synthetic models (every head / FFN column / vocab row non-zero, unlike the shared
+// pad256 models whose padded heads are all zero), error figures.
 #pragma once
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -13,6 +21,7 @@
 
 #include "generate.h"
 #include "model_io.h"
+#include "synth.h"
 
 namespace infer_test {
 
@@ -84,6 +93,95 @@ inline GreedyRun greedy(knot::Engine& e, const std::vector<int32_t>& prompt, int
     if (i + 1 < n) lg = e.eval(&id, 1);
   }
   return r;
+}
+
+// ---- synthetic models --------------------------------------------------------------
+
+inline std::string synth_key(const knot::SynthOptions& o) {
+  return o.arch + "-e" + std::to_string(o.hidden) + "-l" + std::to_string(o.layers) + "-h" +
+         std::to_string(o.heads) + "-kv" + std::to_string(o.kv_heads) + "-f" + std::to_string(o.ffn) +
+         "-v" + std::to_string(o.vocab) + "-vt" + std::to_string(o.vocab_tensor) + "-" + o.type +
+         "-s" + std::to_string(o.seed) + (o.tied ? "-tied" : "");
+}
+
+// The model synth_model writes for o, loaded (written to a temp .knot once per process,
+// then removed; the Model owns its bytes).
+inline const knot::Model& synth(const knot::SynthOptions& o) {
+  static std::map<std::string, std::unique_ptr<knot::Model>> cache;
+  const std::string key = synth_key(o);
+  auto& slot = cache[key];
+  if (!slot) {
+    const std::string path =
+        ::testing::TempDir() + "knot-infer-" + std::to_string(::getpid()) + "-" + key + ".knot";
+    knot::synth_model(o, path);
+    slot = std::make_unique<knot::Model>(knot::load_model_file(path));
+    std::remove(path.c_str());
+  }
+  return *slot;
+}
+
+inline knot::SynthOptions synth_opts(const char* arch, int hidden, int layers, int heads, int kv_heads,
+                                     int ffn, int vocab, const char* type, uint64_t seed = 7) {
+  knot::SynthOptions o;
+  o.arch = arch;
+  o.hidden = hidden, o.layers = layers, o.heads = heads, o.kv_heads = kv_heads;
+  o.ffn = ffn, o.vocab = vocab, o.type = type, o.seed = seed, o.ctx = 256;
+  return o;
+}
+
+// The synthetic shapes shared by the infer_* tests (vocab 300: ids 0..299).
+// llama GQA: 8 heads / 2 KV heads (group 4), head_dim 32: a KV group is 128 columns of
+// attn_output = 4 Q8_0 blocks (aligned) = half a K-quant block (unaligned).
+inline knot::SynthOptions llama_gqa(const char* type, int layers = 2) {
+  return synth_opts("llama", 256, layers, 8, 2, 512, 300, type);
+}
+// qwen2 (Neox RoPE, q/k/v biases): 16 heads / 4 KV heads (group 4), head_dim 32, FFN 512:
+// cuts at multiples of 8 heads / 256 FFN columns are on K-quant 256-blocks; cuts at 4
+// heads (128 columns) or odd FFN columns are not.
+inline knot::SynthOptions qwen_wide(const char* type, int layers = 2) {
+  return synth_opts("qwen2", 512, layers, 16, 4, 512, 300, type);
+}
+// Tied embeddings (no output.weight) and a tensor vocab padded past the tokenizer's (as
+// qwen2.5: 151,936 tokens, 152,064 rows).
+inline knot::SynthOptions llama_tied_padded(const char* type, int layers = 2) {
+  knot::SynthOptions o = synth_opts("llama", 256, layers, 8, 2, 512, 300, type);
+  o.vocab_tensor = 320;
+  o.tied = true;
+  return o;
+}
+
+// ---- error figures ---------------------------------------------------------------------
+
+inline double l2(const float* x, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+  return std::sqrt(s);
+}
+inline double l2(const std::vector<float>& v) { return l2(v.data(), v.size()); }
+
+inline double max_abs(const float* x, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) m = std::max(m, (double)std::fabs(x[i]));
+  return m;
+}
+inline double max_abs(const std::vector<float>& v) { return max_abs(v.data(), v.size()); }
+
+// max |a - b|; fails the test on a non-finite element (a NaN would compare as "close").
+inline double max_diff(const float* a, const float* b, size_t n, const std::string& what) {
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
+      ADD_FAILURE() << what << ": non-finite element " << i << " (" << a[i] << " vs " << b[i] << ")";
+      return INFINITY;
+    }
+    worst = std::max(worst, (double)std::fabs((double)a[i] - b[i]));
+  }
+  return worst;
+}
+
+// Prints a figure so the error levels are visible in the test log (and greppable).
+inline void report(const std::string& what, double value) {
+  std::printf("[  figure  ] %s = %.3g\n", what.c_str(), value);
 }
 
 }  // namespace infer_test
