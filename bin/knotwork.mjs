@@ -9,7 +9,7 @@
 //   node bin/knotwork.mjs convert IN.gguf OUT.knot      (types kept; hashes computed)
 //   node bin/knotwork.mjs selftest
 // MODEL is a .gguf/.knot path or an http(s) URL served with Range support.
-import {writeFileSync} from "node:fs";
+import {readFileSync, statSync, writeFileSync} from "node:fs";
 import * as kw from "../bindings/knotwork.mjs";
 
 const USAGE = `usage: knotwork <command> [args]
@@ -18,18 +18,19 @@ const USAGE = `usage: knotwork <command> [args]
   convert IN.gguf OUT.knot                  re-encode as .knot (types kept)
   selftest                                  SIMD-vs-scalar kernel checks in wasm
 `;
-const GEN_USAGE = `usage: knotwork generate MODEL -p TEXT [-n N] [options]
+const GEN_USAGE = `usage: knotwork generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]
   MODEL                .gguf or .knot file, or an http(s) URL (Range requests)
   -p, --prompt TEXT    prompt (not echoed)
-  -n, --n-predict N    tokens to generate (default 128)
-  --temp T             temperature, 0 = greedy (default 0.8)
-  --top-k K            (default 40, 0 = off)
-  --top-p P            (default 0.95, 1 = off)
-  --min-p M            (default 0.05, 0 = off)
-  --repeat-penalty R   (default 1.0 = off)
-  --seed S             sampler seed (default 0)
-  --ctx N              context length (default min(train ctx, 2048))
-  --chunk N            prefill chunk size (default 64)
+  --prompt-file FILE   prompt from a file, bytes as they are
+  -n, --n-predict N    tokens to generate, 0..1048576 (default 128)
+  --temp T             temperature >= 0, 0 = greedy (default 0.8)
+  --top-k K            >= 0 (default 40, 0 = off)
+  --top-p P            in (0, 1] (default 0.95, 1 = off)
+  --min-p M            in [0, 1] (default 0.05, 0 = off)
+  --repeat-penalty R   > 0 (default 1.0 = off)
+  --seed S             sampler seed, 0..2^53-1 (default 0)
+  --ctx N              context length, 1..1048576 (default min(train ctx, 2048))
+  --chunk N            prefill chunk size, 1..4096 (default 64)
   --stop TEXT          stop string (repeatable)
   --ignore-eos         keep generating past end-of-generation tokens
   --reference          reference mode: dequantized f32 math, f32 KV cache
@@ -38,16 +39,60 @@ const GEN_USAGE = `usage: knotwork generate MODEL -p TEXT [-n N] [options]
 
 class UsageError extends Error {}
 
-function num(flag, v, integer) {
-  if (v === undefined) throw new UsageError(`option ${flag} needs a value`);
-  const x = Number(v);
-  if (v.trim() === "" || !Number.isFinite(x) || (integer && !Number.isInteger(x)))
-    throw new UsageError(`option ${flag}: '${v}' is not ${integer ? "an integer" : "a number"}`);
+// Option values: the same grammar, ranges and messages as the native cli/generate.cpp,
+// so both CLIs accept and refuse exactly the same command lines.
+const MAX_TOKENS = 1 << 20;
+
+function int(flag, v, lo, hi) {
+  if (!/^-?[0-9]+$/.test(v)) throw new UsageError(`option ${flag}: '${v}' is not an integer`);
+  const x = BigInt(v);  // exact: no wrap, no rounding past 2^53
+  if (x < BigInt(lo) || x > BigInt(hi)) throw new UsageError(`${flag} must be an integer in [${lo}, ${hi}], got ${v}`);
+  return Number(x);
+}
+
+function num(flag, v) {
+  const x = /^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$/.test(v) ? Number(v) : NaN;
+  if (!Number.isFinite(x)) throw new UsageError(`option ${flag}: '${v}' is not a number`);
   return x;
 }
 
-function source(model) {
-  return /^https?:\/\//i.test(model) ? kw.urlSource(model) : kw.fileSource(model);
+function numIn(flag, v, ok, range) {
+  const x = num(flag, v);
+  if (!ok(x)) throw new UsageError(`${flag} must be a number ${range}, got ${v}`);
+  return x;
+}
+
+// File errors in the native CLI's words ("<path>: cannot open: No such file or directory").
+const ERRNO_TEXT = {ENOENT: "No such file or directory", EISDIR: "Is a directory", EACCES: "Permission denied",
+  ENOTDIR: "Not a directory"};
+function fileError(path, e) {
+  if (e?.code === "EISDIR") return new Error(`${path}: is a directory`);
+  if (e?.code in ERRNO_TEXT) return new Error(`${path}: cannot open: ${ERRNO_TEXT[e.code]}`);
+  return e;
+}
+
+function readPromptFile(path) {
+  try { return readFileSync(path); } catch (e) { throw fileError(path, e); }
+}
+
+// Token ids of raw prompt bytes (not necessarily UTF-8): the same bytes the native CLI
+// encodes, BOS when the vocab asks for it, no special-token parsing.
+function tokenizeBytes(m, bytes) {
+  const w = m.w;
+  const p = w.copyIn(bytes);
+  try {
+    w.call("kw_tokenize", m.handle, p, bytes.length, 1, 0);
+    const b = w.resultBytes();
+    return Array.from(new Int32Array(b.buffer, b.byteOffset, b.length / 4));
+  } finally { w.free(p); }
+}
+
+async function source(model) {
+  if (/^https?:\/\//i.test(model)) return kw.urlSource(model);
+  try {
+    if (statSync(model).isDirectory()) throw Object.assign(new Error("directory"), {code: "EISDIR"});
+    return await kw.fileSource(model);
+  } catch (e) { throw fileError(model, e); }
 }
 
 async function generate(args) {
@@ -58,16 +103,21 @@ async function generate(args) {
     const val = () => { if (i + 1 >= args.length) throw new UsageError(`option ${a} needs a value`); return args[++i]; };
     switch (a) {
       case "-h": case "--help": process.stdout.write(GEN_USAGE); return 0;
-      case "-p": case "--prompt": prompt = val(); break;
-      case "-n": case "--n-predict": o.maxTokens = num(a, val(), true); break;
-      case "--temp": o.temperature = num(a, val()); break;
-      case "--top-k": o.topK = num(a, val(), true); break;
-      case "--top-p": o.topP = num(a, val()); break;
-      case "--min-p": o.minP = num(a, val()); break;
-      case "--repeat-penalty": o.repeatPenalty = num(a, val()); break;
-      case "--seed": o.seed = num(a, val(), true); break;
-      case "--ctx": o.nCtx = num(a, val(), true); if (o.nCtx <= 0) throw new UsageError("--ctx must be positive"); break;
-      case "--chunk": o.chunk = num(a, val(), true); if (o.chunk <= 0) throw new UsageError("--chunk must be positive"); break;
+      case "-p": case "--prompt":
+      case "--prompt-file":
+        if (prompt !== null) throw new UsageError("give the prompt once (-p or --prompt-file)");
+        prompt = a === "--prompt-file" ? readPromptFile(val()) : Buffer.from(val(), "utf8");
+        break;
+      case "-n": case "--n-predict": o.maxTokens = int(a, val(), 0, MAX_TOKENS); break;
+      case "--temp": o.temperature = numIn(a, val(), (x) => x >= 0, ">= 0"); break;
+      case "--top-k": o.topK = int(a, val(), 0, 2147483647); break;
+      case "--top-p": o.topP = numIn(a, val(), (x) => x > 0 && x <= 1, "in (0, 1]"); break;
+      case "--min-p": o.minP = numIn(a, val(), (x) => x >= 0 && x <= 1, "in [0, 1]"); break;
+      case "--repeat-penalty": o.repeatPenalty = numIn(a, val(), (x) => x > 0, "> 0"); break;
+      // < 2^53: carried as a JS number
+      case "--seed": o.seed = int(a, val(), 0, Number.MAX_SAFE_INTEGER); break;
+      case "--ctx": o.nCtx = int(a, val(), 1, MAX_TOKENS); break;
+      case "--chunk": o.chunk = int(a, val(), 1, 4096); break;
       case "--stop": o.stop.push(val()); break;
       case "--ignore-eos": o.ignoreEos = true; break;
       case "--reference": o.reference = true; break;
@@ -79,15 +129,19 @@ async function generate(args) {
     }
   }
   if (model === null) { process.stderr.write(GEN_USAGE); return 2; }
-  if (prompt === null) throw new UsageError("no prompt: pass -p TEXT");
-  if (o.maxTokens !== undefined && o.maxTokens < 0) throw new UsageError("-n must not be negative");
+  if (prompt === null) throw new UsageError("no prompt: pass -p TEXT or --prompt-file FILE");
   o.maxTokens ??= 128;
 
   const src = await source(model);
   let m;
   try { m = await kw.openModel(src); } finally { await src.close?.(); }
+  const trained = m.info.config?.n_ctx_train;
+  if (o.nCtx !== undefined && trained > 0 && o.nCtx > trained)
+    process.stderr.write(`knotwork: warning: --ctx ${o.nCtx} is larger than the model's trained context (${trained})\n`);
+  const ids = tokenizeBytes(m, prompt);
+  if (ids.length === 0) throw new Error("the prompt encodes to no tokens and the vocab adds no BOS");
   let summary;
-  for await (const ev of m.generate(prompt, o)) {
+  for await (const ev of m.generate(ids, o)) {
     if (ev.type === "summary") summary = ev;
     else if (!idsOnly && ev.text) process.stdout.write(ev.text);
   }
@@ -103,6 +157,20 @@ async function generate(args) {
   return 0;
 }
 
+// printf("%g"): 6 significant digits, trailing zeros dropped, exponent form below 1e-4
+// or from 1e6 with at least two exponent digits — so inspect prints floats like native.
+function fmtG(x) {
+  if (!Number.isFinite(x) || x === 0) return String(x);
+  const exp = Math.floor(Math.log10(Math.abs(Number(x.toPrecision(6)))));
+  const trim = (t) => t.includes(".") ? t.replace(/\.?0+$/, "") : t;
+  if (exp < -4 || exp >= 6) {
+    const [m, e] = x.toExponential(5).split("e");
+    const n = Math.abs(Number(e));
+    return `${trim(m)}e${e[0] === "-" ? "-" : "+"}${n < 10 ? "0" : ""}${n}`;
+  }
+  return trim(x.toFixed(Math.max(0, 5 - exp)));
+}
+
 async function inspect(args) {
   const json = args.includes("--json");
   const rest = args.filter((a) => a !== "--json");
@@ -114,7 +182,7 @@ async function inspect(args) {
   const c = h.config;
   const lines = [`${rest[0]}: ${h.format}${h.version !== undefined ? ` v${h.version}` : ""}, ${h.tensors.length} tensors`,
     `  arch ${c.arch}, hidden ${c.n_embd}, layers ${c.n_layer}, heads ${c.n_head}/${c.n_head_kv} kv, head_dim ${c.head_dim}, ffn ${c.n_ff}`,
-    `  vocab ${c.n_vocab} (tensor rows ${c.n_vocab_tensor}), rope ${c.rope_style} theta ${c.rope_theta} dims ${c.rope_dims}, eps ${c.rms_eps}, ctx ${c.n_ctx_train}${c.tied_embeddings ? ", tied embeddings" : ""}`];
+    `  vocab ${c.n_vocab} (tensor rows ${c.n_vocab_tensor}), rope ${c.rope_style} theta ${fmtG(c.rope_theta)} dims ${c.rope_dims}, eps ${fmtG(c.rms_eps)}, ctx ${c.n_ctx_train}${c.tied_embeddings ? ", tied embeddings" : ""}`];
   for (const t of h.tensors)
     lines.push(`  ${t.name.padEnd(28)} ${t.type.padEnd(5)} [${t.shape.join(", ")}] @${t.offset} ${t.size} B`);
   process.stdout.write(lines.join("\n") + "\n");
@@ -148,12 +216,21 @@ async function main(argv) {
       case "convert": return await convert(args);
       case "selftest": return await selftest();
       case "-h": case "--help": process.stdout.write(USAGE); return 0;
-      default: process.stderr.write(USAGE); return 2;
+      case undefined: process.stderr.write(USAGE); return 2;
+      default: process.stderr.write(`knotwork: error: unknown command '${cmd}'\n${USAGE}`); return 2;
     }
   } catch (e) {
     process.stderr.write(`knotwork: error: ${e.message}\n`);
     return e instanceof UsageError ? 2 : 1;
   }
 }
+
+// The reader closed stdout (`| head -c 20`): stop quietly with success, like coreutils
+// and the native CLI, instead of an unhandled EPIPE stack trace.
+process.stdout.on("error", (e) => {
+  if (e.code === "EPIPE") process.exit(0);
+  process.stderr.write(`knotwork: error: stdout: ${e.message}\n`);
+  process.exit(1);
+});
 
 process.exitCode = await main(process.argv.slice(2));

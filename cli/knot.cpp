@@ -1,5 +1,8 @@
 // knot.cpp — the `knot` command line: inspect, convert, verify, synth, help.
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <charconv>
 #include <cstdio>
@@ -193,7 +196,7 @@ int cmd_inspect(int argc, char** argv) {
         src.read(f.data_offset + t.offset, t.size, buf.data());
         h = hash_hex(hash64(buf.data(), buf.size()));
       }
-      rows.push_back({knot_tensor_name(t.name), dtype_name(t.type), shape_str(t.shape), t.size, h});
+      rows.push_back({t.name, dtype_name(t.type), shape_str(t.shape), t.size, h});  // GGUF names, as gguf-dump shows them
     }
     print_table(rows);
     return 0;
@@ -232,9 +235,15 @@ int cmd_convert(int argc, char** argv) {
   o.allow_requantize = has_flag(args, "--allow-requantize");
   no_unknown_flags(args);
   if (args.size() != 2) fail("usage: knot convert IN.gguf OUT.knot [--type T] [--allow-requantize]");
-  if (detect_format(args[0]) != FileFormat::Gguf) fail(args[0] + ": not a GGUF file (bad magic)");
+  const FileFormat fmt = detect_format(args[0]);
+  if (fmt == FileFormat::Knot)
+    fail(args[0] + ": already a .knot file (convert reads GGUF; to change types, convert from the source GGUF)");
+  if (fmt != FileFormat::Gguf) fail(args[0] + ": not a GGUF file (bad magic)");
+  const std::string& out = args[1];
+  if (out.size() < 5 || out.compare(out.size() - 5, 5, ".knot") != 0)
+    fail(out + ": the output name must end in .knot (refusing to write a .knot file under another extension)");
   o.progress = progress_bar("converting");
-  ConvertResult r = convert_gguf_to_knot(args[0], args[1], o);
+  ConvertResult r = convert_gguf_to_knot(args[0], out, o);
   for (auto& n : r.notes) std::fprintf(stderr, "note: %s\n", n.c_str());
   std::printf("%s: %zu tensors, %s -> %s\n", args[1].c_str(), r.n_tensors, human(r.bytes_in).c_str(), human(r.bytes_out).c_str());
   return 0;
@@ -257,8 +266,11 @@ int cmd_verify(int argc, char** argv) {
     n = read_knot_header(src).tensors.size();
   } else if (fmt == FileFormat::Gguf) {
     gguf::File f = gguf::parse_file(path);  // layout: ranges, overlaps, types, row lengths
-    config_from_gguf(f, path);
+    const ModelConfig cfg = config_from_gguf(f, path);
     tokenizer_from_gguf(f, path);
+    std::vector<TensorRef> refs;
+    for (auto& t : f.tensors) refs.push_back({knot_tensor_name(t.name), t.name, t.shape});
+    problems = check_tensor_set(cfg, refs, true, path);
     FileSource src(path);
     for (auto& t : f.tensors) {
       std::vector<uint8_t> buf((size_t)t.size);
@@ -304,6 +316,8 @@ int cmd_synth(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
+  // a closed stdout (`knot generate ... | head`) shows up as a write error, not a kill
+  std::signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {
     std::fputs(USAGE, stderr);
     return 1;

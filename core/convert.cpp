@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+
+#include <sys/stat.h>
 
 #include "gguf.h"
 #include "knot.h"
@@ -82,20 +85,41 @@ void convert_row(DType src_t, const void* src, DType dst_t, void* dst, int64_t n
   quantize_row(dst_t, f, dst, n);
 }
 
+// Same file under two names (or the same name): writing would destroy the source.
+static bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  if (::stat(a.c_str(), &sa) != 0 || ::stat(b.c_str(), &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 ConvertResult convert_gguf_to_knot(const std::string& in, const std::string& out, const ConvertOptions& opts) {
   check_target_type(opts.type);
+  if (same_file(in, out) || same_file(in, out + ".tmp"))
+    fail(out + ": is the input file " + in + "; refusing to overwrite the source");
   gguf::File f = gguf::parse_file(in);
   ModelConfig cfg = config_from_gguf(f, in);
   TokenizerData tok = tokenizer_from_gguf(f, in);
 
   ConvertResult res;
   std::vector<KnotTensorDesc> descs;
+  std::map<std::string, int> kept;  // quantized sources left as they are, by type
+  size_t n_kept = 0;
   for (auto& ti : f.tensors) {
     std::string name = knot_tensor_name(ti.name), note;
     DType t = choose_tensor_type(opts.type, name, ti.type, ti.shape, cfg.n_layer, opts.allow_requantize, &note);
-    if (!note.empty()) res.notes.push_back(note);
+    if (!note.empty() && t == ti.type && !is_float_type(ti.type)) {
+      kept[dtype_name(t)]++, n_kept++;  // one summary line instead of a note per tensor
+    } else if (!note.empty()) {
+      res.notes.push_back(note);
+    }
     descs.push_back({name, t, ti.shape});
     res.bytes_in += ti.size;
+  }
+  if (n_kept) {
+    std::string by;
+    for (auto& [ty, k] : kept) by += (by.empty() ? "" : ", ") + ty + " x" + std::to_string(k);
+    res.notes.push_back("kept " + std::to_string(n_kept) + " quantized tensors as they are (" + by +
+                        "); pass --allow-requantize to re-quantize");
   }
   std::vector<std::pair<std::string, std::string>> info = {
       {"source", in.substr(in.find_last_of('/') == std::string::npos ? 0 : in.find_last_of('/') + 1)},
@@ -116,20 +140,35 @@ ConvertResult convert_gguf_to_knot(const std::string& in, const std::string& out
       if (opts.progress) opts.progress(done, res.bytes_in, d.name);
       const int64_t ne0 = ti.shape[0], nrows = ti.nelements() / ne0;
       const uint64_t abs = f.data_offset + ti.offset;
+      // A NaN/Inf value or block scale would make a file verify rejects: refuse here,
+      // naming the tensor, row and block.
+      const size_t rin = row_bytes(ti.type, ne0, ti.name), rout = row_bytes(d.type, ne0, d.name);
+      const int64_t bel = type_traits(ti.type).block_elems;
+      auto scan_row = [&](const uint8_t* row, int64_t r) {
+        int64_t bad = first_nonfinite(ti.type, row, ne0);
+        if (bad < 0) return;
+        if (is_float_type(ti.type))
+          fail(in + ": tensor " + ti.name + ": non-finite value at row " + std::to_string(r) + ", column " + std::to_string(bad) +
+               "; refusing to convert");
+        fail(in + ": tensor " + ti.name + ": non-finite block scale at row " + std::to_string(r) + ", block " +
+             std::to_string(bad / bel) + " (tensor block " + std::to_string((r * ne0 + bad) / bel) + "); refusing to convert");
+      };
       if (d.type == ti.type) {
-        // same type: copy through in bounded pieces (64 MiB)
-        std::vector<uint8_t> buf((size_t)std::min<uint64_t>(ti.size, 64u << 20));
-        for (uint64_t o = 0; o < ti.size; o += buf.size()) {
-          size_t n = (size_t)std::min<uint64_t>(buf.size(), ti.size - o);
-          src.read(abs + o, n, buf.data());
-          w.append(buf.data(), n);
+        // same type: copy through in bounded pieces of whole rows (<= 64 MiB)
+        const int64_t step = std::max<int64_t>(1, (int64_t)((64u << 20) / rin));
+        std::vector<uint8_t> buf((size_t)(std::min(step, nrows) * (int64_t)rin));
+        for (int64_t r0 = 0; r0 < nrows; r0 += step) {
+          const int64_t nr = std::min(step, nrows - r0);
+          src.read(abs + (uint64_t)r0 * rin, (uint64_t)nr * rin, buf.data());
+          for (int64_t r = 0; r < nr; r++) scan_row(buf.data() + (size_t)r * rin, r0 + r);
+          w.append(buf.data(), (size_t)nr * rin);
         }
       } else {
-        const size_t rin = row_bytes(ti.type, ne0, ti.name), rout = row_bytes(d.type, ne0, d.name);
         std::vector<uint8_t> rowin(rin), rowout(rout);
         std::vector<float> scratch((size_t)ne0);  // [ne0]
         for (int64_t r = 0; r < nrows; r++) {
           src.read(abs + (uint64_t)r * rin, rin, rowin.data());
+          scan_row(rowin.data(), r);
           try {
             convert_row(ti.type, rowin.data(), d.type, rowout.data(), ne0, scratch.data());
           } catch (const Error& e) {

@@ -207,7 +207,9 @@ static void parse_meta(const json& j, KnotHeader& h, const std::string& what) {
     t.offset = j_u64(jt, "offset", ctx);
     t.size = j_u64(jt, "size", ctx);
     t.hash = j_hash(jt, "hash", ctx);
-    // enforces the row length is a multiple of the block size, naming the tensor
+    if (t.ne0() % tt->block_elems != 0)
+      fail(ctx + ": row length " + std::to_string(t.ne0()) + " is not a multiple of the " + tt->name + " block size " +
+           std::to_string(tt->block_elems));
     uint64_t expect = row_bytes(t.type, t.ne0(), ctx) * (uint64_t)t.nrows();
     if (t.size != expect)
       fail(ctx + ": size " + std::to_string(t.size) + " does not match " + tt->name + " shape (" + std::to_string(expect) + " bytes)");
@@ -245,10 +247,34 @@ static void parse_meta(const json& j, KnotHeader& h, const std::string& what) {
            std::to_string(ranges[k - 1].first) + "+" + std::to_string(rsize(ranges[k - 1].second)) + " and " + std::to_string(ranges[k].first) + ")");
   uint64_t sum = h.payload_bytes();
   if (h.payload_offset + sum != file_size) {
-    std::string detail = "payloadOffset " + std::to_string(h.payload_offset) + " + payload " + std::to_string(sum) + " = " +
-                         std::to_string(h.payload_offset + sum) + " bytes, but the file has " + std::to_string(file_size);
-    if (h.payload_offset + sum > file_size) fail(what + ": truncated (or stale, if written by the old encoder): " + detail);
-    fail(stale_msg(what, "layout mismatch: " + detail));
+    // Stale only when the old layout explains the size: the historical encoder put the
+    // payload right after its (space-padded) metaLen, with or without a marker byte.
+    const uint64_t old0 = KNOT_PREAMBLE + (uint64_t)h.meta_len;
+    const std::string detail = "payloadOffset " + std::to_string(h.payload_offset) + " + payload " + std::to_string(sum) + " = " +
+                               std::to_string(h.payload_offset + sum) + " bytes, but the file has " + std::to_string(file_size);
+    if (old0 + sum == file_size || old0 + 1 + sum == file_size) fail(stale_msg(what, "layout mismatch: " + detail));
+    // Otherwise corrupt: say where the declared ranges end and what is unaccounted for.
+    const auto& last = ranges.back();
+    const uint64_t end = h.payload_offset + last.first + rsize(last.second);
+    std::string where = "the last payload range (" + rname(last.second) + ") ends at byte " + std::to_string(end);
+    if (h.payload_offset + sum > file_size) fail(what + ": truncated or corrupt: " + detail + "; " + where);
+    // no overlaps and everything in bounds, so the missing bytes are a gap or a tail
+    uint64_t at = 0;
+    std::string gap, prev = "the payload start";
+    for (auto& [off, t] : ranges) {
+      if (off > at) {
+        gap = "bytes [" + std::to_string(h.payload_offset + at) + ", " + std::to_string(h.payload_offset + off) + ") between " + prev +
+              " and " + rname(t) + " belong to no entry (missing tensor entry?)";
+        break;
+      }
+      at = off + rsize(t);
+      prev = rname(t);
+    }
+    if (gap.empty())
+      gap = "bytes [" + std::to_string(end) + ", " + std::to_string(file_size) + ") after " + rname(last.second) +
+            " belong to no entry (missing tensor entry or trailing garbage?)";
+    fail(what + ": corrupt .knot file: " + detail + " (" + std::to_string(file_size - h.payload_offset - sum) +
+         " bytes unaccounted for): " + gap);
   }
 }
 
@@ -390,6 +416,7 @@ Model load_knot(ByteSource& src, const LoadOptions& opts) {
     Tensor t;
     if (opts.load_tensors) {
       t = read_knot_tensor(src, h, kt, opts.verify_hashes);
+      check_tensor_finite(t, h.what, "at offset " + std::to_string(h.payload_offset + kt.offset));
     } else {
       t.name = kt.name;
       t.type = kt.type;
@@ -410,7 +437,15 @@ Model load_knot(ByteSource& src, const LoadOptions& opts) {
 std::vector<std::string> verify_knot(ByteSource& src, const std::function<void(size_t, size_t)>& progress) {
   std::vector<std::string> problems;
   KnotHeader h = read_knot_header(src);  // layout, marker, padding, sizes: throws
-  check_knot_scales(src, h);              // stale K-quant scales: throws
+  // the tensors the config needs, with the shapes it implies
+  std::vector<TensorRef> refs;
+  for (auto& t : h.tensors) refs.push_back({t.name, t.name, t.shape});
+  for (auto& p : check_tensor_set(h.config, refs, false, h.what)) problems.push_back(p);
+  try {
+    check_knot_scales(src, h);  // stale K-quant scales; the full scan below still runs
+  } catch (const Error& e) {
+    problems.push_back(e.what());
+  }
   try {
     read_knot_tokenizer(src, h, true);
   } catch (const Error& e) {
@@ -421,19 +456,27 @@ std::vector<std::string> verify_knot(ByteSource& src, const std::function<void(s
     const KnotTensor& kt = h.tensors[i];
     if (progress) progress(i, n);
     try {
-      Tensor t = read_knot_tensor(src, h, kt, true);
+      // hash and scales checked separately: a corrupt tensor reports both
+      Tensor t = read_knot_tensor(src, h, kt, false);
+      const uint64_t got = hash64(t.data(), t.size);
+      if (got != kt.hash)
+        problems.push_back(h.what + ": hash mismatch in tensor " + kt.name + " (bytes at offset " + std::to_string(h.payload_offset + kt.offset) +
+                           ", " + std::to_string(kt.size) + " long): expected " + hash_hex(kt.hash) + ", got " + hash_hex(got) +
+                           " — corrupt or poisoned data");
       const int64_t cr = kt.chunk_rows;
       const uint64_t rs = kt.row_size();
       for (size_t c = 0; c < kt.chunk_hashes.size(); c++) {
         int64_t ra = (int64_t)c * cr, rb = std::min(kt.nrows(), ra + cr);
-        uint64_t got = hash64(t.data() + (uint64_t)ra * rs, (size_t)((uint64_t)(rb - ra) * rs));
-        if (got != kt.chunk_hashes[c])
-          problems.push_back(h.what + ": tensor " + kt.name + " chunk " + std::to_string(c) + " hash mismatch");
+        uint64_t ch = hash64(t.data() + (uint64_t)ra * rs, (size_t)((uint64_t)(rb - ra) * rs));
+        if (ch != kt.chunk_hashes[c])
+          problems.push_back(h.what + ": tensor " + kt.name + " chunk " + std::to_string(c) + " (rows [" + std::to_string(ra) + ", " +
+                             std::to_string(rb) + ")) hash mismatch");
       }
+      const bool fl = kt.type == DType::F32 || kt.type == DType::F16 || kt.type == DType::BF16;
       int64_t bad = first_nonfinite_block(kt.type, t.data(), t.size);
       if (bad >= 0)
-        problems.push_back(h.what + ": tensor " + kt.name + ": non-finite " + (kt.type == DType::F32 || kt.type == DType::F16 || kt.type == DType::BF16 ? "value" : "block scale") +
-                           " at block " + std::to_string(bad));
+        problems.push_back(h.what + ": tensor " + kt.name + ": non-finite " + (fl ? "value" : "block scale") + " at block " + std::to_string(bad) +
+                           ", row " + std::to_string(bad / std::max<int64_t>(1, (int64_t)(rs / type_traits(kt.type).block_bytes))));
     } catch (const Error& e) {
       problems.push_back(e.what());
     }

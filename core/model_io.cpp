@@ -2,8 +2,13 @@
 // JSON forms of config and tokenizer used by the .knot container.
 #include "model_io.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -438,9 +443,84 @@ TokenizerData tokenizer_from_json(std::string_view s, const std::string& what) {
   return t;
 }
 
+// ---- tensor set ----------------------------------------------------------------------
+
+static std::string shape_text(const std::vector<int64_t>& s) {
+  std::string o;
+  for (size_t i = 0; i < s.size(); i++) o += (i ? " x " : "") + std::to_string(s[i]);
+  return o;
+}
+
+std::vector<std::string> check_tensor_set(const ModelConfig& c, const std::vector<TensorRef>& tensors, bool gguf_names,
+                                          const std::string& what) {
+  std::map<std::string, const TensorRef*> by;
+  for (auto& t : tensors) by[t.knot_name] = &t;
+  std::vector<std::string> problems;
+  const int64_t E = c.n_embd, Q = (int64_t)c.n_head * c.head_dim, KV = (int64_t)c.n_head_kv * c.head_dim, F = c.n_ff,
+                V = c.n_vocab_tensor;
+  // base "attn_q", kind "weight": knot blk_N_attn_q_weight, GGUF blk.N.attn_q.weight
+  auto check = [&](int layer, const char* base, const char* kind, std::vector<int64_t> want, const char* dims, bool required) {
+    const std::string pre = layer < 0 ? "" : "blk_" + std::to_string(layer) + "_";
+    const std::string kn = pre + base + "_" + kind;
+    const std::string gn = (layer < 0 ? "" : "blk." + std::to_string(layer) + ".") + base + "." + kind;
+    const std::string lay = layer < 0 ? "" : "layer " + std::to_string(layer) + ": ";
+    auto it = by.find(kn);
+    if (it == by.end()) {
+      if (required) problems.push_back(what + ": " + lay + "missing tensor " + (gguf_names ? gn : kn));
+      return;
+    }
+    if (it->second->shape != want)
+      problems.push_back(what + ": " + lay + "tensor " + it->second->shown + " has shape " + shape_text(it->second->shape) +
+                         ", the config wants " + shape_text(want) + " (" + dims + ")");
+  };
+  check(-1, "token_embd", "weight", {E, V}, "n_embd x n_vocab_tensor", true);
+  check(-1, "output_norm", "weight", {E}, "n_embd", true);
+  check(-1, "output", "weight", {E, V}, "n_embd x n_vocab_tensor", !c.tied_embeddings);
+  for (int l = 0; l < c.n_layer; l++) {
+    check(l, "attn_norm", "weight", {E}, "n_embd", true);
+    check(l, "attn_q", "weight", {E, Q}, "n_embd x n_head*head_dim", true);
+    check(l, "attn_k", "weight", {E, KV}, "n_embd x n_head_kv*head_dim", true);
+    check(l, "attn_v", "weight", {E, KV}, "n_embd x n_head_kv*head_dim", true);
+    check(l, "attn_output", "weight", {Q, E}, "n_head*head_dim x n_embd", true);
+    check(l, "attn_q", "bias", {Q}, "n_head*head_dim", false);
+    check(l, "attn_k", "bias", {KV}, "n_head_kv*head_dim", false);
+    check(l, "attn_v", "bias", {KV}, "n_head_kv*head_dim", false);
+    check(l, "ffn_norm", "weight", {E}, "n_embd", true);
+    check(l, "ffn_gate", "weight", {E, F}, "n_embd x n_ff", true);
+    check(l, "ffn_up", "weight", {E, F}, "n_embd x n_ff", true);
+    check(l, "ffn_down", "weight", {F, E}, "n_ff x n_embd", true);
+  }
+  for (auto& t : tensors) {
+    if (t.knot_name.rfind("blk_", 0) != 0) continue;
+    const long layer = std::strtol(t.knot_name.c_str() + 4, nullptr, 10);
+    if (layer >= c.n_layer)
+      problems.push_back(what + ": tensor " + t.shown + " belongs to layer " + std::to_string(layer) + " but the config has " +
+                         std::to_string(c.n_layer) + " layers");
+  }
+  return problems;
+}
+
 // ---- loading -------------------------------------------------------------------------
 
+static bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+void check_tensor_finite(const Tensor& t, const std::string& what, const std::string& where) {
+  if (!t.bytes) return;
+  const int64_t bad = first_nonfinite_block(t.type, t.data(), t.size);
+  if (bad < 0) return;
+  const std::string at = where.empty() ? "" : " " + where;
+  if (is_float_dtype(t.type)) {
+    const int64_t ne0 = t.shape.empty() ? 1 : t.shape[0];
+    fail(what + ": tensor " + t.name + at + ": non-finite value at row " + std::to_string(bad / ne0) + ", column " +
+         std::to_string(bad % ne0) + " (stale or corrupt file)");
+  }
+  fail(what + ": tensor " + t.name + at + ": block " + std::to_string(bad) + " has a non-finite scale (stale or corrupt file)");
+}
+
+
 FileFormat detect_format(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail(path + ": is a directory, not a model file");
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
   if (!fp) fail(path + ": cannot open: " + std::strerror(errno));
   char m[4] = {0};
@@ -466,6 +546,7 @@ static Model load_gguf(const std::string& path, const LoadOptions& opts) {
       t.bytes = alloc_aligned(ti.size);
       src.read(f.data_offset + ti.offset, ti.size, t.bytes.get());
       t.hash = hash64(t.bytes.get(), t.size);
+      check_tensor_finite(t, path, "at offset " + std::to_string(f.data_offset + ti.offset));
     }
     if (m.tensors.count(t.name)) fail(path + ": two tensors map to the knot name " + t.name);
     m.tensors.emplace(t.name, std::move(t));

@@ -5,6 +5,7 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gguf.h"
 #include "model.h"
@@ -37,6 +38,23 @@ std::string config_to_json(const ModelConfig& c);
 ModelConfig config_from_json(std::string_view json, const std::string& what);
 std::string tokenizer_to_json(const TokenizerData& t);
 TokenizerData tokenizer_from_json(std::string_view json, const std::string& what);
+
+// Throws naming file, tensor (and `where`, e.g. its offset) and block when a block scale
+// or float value of the loaded tensor is NaN/Inf: a stale or corrupt file would otherwise
+// surface only as a non-finite logit. Both loaders call it on every tensor they read.
+void check_tensor_finite(const Tensor& t, const std::string& what, const std::string& where = "");
+
+// The tensors a config requires (token_embd, output_norm; per layer attn_norm, attn_q/k/v,
+// attn_output, ffn_norm, ffn_gate/up/down; output optional = tied; q/k/v biases optional)
+// checked against a file's tensor table: returns one problem per missing tensor, wrong
+// shape or layer past n_layer, naming layer and tensor (GGUF names when gguf_names).
+struct TensorRef {
+  std::string knot_name;  // blk_0_attn_q_weight
+  std::string shown;      // name used in messages (the file's own spelling)
+  std::vector<int64_t> shape;
+};
+std::vector<std::string> check_tensor_set(const ModelConfig& c, const std::vector<TensorRef>& tensors, bool gguf_names,
+                                          const std::string& what);
 
 // Sanity checks shared by both loaders (positive dims, heads divide, ...).
 void validate_config(const ModelConfig& c, const std::string& what);
