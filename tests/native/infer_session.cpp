@@ -2,6 +2,8 @@
 // fluid-mode phase sequence == the Engine, and errors for bad input.
 #include <cmath>
 #include <cstring>
+#include <optional>
+#include <set>
 
 #include "infer_util.h"
 #include "quant.h"
@@ -319,7 +321,8 @@ namespace {
 
 // The mesh shape in miniature: entry station [0,2), exit station [2,5), each with its own
 // KV cache, and 3 vocab shards for embed + lm_head (top-k/lse merge), over a prefill and
-// 4 greedy decode steps == the Engine's greedy run.
+// 15 greedy decode steps == the Engine's greedy run. (No head/FFN slices here: the padded
+// heads of the shared pad256 models are zero; see SlicedMesh below for those.)
 TEST(Mesh, StationsAndVocabShardsEqualEngine) {
   const std::string path = model_path(kQwen);
   REQUIRE_SHARED_MODEL(path);
@@ -364,19 +367,298 @@ TEST(Mesh, StationsAndVocabShardsEqualEngine) {
   eo.n_ctx = 32;
   Engine e(m, eo);
   const auto prompt = long_prompt(5);
-  GreedyRun ref = greedy(e, prompt, 5);
+  const int steps = 16;
+  GreedyRun ref = greedy(e, prompt, steps);
 
   SliceTopK t = step(prompt, 0);
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < steps; i++) {
     ASSERT_EQ(t.ids[0], ref.ids[i]) << "step " << i;
     EXPECT_NEAR(t.logits[0], ref.logits[i][ref.ids[i]], 1e-4) << "step " << i;
     // lse of the merge == lse of the Engine's full logits
     SliceTopK full = topk_lse(ref.logits[i].data(), 0, V, 1);
     EXPECT_NEAR(t.lse, full.lse, 1e-3) << "step " << i;
-    if (i + 1 < 5) t = step({t.ids[0]}, (int)prompt.size() + i);
+    if (i + 1 < steps) t = step({t.ids[0]}, (int)prompt.size() + i);
   }
-  EXPECT_EQ(kv[0].n_pos(), (int)prompt.size() + 4);
-  EXPECT_EQ(kv[1].n_pos(), (int)prompt.size() + 4);
+  EXPECT_EQ(kv[0].n_pos(), (int)prompt.size() + steps - 1);
+  EXPECT_EQ(kv[1].n_pos(), (int)prompt.size() + steps - 1);
+}
+
+}  // namespace
+
+namespace {
+
+// ---- the mesh on synthetic models (every head, FFN column and vocab row non-zero) --------
+
+// Layer stations, head/FFN slices inside each station, vocab shards.
+struct MeshPlan {
+  std::vector<int> layers;                   // station cuts {0, a, .., n_layer}
+  std::vector<std::vector<int>> heads, ffn;  // per station: head cuts, FFN column cuts
+  std::vector<int> vocab;                    // shard cuts {0, .., n_vocab}, end to end
+};
+
+// The coordinator's view: each (station, head slice) owns a KV cache of the station's
+// layers and the slice's KV heads only; partials of head slices, FFN slices and vocab
+// shards are summed (embeddings) or concatenated and merged (logits, top-k + lse).
+class SlicedMesh {
+ public:
+  SlicedMesh(const Model& m, const MeshPlan& p, ForwardOptions fo, int n_ctx)
+      : m_(m), p_(p), fo_(fo) {
+    const ModelConfig& c = m.config;
+    const int g = c.n_head / c.n_head_kv;
+    for (size_t s = 0; s + 1 < p.layers.size(); s++) {
+      kv_.emplace_back();
+      for (size_t i = 0; i + 1 < p.heads[s].size(); i++)
+        kv_[s].emplace_back(c, p.layers[s], p.layers[s + 1], n_ctx, fo.kv_type, SIZE_MAX,
+                            p.heads[s][i] / g, p.heads[s][i + 1] / g);
+    }
+    for (int l = 0; l < c.n_layer; l++) lw_.push_back(layer_weights(m, l));
+  }
+
+  struct Out {
+    std::vector<float> logits;  // [n_vocab], assembled from the shards' slices
+    SliceTopK top;              // merged top-k + lse
+  };
+
+  // Positions [pos0, pos0 + ids.size()).
+  Out step(const std::vector<int32_t>& ids, int pos0) {
+    const ModelConfig& c = m_.config;
+    const int T = (int)ids.size(), E = c.n_embd, V = c.n_vocab;
+    const Tensor& te = m_.get("token_embd_weight");
+    std::vector<float> x((size_t)T * E, 0.f), part((size_t)T * E), d((size_t)T * E);
+    for (size_t s = 0; s + 1 < p_.vocab.size(); s++) {  // embed: sum of the shards' partials
+      embed_rows(te, ids.data(), T, p_.vocab[s], p_.vocab[s + 1], V, part.data());
+      for (size_t i = 0; i < x.size(); i++) x[i] += part[i];
+    }
+    for (size_t s = 0; s + 1 < p_.layers.size(); s++) {
+      const auto& hc = p_.heads[s];
+      const auto& fc = p_.ffn[s];
+      for (int l = p_.layers[s]; l < p_.layers[s + 1]; l++) {
+        std::fill(d.begin(), d.end(), 0.f);
+        for (size_t i = 0; i + 1 < hc.size(); i++) {
+          attn(c, lw_[l], kv_[s][i], pos0, x.data(), T, part.data(), fo_, ws_, hc[i], hc[i + 1]);
+          for (size_t j = 0; j < d.size(); j++) d[j] += part[j];
+        }
+        for (size_t j = 0; j < x.size(); j++) x[j] += d[j];
+        std::fill(d.begin(), d.end(), 0.f);
+        for (size_t i = 0; i + 1 < fc.size(); i++) {
+          const int c0 = fc[i], c1 = fc[i + 1];
+          std::vector<float> h((size_t)T * (c1 - c0));  // [T, c1-c0]
+          if (i % 2 == 0) {  // fluid-style separate phases and the combined call, alternately
+            ffn_gate(c, lw_[l], x.data(), T, h.data(), fo_, ws_, c0, c1);
+            ffn_up(c, lw_[l], x.data(), T, h.data(), fo_, ws_, c0, c1);
+          } else {
+            ffn_gate_up(c, lw_[l], x.data(), T, h.data(), fo_, ws_, c0, c1);
+          }
+          ffn_down(c, lw_[l], h.data(), T, part.data(), fo_, ws_, c0, c1);
+          for (size_t j = 0; j < d.size(); j++) d[j] += part[j];
+        }
+        for (size_t j = 0; j < x.size(); j++) x[j] += d[j];
+      }
+    }
+    std::vector<float> xn(E);
+    output_norm(c, m_.get("output_norm_weight"), x.data() + (size_t)(T - 1) * E, 1, xn.data(), ws_);
+    Out o;
+    o.logits.assign(V, NAN);
+    std::vector<SliceTopK> parts;
+    for (size_t s = 0; s + 1 < p_.vocab.size(); s++) {
+      const int v0 = p_.vocab[s], v1 = p_.vocab[s + 1];
+      lm_head_logits(lm_head_tensor(m_), xn.data(), 1, v0, v1, o.logits.data() + v0, fo_.kernel);
+      parts.push_back(topk_lse(o.logits.data() + v0, v0, v1, 8));
+    }
+    o.top = merge_topk(parts, 8);
+    return o;
+  }
+
+  const std::vector<std::vector<KvCache>>& kv() const { return kv_; }
+
+ private:
+  const Model& m_;
+  MeshPlan p_;
+  ForwardOptions fo_;
+  std::vector<LayerWeights> lw_;
+  std::vector<std::vector<KvCache>> kv_;  // [station][head slice]
+  Workspace ws_;
+};
+
+constexpr double kCalibrated = -1;  // rel_tol: 1.5 x the Engine's own Fast-vs-Reference gap
+
+// Prefill 8 tokens (mesh: chunks of 5 + 3; Engine: one call), then 16 decode steps; both
+// are fed the Engine's greedy token (or forced[i]: a tied model's greedy run just repeats
+// its last token). At every step:
+//  * the shards' merged top-8 and lse == top-8 and lse of the mesh's assembled logits;
+//  * max |mesh - Engine| / max |logit| <= rel_tol; with rel_tol == kCalibrated (unaligned
+//    cuts in Fast mode: f32 vs quantized activations) the bound is 1.5 x the same figure
+//    for an Engine in Reference mode fed the same tokens, capped at 5e-2;
+//  * exact (rel_tol given): merged top-8 ids == the Engine's, greedy token == the Engine's;
+//    calibrated: greedy token == the Engine's wherever the Engine's top-2 gap exceeds
+//    twice the step's logit difference (then the argmax cannot move; at least 8 of
+//    16 steps must be that decisive).
+// Returns the Engine's greedy ids.
+std::vector<int32_t> check_mesh(const Model& m, const MeshPlan& plan, Mode mode, double rel_tol,
+                                const std::string& what, const std::vector<int32_t>& forced = {}) {
+  const ModelConfig& c = m.config;
+  const int V = c.n_vocab, steps = 16;
+  const bool exact = rel_tol != kCalibrated;
+  const std::vector<int32_t> prompt = {1, 17, 250, 99, 3, 288, 42, 160};
+  const int P = (int)prompt.size();
+  EngineOptions eo;
+  eo.mode = mode;
+  eo.n_ctx = 32;
+  Engine e(m, eo);
+  EXPECT_EQ(e.n_logits(), V);
+  eo.mode = Mode::Reference;
+  std::optional<Engine> eref;
+  if (!exact) eref.emplace(m, eo);
+  SlicedMesh mesh(m, plan, forward_options_for(mode), 32);
+
+  const float* want = e.eval(prompt.data(), P);
+  const float* wref = exact ? nullptr : eref->eval(prompt.data(), P);
+  mesh.step({prompt.begin(), prompt.begin() + 5}, 0);
+  SlicedMesh::Out o = mesh.step({prompt.begin() + 5, prompt.end()}, 5);
+  double worst = 0, noise = 0;
+  int decisive = 0;
+  std::vector<int32_t> greedy_ids;
+  for (int i = 0; i < steps; i++) {
+    const std::string at = what + " step " + std::to_string(i);
+    const double mx = max_abs(want, V);
+    const double diff = max_diff(o.logits.data(), want, V, at);
+    worst = std::max(worst, diff / mx);
+    if (!exact) noise = std::max(noise, max_diff(wref, want, V, at + " reference") / mx);
+    // the merge is exact whatever the kernels: shards' top-k + lse == the assembled slice
+    const SliceTopK own = topk_lse(o.logits.data(), 0, V, 8);
+    EXPECT_EQ(o.top.ids, own.ids) << at;
+    EXPECT_NEAR(o.top.lse, own.lse, 1e-9 * std::fabs(own.lse) + 1e-9) << at;
+    const SliceTopK full = topk_lse(want, 0, V, 2);
+    const int32_t g = full.ids[0];
+    greedy_ids.push_back(g);
+    if (exact) {
+      EXPECT_EQ(o.top.ids, topk_lse(want, 0, V, 8).ids) << at;
+      EXPECT_NEAR(o.top.lse, full.lse, rel_tol * mx + 1e-6) << at;
+      EXPECT_EQ(o.top.ids[0], g) << at << ": greedy token";
+    } else if (full.logits[0] - full.logits[1] > 2 * diff) {
+      decisive++;
+      EXPECT_EQ(o.top.ids[0], g) << at << ": greedy token (top-2 gap "
+                                 << full.logits[0] - full.logits[1] << ", diff " << diff << ")";
+    }
+    if (i + 1 < steps) {
+      const int32_t next = forced.empty() ? g : forced[i];
+      want = e.eval(&next, 1);
+      if (!exact) wref = eref->eval(&next, 1);
+      o = mesh.step({next}, P + i);
+    }
+  }
+  report(what + " max |mesh - engine| / max |logit|", worst);
+  if (!exact) {
+    report(what + " engine fast-vs-reference", noise);
+    EXPECT_GT(noise, 0.0) << what;
+    rel_tol = std::min(5e-2, 1.5 * noise);
+    EXPECT_GE(decisive, 8) << what << ": too few decisive steps to compare tokens";
+  }
+  EXPECT_LE(worst, rel_tol) << what;
+  if (forced.empty()) {
+    std::set<int32_t> distinct(greedy_ids.begin(), greedy_ids.end());
+    EXPECT_GE(distinct.size(), 3u) << what << ": degenerate continuation, the check would be weak";
+  }
+  for (const auto& st : mesh.kv())
+    for (const KvCache& kv : st) EXPECT_EQ(kv.n_pos(), P + steps - 1) << what;
+  return greedy_ids;
+}
+
+// Q4_K_M (Q4_K, Q6_K attn_v/ffn_down/output), qwen2 biases + Neox RoPE, 4 layers on 2
+// stations; cuts on K-quant blocks (8 heads = 256 columns, 256 FFN columns): Fast mode
+// reproduces the Engine up to float summation order (which may flip the rounding of a
+// quantized activation: bound 1e-4 of max |logit|).
+TEST(SlicedMesh, AlignedQ4KMFastEqualsEngine) {
+  const Model& m = synth(qwen_wide("Q4_K_M", 4));
+  ASSERT_EQ(m.get("blk_3_attn_v_weight").type, DType::Q6_K);
+  ASSERT_EQ(m.get("blk_1_attn_q_weight").type, DType::Q4_K);
+  MeshPlan p;
+  p.layers = {0, 2, 4};
+  p.heads = {{0, 16}, {0, 8, 16}};
+  p.ffn = {{0, 256, 512}, {0, 256, 512}};
+  p.vocab = {0, 97, 211, 300};
+  check_mesh(m, p, Mode::Fast, 1e-4, "qwen2 Q4_K_M fast aligned");
+}
+
+// Unaligned cuts (4-head = 128-column slices inside K-quant blocks, odd FFN columns)
+// take the dequantized gather; with the Reference kernels (f32 activations everywhere)
+// the mesh still equals the Engine up to float summation order.
+TEST(SlicedMesh, UnalignedQ4KMReferenceEqualsEngine) {
+  const Model& m = synth(qwen_wide("Q4_K_M", 4));
+  MeshPlan p;
+  p.layers = {0, 1, 4};
+  p.heads = {{0, 4, 16}, {0, 4, 8, 12, 16}};
+  p.ffn = {{0, 100, 512}, {0, 300, 301, 512}};
+  p.vocab = {0, 1, 150, 300};
+  check_mesh(m, p, Mode::Reference, 1e-5, "qwen2 Q4_K_M reference unaligned");
+}
+
+// The same unaligned cuts in Fast mode: within the activation-quantization noise.
+TEST(SlicedMesh, UnalignedFastWithinQuantizationNoise) {
+  MeshPlan p;
+  p.layers = {0, 1, 4};
+  p.heads = {{0, 4, 16}, {0, 4, 8, 12, 16}};
+  p.ffn = {{0, 100, 512}, {0, 300, 301, 512}};
+  p.vocab = {0, 1, 150, 300};
+  check_mesh(synth(qwen_wide("Q4_K_M", 4)), p, Mode::Fast, kCalibrated, "qwen2 Q4_K_M fast unaligned");
+  p.layers = {0, 2, 4};
+  p.heads = {{0, 4, 8}, {0, 4, 8}};  // 128 columns: inside a Q6_K block
+  check_mesh(synth(llama_gqa("Q6_K", 4)), p, Mode::Fast, kCalibrated, "llama Q6_K fast unaligned");
+}
+
+// Tied embeddings (lm_head = token_embd) with a tensor vocab padded to 320 rows whose
+// padding rows are scaled up so they WOULD win the argmax if anything read them: shards
+// [0,97) [97,211) [211,300) meet end to end, own no padding row, and the greedy tokens
+// are the Engine's (all < 300). Decode feeds a fixed varied sequence: with tied random
+// embeddings the greedy token is the last input token again.
+TEST(SlicedMesh, TiedPaddedVocabQ8_0NeverSamplesPadding) {
+  Model m = synth(llama_tied_padded("Q8_0", 4));
+  const ModelConfig& c = m.config;
+  const int E = c.n_embd, V = c.n_vocab;
+  ASSERT_EQ(m.find("output_weight"), nullptr);
+  Tensor te = m.get("token_embd_weight");
+  ASSERT_EQ(te.nrows(), 320);
+  {  // arm the padding rows: x40
+    const size_t rb = row_bytes(te.type, E);
+    auto bytes = alloc_aligned(te.size);
+    std::memcpy(bytes.get(), te.data(), te.size);
+    std::vector<float> row(E);
+    for (int64_t r = V; r < te.nrows(); r++) {
+      dequantize_row(te.type, bytes.get() + r * rb, row.data(), E);
+      for (float& f : row) f *= 40.f;
+      quantize_row(te.type, row.data(), bytes.get() + r * rb, E);
+    }
+    te.bytes = bytes;
+    m.tensors["token_embd_weight"] = te;
+  }
+  MeshPlan p;
+  p.layers = {0, 3, 4};
+  p.heads = {{0, 4, 8}, {0, 8}};
+  p.ffn = {{0, 64, 512}, {0, 96, 160, 512}};
+  p.vocab = {0, 97, 211, V};
+  std::vector<int32_t> forced;
+  for (int i = 0; i < 16; i++) forced.push_back((37 * i + 11) % V);
+  const auto ids = check_mesh(m, p, Mode::Fast, 1e-4, "llama tied padded Q8_0 fast", forced);
+  for (int32_t id : ids) EXPECT_LT(id, V);
+
+  // the trap is armed: over all 320 tensor rows the argmax would be a padding row
+  EngineOptions eo;
+  eo.n_ctx = 32;
+  Engine e(m, eo);
+  const std::vector<int32_t> prompt = {1, 17, 250, 99, 3, 288, 42, 160};
+  e.eval(prompt.data(), (int)prompt.size());
+  // recompute the last hidden state's logits over every tensor row
+  KvCache kv(c, 0, c.n_layer, 16, KvType::F16);
+  Workspace ws;
+  std::vector<LayerWeights> lw;
+  for (int l = 0; l < c.n_layer; l++) lw.push_back(layer_weights(m, l));
+  std::vector<float> x(prompt.size() * E), xn(E), all(te.nrows());
+  embed_rows(te, prompt.data(), (int)prompt.size(), 0, V, V, x.data());
+  forward_layers(c, lw.data(), kv, 0, x.data(), (int)prompt.size(), forward_options_for(Mode::Fast), ws);
+  output_norm(c, m.get("output_norm_weight"), x.data() + (prompt.size() - 1) * E, 1, xn.data(), ws);
+  lm_head_logits(te, xn.data(), 1, 0, te.nrows(), all.data(), Kernel::Simd);
+  EXPECT_GE(argmax(all.data(), (int)all.size()), V) << "padding rows would not win: the test is not armed";
+  EXPECT_EQ(argmax(all.data(), V), argmax(e.logits(), V));
 }
 
 }  // namespace
