@@ -372,3 +372,163 @@ TEST(Knot, CorruptMetadataAndPayloadNeverCrash) {
     load_error(c);
   }
 }
+
+namespace {
+
+// The good file with the bytes of tensor `name` edited and its hashes recomputed, so only
+// the edit (not a hash mismatch) can be what a reader objects to.
+std::vector<uint8_t> rehashed_edit(const std::string& name, const std::function<void(uint8_t*, const KnotTensor&)>& edit) {
+  auto s = ctest::split_knot(good());
+  MemorySource src(good());
+  KnotHeader h = read_knot_header(src);
+  const KnotTensor& t = h.get(name);
+  uint8_t* p = s.payload.data() + t.offset;
+  edit(p, t);
+  json j = json::parse(s.json);
+  for (auto& jt : j["tensors"])
+    if (jt["name"] == name) {
+      jt["hash"] = hash_hex(hash64(p, (size_t)t.size));
+      for (size_t c = 0; c < t.chunk_hashes.size(); c++) {
+        const uint64_t rs = t.row_size(), r0 = c * (uint64_t)t.chunk_rows;
+        const uint64_t r1 = std::min<uint64_t>((uint64_t)t.nrows(), r0 + (uint64_t)t.chunk_rows);
+        jt["chunk_hashes"][c] = hash_hex(hash64(p + r0 * rs, (size_t)((r1 - r0) * rs)));
+      }
+    }
+  return ctest::layout_knot(j.dump(), s.payload);
+}
+
+std::vector<std::string> verify_bytes(const std::vector<uint8_t>& b) {
+  MemorySource src(b.data(), b.size(), "bad.knot");
+  return verify_knot(src);
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string o;
+  for (auto& s : v) o += s + "\n";
+  return o;
+}
+
+}  // namespace
+
+// A size mismatch the old layout does not explain is corruption, not a stale file: the
+// message says which bytes belong to no entry instead of advising a re-encode.
+TEST(Knot, SizeMismatchIsCorruptUnlessTheOldLayoutExplainsIt) {
+  MemorySource gsrc(good());
+  KnotHeader h = read_knot_header(gsrc);
+  // a tensor entry dropped from the table: its bytes are a gap in the payload
+  const KnotTensor& gone = h.tensors[3];
+  auto dropped = with_json([&](json& j) {
+    for (size_t i = 0; i < j["tensors"].size(); i++)
+      if (j["tensors"][i]["name"] == gone.name) j["tensors"].erase(i);
+  });
+  std::string e = load_error(dropped);
+  const uint64_t gap0 = ctest::split_knot(dropped).payload_offset + gone.offset;  // the shorter header moved the payload
+  EXPECT_TRUE(contains(e, "corrupt") && !contains(e, "stale") && !contains(e, "Re-encode")) << e;
+  EXPECT_TRUE(contains(e, "missing tensor entry") && contains(e, "[" + std::to_string(gap0) + ", " + std::to_string(gap0 + gone.size) + ")") &&
+              contains(e, std::to_string(gone.size) + " bytes unaccounted")) << e;
+  // trailing garbage: named as bytes after the last range
+  auto b = good();
+  b.insert(b.end(), 17, 0xAB);
+  e = load_error(b);
+  EXPECT_TRUE(contains(e, "corrupt") && !contains(e, "stale") && contains(e, "17 bytes unaccounted") &&
+              contains(e, "[" + std::to_string(good().size()) + ", " + std::to_string(b.size()) + ")")) << e;
+  // cut short inside the last tensor: truncated, with where the ranges end
+  b = good();
+  b.resize(b.size() - 5);
+  e = load_error(b);
+  EXPECT_TRUE(contains(e, "truncated") && !contains(e, "stale")) << e;
+  // the genuine stale layout (marker present, sizes explained by the old rule) stays stale
+  auto s = ctest::split_knot(good());
+  json j = json::parse(s.json);
+  for (int k = 0; k < 4; k++) {
+    j["info"]["pad"] = std::string((size_t)k, 'x');
+    if ((10 + j.dump().size()) % 4 == 0) continue;
+    e = load_error(stale_layout(j.dump(), s.payload, true));
+    EXPECT_TRUE(contains(e, "stale") && contains(e, "Re-encode")) << e;
+  }
+}
+
+TEST(Knot, RowLengthErrorHasNoNestedQuoting) {
+  std::string e = load_error(with_json([](json& j) {
+    for (auto& t : j["tensors"])
+      if (t["name"] == "blk_1_attn_q_weight") t["shape"][0] = 250;
+  }));
+  EXPECT_EQ(e, "bad.knot: tensor blk_1_attn_q_weight: row length 250 is not a multiple of the Q4_K block size 256");
+}
+
+// verify checks the tensor set the config needs, naming layer and tensor.
+TEST(Knot, VerifyChecksTheRequiredTensorSetAndShapes) {
+  EXPECT_TRUE(verify_bytes(good()).empty()) << joined(verify_bytes(good()));
+  Model m = model();  // shares tensor bytes; only the table is edited
+  m.tensors.erase("blk_1_ffn_up_weight");
+  auto p = joined(verify_bytes(knot_to_bytes(m)));
+  EXPECT_TRUE(contains(p, "bad.knot: layer 1: missing tensor blk_1_ffn_up_weight")) << p;
+  // tied: no output_weight is fine; untied without it is missing
+  Model t = model();
+  t.tensors.erase("output_weight");
+  p = joined(verify_bytes(knot_to_bytes(t)));
+  EXPECT_TRUE(contains(p, "missing tensor output_weight")) << p;
+  t.config.tied_embeddings = true;
+  EXPECT_TRUE(verify_bytes(knot_to_bytes(t)).empty()) << joined(verify_bytes(knot_to_bytes(t)));
+  // a same-sized tensor with the wrong shape (k declared with rows twice as long)
+  Model w = model();
+  Tensor& k = w.tensors.at("blk_0_attn_k_weight");
+  Tensor& n = w.tensors.at("blk_0_attn_norm_weight");
+  k.shape = {k.shape[0] * 2, k.shape[1] / 2};
+  n.shape = {n.shape[0] / 2, 2};
+  p = joined(verify_bytes(knot_to_bytes(w)));
+  EXPECT_TRUE(contains(p, "layer 0: tensor blk_0_attn_k_weight has shape 512 x 64, the config wants 256 x 128")) << p;
+  EXPECT_TRUE(contains(p, "layer 0: tensor blk_0_attn_norm_weight has shape 128 x 2, the config wants 256")) << p;
+  // a layer the config does not have
+  Model x = model();
+  Tensor extra = x.tensors.at("blk_1_attn_norm_weight");
+  extra.name = "blk_9_attn_norm_weight";
+  x.tensors.emplace(extra.name, extra);
+  p = joined(verify_bytes(knot_to_bytes(x)));
+  EXPECT_TRUE(contains(p, "blk_9_attn_norm_weight belongs to layer 9 but the config has 2 layers")) << p;
+}
+
+// A corrupt tensor reports both its hash mismatch and its NaN block scale.
+TEST(Knot, VerifyReportsHashMismatchAndNaNScaleTogether) {
+  MemorySource gsrc(good());
+  KnotHeader h = read_knot_header(gsrc);
+  const KnotTensor& q = h.get("blk_1_ffn_up_weight");
+  ASSERT_EQ(q.type, DType::Q4_K);
+  auto b = good();
+  const size_t blk5 = h.payload_offset + q.offset + 5 * sizeof(block_q4_K);
+  b[blk5] = 0x00, b[blk5 + 1] = 0x7E;  // fp16 NaN in d of block 5
+  auto p = joined(verify_bytes(b));
+  EXPECT_TRUE(contains(p, "hash mismatch in tensor blk_1_ffn_up_weight")) << p;
+  EXPECT_TRUE(contains(p, "tensor blk_1_ffn_up_weight: non-finite block scale at block 5")) << p;
+}
+
+// Loading refuses a NaN block scale even when the hashes agree (rewritten file), naming
+// tensor and block, instead of generating from it.
+TEST(Knot, LoadRefusesNonFiniteScaleNamingTensorAndBlock) {
+  auto b = rehashed_edit("blk_1_ffn_down_weight", [](uint8_t* p, const KnotTensor& t) {
+    const size_t bb = type_traits(t.type).block_bytes;
+    const size_t d = t.type == DType::Q6_K ? offsetof(block_q6_K, d) : 0;
+    p[7 * bb + d] = 0x00, p[7 * bb + d + 1] = 0x7C;  // +Inf scale in block 7
+  });
+  std::string e = load_error(b);
+  EXPECT_TRUE(contains(e, "bad.knot: tensor blk_1_ffn_down_weight") && contains(e, "block 7 has a non-finite scale")) << e;
+  b = rehashed_edit("output_norm_weight", [](uint8_t* p, const KnotTensor&) {
+    const float nan = std::nanf("");
+    std::memcpy(p + 4 * 9, &nan, 4);
+  });
+  e = load_error(b);
+  EXPECT_TRUE(contains(e, "tensor output_norm_weight") && contains(e, "non-finite value at row 0, column 9")) << e;
+  // and through the file loader
+  const std::string path = ctest::tmp_path("nan-scale.knot");
+  ctest::write_all(path, b);
+  e = error_of([&] { load_model_file(path); });
+  EXPECT_TRUE(contains(e, "nan-scale.knot: tensor output_norm_weight")) << e;
+}
+
+TEST(Knot, DirectoryIsNamedAsSuch) {
+  const std::string dir = ctest::tmp_path("a-directory.knot");
+  std::filesystem::create_directories(dir);
+  std::string e = error_of([&] { load_model_file(dir); });
+  EXPECT_TRUE(contains(e, "a-directory.knot: is a directory")) << e;
+  EXPECT_FALSE(contains(e, "bad magic")) << e;
+}

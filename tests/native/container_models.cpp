@@ -341,3 +341,152 @@ TEST(Requantize, UnknownTargetIsAnError) {
   EXPECT_TRUE(contains(error_of([] { check_target_type("Q3_Z"); }), "unknown target type"));
   EXPECT_TRUE(contains(error_of([] { check_target_type("Q8_K"); }), "not a storage type"));
 }
+
+namespace {
+
+// A copy of a shared GGUF with one F32 value (or one block's scale) of a tensor set to NaN.
+std::string gguf_with_nan(const std::string& file, const std::string& tensor, uint64_t byte_in_tensor, const std::string& out) {
+  auto b = ctest::read_all(model_path(file));
+  gguf::File g = gguf::parse(b.data(), b.size(), b.size(), file);
+  const gguf::TensorInfo* t = g.find_tensor(tensor);
+  EXPECT_NE(t, nullptr) << tensor;
+  if (!t) return "";
+  uint8_t* p = b.data() + g.data_offset + t->offset + byte_in_tensor;
+  if (t->type == DType::F32) {
+    const float nan = std::nanf("");
+    std::memcpy(p, &nan, 4);
+  } else {
+    p[0] = 0x00, p[1] = 0x7E;  // fp16 NaN
+  }
+  const std::string path = ctest::tmp_path(out);
+  ctest::write_all(path, b);
+  return path;
+}
+
+}  // namespace
+
+TEST(CliConvert, RefusesToOverwriteItsInputAndNonKnotOutputs) {
+  REQUIRE_MODELS();
+  if (!std::filesystem::exists(knot_bin())) GTEST_SKIP() << "CLI not built";
+  const std::string in = ctest::tmp_path("self.gguf");
+  std::filesystem::copy_file(model_path("stories260K.gguf"), in, std::filesystem::copy_options::overwrite_existing);
+  const auto before = ctest::read_all(in);
+  CliRun r = run("convert " + in + " " + in);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(ctest::read_all(in), before) << "the source was overwritten";
+  EXPECT_TRUE(contains(r.out, "must end in .knot") || contains(r.out, "is the input file")) << r.out;
+  // the same file under another name ending in .knot (a symlink) is refused by the API too
+  const std::string link = ctest::tmp_path("self-link.knot");
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(in, link);
+  r = run("convert " + in + " " + link);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "is the input file")) << r.out;
+  EXPECT_EQ(ctest::read_all(in), before) << "the source was overwritten through a link";
+  EXPECT_TRUE(contains(error_of([&] { convert_gguf_to_knot(in, link); }), "refusing to overwrite the source"));
+  // an output name not ending in .knot
+  r = run("convert " + in + " " + ctest::tmp_path("out.gguf"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "out.gguf: the output name must end in .knot")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(ctest::tmp_path("out.gguf")));
+  // a .knot input
+  const std::string k = ctest::tmp_path("conv-in.knot");
+  r = run("convert " + in + " " + k);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  r = run("convert " + k + " " + ctest::tmp_path("conv-out.knot"));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "conv-in.knot: already a .knot file")) << r.out;
+}
+
+TEST(CliConvert, KeptQuantizedTensorsAreOneSummaryLine) {
+  REQUIRE_MODELS();
+  const std::string in = model_path("stories260K-pad256-llama-q4_k_m.gguf");
+  ConvertOptions co;
+  co.type = "Q8_0";
+  ConvertResult r = convert_gguf_to_knot(in, ctest::tmp_path("kept.knot"), co);
+  std::string all;
+  for (auto& n : r.notes) all += n + "\n";
+  ASSERT_EQ(r.notes.size(), 1u) << all;
+  // 5 layers x 7 matrices + token_embd + output, all quantized in the source
+  EXPECT_TRUE(contains(r.notes[0], "kept 37 quantized tensors as they are (")) << r.notes[0];
+  EXPECT_TRUE(contains(r.notes[0], "pass --allow-requantize to re-quantize")) << r.notes[0];
+  if (!std::filesystem::exists(knot_bin())) return;
+  CliRun c = run("convert " + in + " " + ctest::tmp_path("kept-cli.knot") + " --type Q8_0");
+  EXPECT_EQ(c.rc, 0) << c.out;
+  size_t notes = 0;
+  for (size_t p = c.out.find("note:"); p != std::string::npos; p = c.out.find("note:", p + 1)) notes++;
+  EXPECT_EQ(notes, 1u) << c.out;
+}
+
+// A NaN in the source is refused at convert time, naming tensor and row/block, instead of
+// a .knot that verify rejects later.
+TEST(CliConvert, NonFiniteSourceValuesAreRefused) {
+  REQUIRE_MODELS();
+  // F32 norm: value 3 of blk.2.ffn_norm.weight
+  std::string in = gguf_with_nan("stories260K.gguf", "blk.2.ffn_norm.weight", 3 * 4, "nan-f32.gguf");
+  const std::string out = ctest::tmp_path("nan-f32.knot");
+  std::string e = error_of([&] { convert_gguf_to_knot(in, out); });
+  EXPECT_TRUE(contains(e, "tensor blk.2.ffn_norm.weight: non-finite value at row 0, column 3")) << e;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_FALSE(std::filesystem::exists(out + ".tmp"));
+  // also when re-quantizing (the row path)
+  ConvertOptions co;
+  co.type = "Q8_0";
+  in = gguf_with_nan("stories260K.gguf", "blk.1.ffn_up.weight", 4 * (64 * 2 + 5), "nan-f32b.gguf");
+  e = error_of([&] { convert_gguf_to_knot(in, out, co); });
+  EXPECT_TRUE(contains(e, "tensor blk.1.ffn_up.weight: non-finite value at row 2, column 5")) << e;
+  // Q4_K block scale: block 3 of row 1 (rows of 256 = one block each)
+  in = gguf_with_nan("stories260K-pad256-llama-q4_k_m.gguf", "blk.0.attn_q.weight", 4 * sizeof(block_q4_K), "nan-q4k.gguf");
+  e = error_of([&] { convert_gguf_to_knot(in, out); });
+  EXPECT_TRUE(contains(e, "tensor blk.0.attn_q.weight: non-finite block scale at row 4, block 0")) << e;
+  if (!std::filesystem::exists(knot_bin())) return;
+  CliRun r = run("convert " + in + " " + out);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "knot: error:") && contains(r.out, "blk.0.attn_q.weight")) << r.out;
+}
+
+TEST(CliVerify, MissingTensorAndDirectory) {
+  REQUIRE_MODELS();
+  if (!std::filesystem::exists(knot_bin())) GTEST_SKIP() << "CLI not built";
+  Model m = load_model_file(model_path("stories260K-pad256-llama-q8_0.gguf"));
+  m.tensors.erase("blk_3_attn_v_weight");
+  const std::string p = ctest::tmp_path("missing-v.knot");
+  write_knot_file(p, m);
+  CliRun r = run("verify " + p);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "layer 3: missing tensor blk_3_attn_v_weight")) << r.out;
+  r = run("inspect " + ctest::tmp_path(""));
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "is a directory") && !contains(r.out, "bad magic")) << r.out;
+}
+
+// Numeric options are range-checked, never wrapped (4294967299 as int is 3).
+TEST(CliGenerate, NumericOptionsAreRangeChecked) {
+  REQUIRE_MODELS();
+  if (!std::filesystem::exists(knot_bin())) GTEST_SKIP() << "CLI not built";
+  const std::string m = model_path("stories260K.gguf") + " -p 'Once upon a time' ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"-n 4294967299", "-n must be an integer in [0, 1048576], got 4294967299"},
+      {"--n-predict -1", "--n-predict must be an integer in [0, 1048576], got -1"},
+      {"--ctx 99999999999", "--ctx must be an integer in [1, 1048576], got 99999999999"},
+      {"--ctx 0", "--ctx must be an integer in [1, 1048576], got 0"},
+      {"--chunk 4097", "--chunk must be an integer in [1, 4096], got 4097"},
+      {"--top-k -1", "--top-k must be an integer in [0, 2147483647], got -1"},
+      {"--seed 9007199254740992", "--seed must be an integer in [0, 9007199254740991], got 9007199254740992"},
+      {"--seed 1e3", "option --seed: '1e3' is not an integer"},
+      {"--temp -0.5", "--temp must be a number >= 0, got -0.5"},
+      {"--temp inf", "option --temp: 'inf' is not a number"},
+      {"--top-p 0", "--top-p must be a number in (0, 1], got 0"},
+      {"--top-p 1.5", "--top-p must be a number in (0, 1], got 1.5"},
+      {"--min-p 2", "--min-p must be a number in [0, 1], got 2"},
+      {"--repeat-penalty 0", "--repeat-penalty must be a number > 0, got 0"},
+  };
+  for (auto& [opt, msg] : cases) {
+    CliRun r = run("generate " + m + opt);
+    EXPECT_EQ(r.rc, 2) << opt << ": " << r.out;
+    EXPECT_TRUE(contains(r.out, "knot: error: " + msg)) << opt << ": " << r.out;
+  }
+  CliRun r = run("generate " + m + "-n 3 --temp 0 --ctx 4096 --ids");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "knot: warning: --ctx 4096 is larger than the model's trained context (2048)")) << r.out;
+}

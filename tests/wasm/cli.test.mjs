@@ -1,8 +1,8 @@
 // bin/knotwork.mjs: same flags and same stdout as the native `knot generate`.
 import {test} from "node:test";
 import assert from "node:assert/strict";
-import {existsSync} from "node:fs";
-import {spawnSync} from "node:child_process";
+import {existsSync, writeFileSync} from "node:fs";
+import {spawn, spawnSync} from "node:child_process";
 import {join} from "node:path";
 
 import {ROOT, KNOT_BIN, sharedModel, referenceOutputs, tmpDir} from "./helpers.mjs";
@@ -70,4 +70,149 @@ test("same stdout as native `knot generate` (greedy, sampled with seed, stop str
       assert.equal(js.stdout, nat.stdout, `${args.join(" ")}\nnative: ${nat.stdout}\nwasm:   ${js.stdout}`);
     }
   }
+});
+
+const haveNative = (t) => {
+  if (existsSync(KNOT_BIN)) return true;
+  if (process.env.CI) throw new Error(`${KNOT_BIN} missing (CI is set: the native build must run first)`);
+  t.diagnostic("native build/bin/knot not built: wasm CLI only");
+  return false;
+};
+
+// Runs cmd with its stdout pipe closed by the reader before anything is written.
+function runClosedStdout(cmd, args) {
+  return new Promise((resolve) => {
+    const c = spawn(cmd, args, {stdio: ["ignore", "pipe", "pipe"]});
+    c.stdout.destroy();
+    let stderr = "";
+    c.stderr.on("data", (d) => { stderr += d; });
+    c.on("close", (status, signal) => resolve({status, signal, stderr}));
+  });
+}
+
+test("a closed stdout (`| head -c 20`) ends generate quietly with status 0 in both CLIs", async (t) => {
+  const p = sharedModel(t, "stories260K.gguf");
+  if (!p) return;
+  const args = ["generate", p, "-p", "Once upon a time", "-n", "64", "--temp", "0"];
+  const runs = [["wasm", await runClosedStdout(process.execPath, [CLI, ...args])]];
+  if (haveNative(t)) runs.push(["native", await runClosedStdout(KNOT_BIN, args)]);
+  for (const [name, r] of runs) {
+    assert.equal(r.signal, null, `${name}: killed by ${r.signal}`);
+    assert.equal(r.status, 0, `${name}: ${r.stderr}`);
+    assert.doesNotMatch(r.stderr, /EPIPE|error|\n +at /i, name);
+  }
+});
+
+test("numeric options are range-checked with the same message in both CLIs", (t) => {
+  const native = haveNative(t);
+  const cases = [
+    [["-n", "4294967299"], "-n must be an integer in [0, 1048576], got 4294967299"],
+    [["--n-predict", "-1"], "--n-predict must be an integer in [0, 1048576], got -1"],
+    [["--ctx", "99999999999"], "--ctx must be an integer in [1, 1048576], got 99999999999"],
+    [["--ctx", "0"], "--ctx must be an integer in [1, 1048576], got 0"],
+    [["--chunk", "4097"], "--chunk must be an integer in [1, 4096], got 4097"],
+    [["--top-k", "-1"], "--top-k must be an integer in [0, 2147483647], got -1"],
+    [["--top-k", "2.5"], "option --top-k: '2.5' is not an integer"],
+    [["--seed", "9007199254740993"], "--seed must be an integer in [0, 9007199254740991], got 9007199254740993"],
+    [["--seed", "-1"], "--seed must be an integer in [0, 9007199254740991], got -1"],
+    [["--seed", "1e3"], "option --seed: '1e3' is not an integer"],
+    [["--seed", "0x10"], "option --seed: '0x10' is not an integer"],
+    [["--temp", "-0.5"], "--temp must be a number >= 0, got -0.5"],
+    [["--temp", "Infinity"], "option --temp: 'Infinity' is not a number"],
+    [["--temp", "1e999"], "option --temp: '1e999' is not a number"],
+    [["--temp", " 1"], "option --temp: ' 1' is not a number"],
+    [["--top-p", "0"], "--top-p must be a number in (0, 1], got 0"],
+    [["--top-p", "1.01"], "--top-p must be a number in (0, 1], got 1.01"],
+    [["--min-p", "2"], "--min-p must be a number in [0, 1], got 2"],
+    [["--min-p", "-0.1"], "--min-p must be a number in [0, 1], got -0.1"],
+    [["--repeat-penalty", "0"], "--repeat-penalty must be a number > 0, got 0"],
+  ];
+  for (const [opt, msg] of cases) {
+    const args = ["generate", "/nonexistent/m.gguf", "-p", "x", ...opt];
+    const js = run(args);
+    assert.equal(js.status, 2, `${opt.join(" ")}: ${js.stderr}`);
+    assert.equal(js.stderr, `knotwork: error: ${msg}\n`, opt.join(" "));
+    if (!native) continue;
+    const nat = spawnSync(KNOT_BIN, args, {encoding: "utf8"});
+    assert.equal(nat.status, 2, `native ${opt.join(" ")}: ${nat.stderr}`);
+    assert.equal(nat.stderr, `knot: error: ${msg}\n`, `native ${opt.join(" ")}`);
+  }
+  // values at the edges are accepted (the missing file is the error, not the option)
+  for (const opt of [["-n", "0"], ["--top-p", "1"], ["--min-p", "0"], ["--temp", "0"], ["--seed", "9007199254740991"],
+                     ["--top-k", "0"], ["--ctx", "1048576"], ["--chunk", "4096"], ["--repeat-penalty", ".5"]]) {
+    const js = run(["generate", "/nonexistent/m.gguf", "-p", "x", ...opt]);
+    assert.equal(js.status, 1, `${opt.join(" ")}: ${js.stderr}`);
+    assert.match(js.stderr, /m\.gguf: cannot open/, opt.join(" "));
+  }
+});
+
+test("--ctx past the trained context warns in both CLIs", (t) => {
+  const p = sharedModel(t, "stories260K.gguf");
+  if (!p) return;
+  const args = ["generate", p, "-p", "Once", "-n", "2", "--temp", "0", "--ctx", "4096", "--ids"];
+  const js = run(args);
+  assert.equal(js.status, 0, js.stderr);
+  assert.match(js.stderr, /knotwork: warning: --ctx 4096 is larger than the model's trained context \(2048\)/);
+  if (!haveNative(t)) return;
+  const nat = spawnSync(KNOT_BIN, args, {encoding: "utf8"});
+  assert.equal(nat.status, 0, nat.stderr);
+  assert.match(nat.stderr, /knot: warning: --ctx 4096 is larger than the model's trained context \(2048\)/);
+  assert.equal(js.stdout, nat.stdout);
+});
+
+test("--prompt-file passes raw bytes (invalid UTF-8 too): same ids in both CLIs", (t) => {
+  const dir = tmpDir();
+  const file = join(dir, "prompt.bin");
+  writeFileSync(file, Buffer.from([0x4f, 0x6e, 0x63, 0x65, 0x20, 0xff, 0xc3, 0x20, 0x75, 0x70, 0x6f, 0x6e, 0x80]));
+  for (const name of ["stories260K.gguf", "stories260K-pad256-qwen2-q4_k_m.gguf"]) {
+    const p = sharedModel(t, name);
+    if (!p) return;
+    const args = ["generate", p, "--prompt-file", file, "-n", "8", "--temp", "0", "--ids"];
+    const js = run(args);
+    assert.equal(js.status, 0, js.stderr);
+    assert.match(js.stdout, /^\[\d+(,\d+)*\]\n$/);
+    if (!haveNative(t)) continue;
+    const nat = spawnSync(KNOT_BIN, args, {encoding: "utf8"});
+    assert.equal(nat.status, 0, nat.stderr);
+    assert.equal(js.stdout, nat.stdout, name);
+    // the same prompt as text through -p gives the same tokens when it is valid UTF-8
+    const okArgs = ["generate", p, "-p", "Once upon", "-n", "8", "--temp", "0", "--ids"];
+    writeFileSync(file, "Once upon");
+    const viaFile = run(["generate", p, "--prompt-file", file, "-n", "8", "--temp", "0", "--ids"]);
+    assert.equal(viaFile.stdout, run(okArgs).stdout, name);
+    writeFileSync(file, Buffer.from([0x4f, 0x6e, 0x63, 0x65, 0x20, 0xff, 0xc3, 0x20, 0x75, 0x70, 0x6f, 0x6e, 0x80]));
+  }
+  const r = run(["generate", "m.gguf", "--prompt-file", join(dir, "nope.txt")]);
+  assert.equal(r.status, 1);
+  assert.equal(r.stderr, `knotwork: error: ${join(dir, "nope.txt")}: cannot open: No such file or directory\n`);
+});
+
+test("missing file, directory and unknown command: one-line errors, no stack trace", () => {
+  const dir = tmpDir();
+  let r = run(["generate", "/nonexistent/model.gguf", "-p", "x"]);
+  assert.equal(r.status, 1);
+  assert.equal(r.stderr, "knotwork: error: /nonexistent/model.gguf: cannot open: No such file or directory\n");
+  r = run(["inspect", dir]);
+  assert.equal(r.status, 1);
+  assert.equal(r.stderr, `knotwork: error: ${dir}: is a directory\n`);
+  r = run(["generate", dir, "-p", "x"]);
+  assert.equal(r.stderr, `knotwork: error: ${dir}: is a directory\n`);
+  r = run(["frobnicate"]);
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /^knotwork: error: unknown command 'frobnicate'\nusage: knotwork <command>/);
+});
+
+test("inspect prints floats the way the native CLI does (%g)", (t) => {
+  const p = sharedModel(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!p) return;
+  const js = run(["inspect", p]);
+  assert.equal(js.status, 0, js.stderr);
+  const eps = /eps (\S+),/.exec(js.stdout)?.[1], theta = /theta (\S+) /.exec(js.stdout)?.[1];
+  assert.ok(eps && theta, js.stdout);
+  assert.match(eps, /^\d(\.\d+)?e-\d\d$/, "printf %g form, e.g. 2.5e-06");
+  if (!haveNative(t)) return;
+  const nat = spawnSync(KNOT_BIN, ["inspect", p, "--no-hash"], {encoding: "utf8"});
+  assert.equal(nat.status, 0, nat.stderr);
+  assert.equal(eps, /\n  rms_eps +(\S+)\n/.exec(nat.stdout)[1]);
+  assert.equal(theta, /theta (\S+)\n/.exec(nat.stdout)[1]);
 });
