@@ -304,6 +304,13 @@ int kw_lm_head(int32_t model, const float* xn, int32_t ntok, int32_t v0, int32_t
     need_ptr(logits, "kw_lm_head", "logits");
     const knot::Tensor& W = knot::lm_head_tensor(m.model);
     loaded(m, &W, "lm_head");
+    // Tensor rows past the tokenizer vocab are padding (qwen2.5: 151,936 tokens, 152,064
+    // rows): not tokens, so no shard may own or sample them (DESIGN §1).
+    const int64_t nv = m.model.config.n_vocab;
+    if (nv > 0 && v1 > nv)
+      knot::fail("kw_lm_head: vocab slice [" + std::to_string(v0) + "," + std::to_string(v1) +
+                 ") reaches past the tokenizer vocabulary of " + std::to_string(nv) + " tokens (rows >= " +
+                 std::to_string(nv) + " of " + W.name + " are padding)");
     knot::lm_head_logits(W, xn, ntok, v0, v1, logits, reference ? knot::Kernel::Reference : knot::Kernel::Simd,
                          softcap, entry(m, W.name).row0);
   });

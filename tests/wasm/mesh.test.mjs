@@ -483,6 +483,12 @@ test("synthetic tied model with a padded vocab: shards meet end to end, own no p
   }
   assert.ok(owners.every((c) => c === 1), "every id owned exactly once");
   assert.deepEqual(Array.from(sum), Array.from(want));
+  // even with every tensor row resident, a logits slice reaching into the padding rows is
+  // refused (they are not tokens: no shard may own or sample them)
+  await full.load(["output_norm_weight"]);
+  const xn = full.outputNorm(inputRows(1, E), 1);
+  assert.equal(full.lmHead(xn, 1, 211, 300).length, 89);
+  assert.throws(() => full.lmHead(xn, 1, 211, 320), /vocab slice \[211,320\).*300 tokens.*padding/);
   await full.close();
   // the mesh: a tied model's greedy run repeats its last token, so decode is fed a varied
   // fixed sequence; the greedy token is still compared at every step
