@@ -9,7 +9,7 @@
 //   node bin/knotwork.mjs convert IN.gguf OUT.knot      (types kept; hashes computed)
 //   node bin/knotwork.mjs selftest
 // MODEL is a .gguf/.knot path or an http(s) URL served with Range support.
-import {readFileSync, statSync, writeFileSync} from "node:fs";
+import {closeSync, openSync, readFileSync, readSync, statSync, writeFileSync} from "node:fs";
 import * as kw from "../bindings/knotwork.mjs";
 
 const USAGE = `usage: knotwork <command> [args]
@@ -191,12 +191,26 @@ async function inspect(args) {
 
 async function convert(args) {
   if (args.length !== 2) throw new UsageError("usage: knotwork convert IN.gguf OUT.knot");
-  const src = await kw.fileSource(args[0]);
+  const [inp, out] = args;
+  // the same refusals as the native `knot convert`
+  let magic;
+  try {
+    const fd = openSync(inp, "r");
+    try { magic = Buffer.alloc(4); readSync(fd, magic, 0, 4, 0); } finally { closeSync(fd); }
+  } catch (e) { throw fileError(inp, e); }
+  if (magic.toString("latin1") === "KNOT")
+    throw new Error(`${inp}: already a .knot file (convert reads GGUF; to change types, convert from the source GGUF)`);
+  if (magic.toString("latin1") !== "GGUF") throw new Error(`${inp}: not a GGUF file (bad magic)`);
+  if (!out.endsWith(".knot"))
+    throw new Error(`${out}: the output name must end in .knot (refusing to write a .knot file under another extension)`);
+  const same = (a, b) => { try { const x = statSync(a), y = statSync(b); return x.dev === y.dev && x.ino === y.ino; } catch { return false; } };
+  if (same(inp, out)) throw new Error(`${out}: is the input file ${inp}; refusing to overwrite the source`);
+  const src = await source(inp);
   let m;
   try { m = await kw.openModel(src); } finally { await src.close(); }
   const bytes = m.toKnot();
-  writeFileSync(args[1], bytes);
-  process.stderr.write(`knotwork: wrote ${args[1]} (${bytes.length} bytes, ${m.info.tensors.length} tensors)\n`);
+  writeFileSync(out, bytes);
+  process.stderr.write(`knotwork: wrote ${out} (${bytes.length} bytes, ${m.info.tensors.length} tensors)\n`);
   m.close();
   return 0;
 }

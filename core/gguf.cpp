@@ -346,7 +346,10 @@ File parse(const uint8_t* data, size_t avail, uint64_t file_size, const std::str
     }
     t.type = tt->type;
     t.offset = c.get<uint64_t>();
-    t.size = row_bytes(t.type, t.shape[0], what + ": tensor " + t.name) * (uint64_t)(ne / t.shape[0]);
+    if (t.shape[0] % tt->block_elems != 0)
+      fail(what + ": tensor " + t.name + ": row length " + std::to_string(t.shape[0]) + " is not a multiple of the " + tt->name +
+           " block size " + std::to_string(tt->block_elems));
+    t.size = row_bytes(t.type, t.shape[0], t.name) * (uint64_t)(ne / t.shape[0]);
     for (auto& o : f.tensors)
       if (o.name == t.name) c.bad("duplicate tensor name");
     f.tensors.push_back(std::move(t));

@@ -231,6 +231,8 @@ TEST(Gguf, MisalignedRowLengthNamesTensor) {
   auto b = w.to_bytes({d.data()});
   std::string e = error_of([&] { gguf::parse(b.data(), b.size(), b.size(), "x"); });
   EXPECT_TRUE(contains(e, "blk.0.ffn_down.weight") && contains(e, "100")) << e;
+  // one plain "file: tensor name: what" message, no nested quoting
+  EXPECT_EQ(e, "x: tensor blk.0.ffn_down.weight: row length 100 is not a multiple of the Q4_K block size 256");
 }
 
 TEST(Gguf, HugeCountsAndStringsDoNotAllocate) {

@@ -455,6 +455,27 @@ TEST(CliVerify, MissingTensorAndDirectory) {
   CliRun r = run("verify " + p);
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "layer 3: missing tensor blk_3_attn_v_weight")) << r.out;
+  // the GGUF side names the tensor the GGUF way; a wrong shape names layer and dims
+  auto raw = ctest::read_all(model_path("stories260K.gguf"));
+  gguf::File g = gguf::parse(raw.data(), raw.size(), raw.size(), "s");
+  gguf::Writer w;
+  w.version = g.version, w.alignment = g.alignment;
+  for (auto& [k, v] : g.kv)
+    if (k != "general.alignment") w.set(k, v);
+  std::vector<const void*> data;
+  for (auto& t : g.tensors) {
+    if (t.name == "blk.2.ffn_gate.weight") continue;
+    std::vector<int64_t> shape = t.shape;
+    if (t.name == "blk.1.attn_k.weight") std::swap(shape[0], shape[1]);  // same bytes, wrong shape
+    w.add_tensor(t.name, t.type_id, shape);
+    data.push_back(raw.data() + g.data_offset + t.offset);
+  }
+  const std::string gp = ctest::tmp_path("missing-gate.gguf");
+  ctest::write_all(gp, w.to_bytes(data));
+  r = run("verify " + gp);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "layer 2: missing tensor blk.2.ffn_gate.weight")) << r.out;
+  EXPECT_TRUE(contains(r.out, "layer 1: tensor blk.1.attn_k.weight has shape")) << r.out;
   r = run("inspect " + ctest::tmp_path(""));
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "is a directory") && !contains(r.out, "bad magic")) << r.out;

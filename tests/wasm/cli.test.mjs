@@ -1,7 +1,7 @@
 // bin/knotwork.mjs: same flags and same stdout as the native `knot generate`.
 import {test} from "node:test";
 import assert from "node:assert/strict";
-import {existsSync, writeFileSync} from "node:fs";
+import {copyFileSync, existsSync, readFileSync, symlinkSync, writeFileSync} from "node:fs";
 import {spawn, spawnSync} from "node:child_process";
 import {join} from "node:path";
 
@@ -215,4 +215,26 @@ test("inspect prints floats the way the native CLI does (%g)", (t) => {
   assert.equal(nat.status, 0, nat.stderr);
   assert.equal(eps, /\n  rms_eps +(\S+)\n/.exec(nat.stdout)[1]);
   assert.equal(theta, /theta (\S+)\n/.exec(nat.stdout)[1]);
+});
+
+test("convert refuses to overwrite its input, a non-.knot output and a .knot input", (t) => {
+  const p = sharedModel(t, "stories260K.gguf");
+  if (!p) return;
+  const dir = tmpDir();
+  const inp = join(dir, "s.gguf");
+  copyFileSync(p, inp);
+  const before = readFileSync(inp);
+  let r = run(["convert", inp, inp]);
+  assert.equal(r.status, 1);
+  assert.equal(r.stderr, `knotwork: error: ${inp}: the output name must end in .knot (refusing to write a .knot file under another extension)\n`);
+  symlinkSync(inp, join(dir, "link.knot"));
+  r = run(["convert", inp, join(dir, "link.knot")]);
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /link\.knot: is the input file .*s\.gguf; refusing to overwrite the source/);
+  assert.ok(readFileSync(inp).equals(before), "the source was overwritten");
+  r = run(["convert", inp, join(dir, "s.knot")]);
+  assert.equal(r.status, 0, r.stderr);
+  r = run(["convert", join(dir, "s.knot"), join(dir, "t.knot")]);
+  assert.equal(r.status, 1);
+  assert.match(r.stderr, /s\.knot: already a \.knot file/);
 });
