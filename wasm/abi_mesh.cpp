@@ -54,6 +54,20 @@ const TableEntry& entry(const ModelEntry& m, const std::string& name) {
   knot::fail(m.what + ": no tensor " + name);
 }
 
+// A tensor loaded as a row range (kw_model_rows_load) must hold exactly the rows the
+// slice needs: the core takes any tensor with the slice's row count as cut to that slice,
+// so another slice's rows would give a wrong partial without an error.
+void check_slice_rows(const ModelEntry& m, const knot::Tensor* t, int64_t r0, int64_t r1, const std::string& slice) {
+  if (!t || !t->bytes) return;  // absent: the phase names it
+  const TableEntry& te = entry(m, t->name);
+  int64_t full = 1;
+  for (size_t i = 1; i < te.shape.size(); i++) full *= te.shape[i];
+  const int64_t a = te.row0, b = te.row0 + t->nrows();
+  if ((a == 0 && b == full) || (a == r0 && b == r1)) return;
+  knot::fail(m.what + ": tensor " + t->name + " holds rows [" + std::to_string(a) + "," + std::to_string(b) + ") but " +
+             slice + " need rows [" + std::to_string(r0) + "," + std::to_string(r1) + ")");
+}
+
 const knot::Tensor& loaded(const ModelEntry& m, const knot::Tensor* t, const char* phase) {
   if (!t || !t->bytes) knot::fail("missing tensor " + (t ? t->name : std::string("?")) + " (phase " + phase + "): not loaded");
   return *t;
@@ -238,7 +252,14 @@ int kw_station_attn(int32_t st, int32_t layer, int32_t pos0, const float* x, int
     need_ptr(x, "kw_station_attn", "x");
     need_ptr(out, "kw_station_attn", "out");
     if (ntok <= 0) knot::fail("kw_station_attn: ntok must be positive");
-    knot::attn(m.model.config, loaded_layer(m, layer), s.kv, pos0, x, ntok, out, s.fo, s.ws, s.h0, s.h1);
+    const auto& c = m.model.config;
+    const knot::LayerWeights w = loaded_layer(m, layer);
+    const int64_t hd = c.head_dim, g = c.n_head / c.n_head_kv;
+    const std::string slice = "station heads [" + std::to_string(s.h0) + "," + std::to_string(s.h1) + ")";
+    check_slice_rows(m, w.attn_q, s.h0 * hd, s.h1 * hd, slice);
+    check_slice_rows(m, w.attn_k, s.h0 / g * hd, s.h1 / g * hd, slice);
+    check_slice_rows(m, w.attn_v, s.h0 / g * hd, s.h1 / g * hd, slice);
+    knot::attn(c, w, s.kv, pos0, x, ntok, out, s.fo, s.ws, s.h0, s.h1);
   });
 }
 
@@ -257,6 +278,12 @@ int kw_station_ffn(int32_t st, int32_t phase, int32_t layer, const float* x, int
     need_ptr(h, "kw_station_ffn", "h");
     const auto& cfg = m.model.config;
     const knot::LayerWeights w = loaded_layer(m, layer);
+    {
+      const int64_t a = c0, b = c1 < 0 ? cfg.n_ff : c1;
+      const std::string slice = "FFN columns [" + std::to_string(a) + "," + std::to_string(b) + ")";
+      if (phase == 0 || phase == 3) check_slice_rows(m, w.ffn_gate, a, b, slice);
+      if (phase == 1 || phase == 3) check_slice_rows(m, w.ffn_up, a, b, slice);
+    }
     switch (phase) {
       case 0: need_ptr(x, "ffn_gate", "x"); knot::ffn_gate(cfg, w, x, ntok, h, s.fo, s.ws, c0, c1); break;
       case 1: need_ptr(x, "ffn_up", "x"); knot::ffn_up(cfg, w, x, ntok, h, s.fo, s.ws, c0, c1); break;

@@ -497,3 +497,41 @@ test("synthetic tied model with a padded vocab: shards meet end to end, own no p
                                              ffn: [[0, 64, 512], [0, 96, 160, 512]], vocab: cuts}, {forced});
   assert.ok(ids.every((id) => id < V));
 });
+
+test("synthetic model: a head/FFN-slice station holding only its rows of q/k/v, gate/up == full tensors; wrong rows refused", async (t) => {
+  const bytes = synthKnot(t, "qwen", QWEN);
+  if (!bytes) return;
+  const full = await openParts(kw.bytesSource(bytes, "qwen-full.knot"));
+  const cut = await openParts(kw.bytesSource(bytes, "qwen-cut.knot"));
+  const cfg = await full.config();
+  const E = cfg.n_embd, hd = cfg.head_dim, g = cfg.n_head / cfg.n_head_kv, T = 3, L = 2;
+  const [h0, h1, c0, c1] = [8, 16, 256, 512];
+  for (const ph of ["attn", "ffn_gate", "ffn_up", "ffn_down"]) await full.load(full.layerTensors(L, ph));
+  // the slice station's isolate: its rows of q/k/v and gate/up; norms, biases, attn_output, ffn_down whole
+  await cut.load([`blk_${L}_attn_norm_weight`, `blk_${L}_ffn_norm_weight`, `blk_${L}_attn_output_weight`, `blk_${L}_ffn_down_weight`,
+                  `blk_${L}_attn_q_bias`, `blk_${L}_attn_k_bias`, `blk_${L}_attn_v_bias`]);
+  await cut.loadRows(`blk_${L}_attn_q_weight`, h0 * hd, h1 * hd);
+  await cut.loadRows(`blk_${L}_attn_k_weight`, h0 / g * hd, h1 / g * hd);
+  await cut.loadRows(`blk_${L}_attn_v_weight`, h0 / g * hd, h1 / g * hd);
+  await cut.loadRows(`blk_${L}_ffn_gate_weight`, c0, c1);
+  await cut.loadRows(`blk_${L}_ffn_up_weight`, c0, c1);
+  const x = inputRows(T, E);
+  const run = (parts) => {
+    const st = parts.station({layers: [L, L + 1], heads: [h0, h1], nCtx: 8});
+    const a = st.attn(L, 0, x, T);
+    const f = st.ffnDown(L, st.ffnGateUp(L, x, T, [c0, c1]), T, [c0, c1], E);
+    st.free();
+    return [a, f];
+  };
+  const [af, ff] = run(full), [ac, fc] = run(cut);
+  assert.ok(l2(af) > 0 && l2(ff) > 0);
+  assert.deepEqual(Array.from(ac), Array.from(af));
+  assert.deepEqual(Array.from(fc), Array.from(ff));
+  // rows of another slice: same row count, wrong heads / columns -> an error, not a silent wrong partial
+  const st = cut.station({layers: [L, L + 1], heads: [0, 8], nCtx: 8});
+  assert.throws(() => st.attn(L, 0, x, T), /blk_2_attn_q_weight holds rows \[256,512\).*heads \[0,8\) need rows \[0,256\)/);
+  assert.throws(() => st.ffnGate(L, x, T, [0, 256]), /blk_2_ffn_gate_weight holds rows \[256,512\).*columns \[0,256\) need rows \[0,256\)/);
+  st.free();
+  await full.close();
+  await cut.close();
+});
