@@ -247,6 +247,16 @@ TEST(HeadSlices, KQuantUnalignedDequantizedGather) {
   check_head_slices(llama_gqa("Q4_K"), Kernel::Simd, {0, 4, 8}, kUnaligned);
 }
 
+TEST(HeadSlices, MhaSingleHeadCutsQ8_0) {
+  // no GQA (group 1), head_dim 16: a 1-head cut is 16 columns, inside a Q8_0 block
+  const SynthOptions mha = synth_opts("llama", 128, 2, 8, 8, 256, 300, "Q8_0");
+  check_head_slices(mha, Kernel::Simd, {0, 2, 4, 6, 8}, kExactBound);  // 32-column cuts
+  check_head_slices(mha, Kernel::Reference, {0, 1, 5, 8}, kExactBound);
+  check_head_slices(mha, Kernel::Simd, {0, 1, 5, 8}, kUnaligned);
+  // group 8: 16 heads on 2 KV heads, each slice one KV head = 256 columns
+  check_head_slices(synth_opts("qwen2", 512, 2, 16, 2, 512, 300, "Q4_K"), Kernel::Simd, {0, 8, 16}, kExactBound);
+}
+
 TEST(HeadSlices, RejectsSliceAcrossKvGroupOrWrongCache) {
   const Model& m = synth(llama_gqa("Q8_0"));
   const ModelConfig& c = m.config;
