@@ -504,17 +504,18 @@ std::vector<std::string> check_tensor_set(const ModelConfig& c, const std::vecto
 
 static bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
-void check_tensor_finite(const Tensor& t, const std::string& what, const std::string& where) {
+void check_tensor_finite(const Tensor& t, const std::string& what, const std::string& where, const std::string& shown) {
   if (!t.bytes) return;
   const int64_t bad = first_nonfinite_block(t.type, t.data(), t.size);
   if (bad < 0) return;
   const std::string at = where.empty() ? "" : " " + where;
+  const std::string& name = shown.empty() ? t.name : shown;
   if (is_float_dtype(t.type)) {
     const int64_t ne0 = t.shape.empty() ? 1 : t.shape[0];
-    fail(what + ": tensor " + t.name + at + ": non-finite value at row " + std::to_string(bad / ne0) + ", column " +
+    fail(what + ": tensor " + name + at + ": non-finite value at row " + std::to_string(bad / ne0) + ", column " +
          std::to_string(bad % ne0) + " (stale or corrupt file)");
   }
-  fail(what + ": tensor " + t.name + at + ": block " + std::to_string(bad) + " has a non-finite scale (stale or corrupt file)");
+  fail(what + ": tensor " + name + at + ": block " + std::to_string(bad) + " has a non-finite scale (stale or corrupt file)");
 }
 
 
@@ -546,7 +547,7 @@ static Model load_gguf(const std::string& path, const LoadOptions& opts) {
       t.bytes = alloc_aligned(ti.size);
       src.read(f.data_offset + ti.offset, ti.size, t.bytes.get());
       t.hash = hash64(t.bytes.get(), t.size);
-      check_tensor_finite(t, path, "at offset " + std::to_string(f.data_offset + ti.offset));
+      check_tensor_finite(t, path, "at offset " + std::to_string(f.data_offset + ti.offset), ti.name);
     }
     if (m.tensors.count(t.name)) fail(path + ": two tensors map to the knot name " + t.name);
     m.tensors.emplace(t.name, std::move(t));

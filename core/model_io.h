@@ -42,7 +42,9 @@ TokenizerData tokenizer_from_json(std::string_view json, const std::string& what
 // Throws naming file, tensor (and `where`, e.g. its offset) and block when a block scale
 // or float value of the loaded tensor is NaN/Inf: a stale or corrupt file would otherwise
 // surface only as a non-finite logit. Both loaders call it on every tensor they read.
-void check_tensor_finite(const Tensor& t, const std::string& what, const std::string& where = "");
+// `shown`: the tensor's name as the file spells it (GGUF: dotted); default t.name.
+void check_tensor_finite(const Tensor& t, const std::string& what, const std::string& where = "",
+                         const std::string& shown = "");
 
 // The tensors a config requires (token_embd, output_norm; per layer attn_norm, attn_q/k/v,
 // attn_output, ffn_norm, ffn_gate/up/down; output optional = tied; q/k/v biases optional)

@@ -439,6 +439,9 @@ TEST(CliConvert, NonFiniteSourceValuesAreRefused) {
   in = gguf_with_nan("stories260K-pad256-llama-q4_k_m.gguf", "blk.0.attn_q.weight", 4 * sizeof(block_q4_K), "nan-q4k.gguf");
   e = error_of([&] { convert_gguf_to_knot(in, out); });
   EXPECT_TRUE(contains(e, "tensor blk.0.attn_q.weight: non-finite block scale at row 4, block 0")) << e;
+  // loading it to run names tensor and block too (not "non-finite logit" at generate time)
+  e = error_of([&] { load_model_file(in); });
+  EXPECT_TRUE(contains(e, "nan-q4k.gguf: tensor blk.0.attn_q.weight") && contains(e, "block 4 has a non-finite scale")) << e;
   if (!std::filesystem::exists(knot_bin())) return;
   CliRun r = run("convert " + in + " " + out);
   EXPECT_EQ(r.rc, 1) << r.out;
