@@ -2,7 +2,7 @@
 // knotwork — the wasm build's CLI, flag- and output-compatible with the native
 // `knot generate` (text streamed to stdout, --ids prints one JSON array line, timing
 // on stderr).
-//   node bin/knotwork.mjs generate MODEL -p TEXT [-n N] [--temp T] [--top-k K] [--top-p P]
+//   node bin/knotwork.mjs generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [--temp T] [--top-k K] [--top-p P]
 //        [--min-p M] [--repeat-penalty R] [--seed S] [--ctx N] [--chunk N] [--stop TEXT]...
 //        [--ignore-eos] [--reference] [--ids]
 //   node bin/knotwork.mjs inspect MODEL [--json]
@@ -13,7 +13,8 @@ import {closeSync, openSync, readFileSync, readSync, statSync, writeFileSync} fr
 import * as kw from "../bindings/knotwork.mjs";
 
 const USAGE = `usage: knotwork <command> [args]
-  generate MODEL -p TEXT [-n N] [options]   run a model in wasm (see generate --help)
+  generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]
+                                            run a model in wasm (see generate --help)
   inspect MODEL [--json]                    header: config and tensor table
   convert IN.gguf OUT.knot                  re-encode as .knot (types kept)
   selftest                                  SIMD-vs-scalar kernel checks in wasm

@@ -38,12 +38,15 @@ static const char* USAGE =
     "                                 GGUF tensor data, which reads the whole file)\n"
     "  convert IN.gguf OUT.knot [--type T] [--allow-requantize]\n"
     "                                 T: F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M\n"
-    "                                 (default: keep the source types)\n"
-    "  verify FILE                    layout, stale check, every hash, NaN/Inf scales\n"
+    "                                 (default: keep the source types; OUT must end in .knot;\n"
+    "                                 a NaN/Inf in the source is refused)\n"
+    "  verify FILE                    layout, stale check, tensor set and shapes vs config,\n"
+    "                                 every hash, NaN/Inf scales\n"
     "  synth --arch llama|qwen2 --hidden N --layers N --heads N --kv-heads N --ffn N\n"
     "        --vocab N [--vocab-tensor N] [--type T] [--seed S] [--tied] [--ctx N] OUT(.gguf|.knot)\n"
     "                                 deterministic random-weight model\n"
-    "  generate ...                   run a model (see `knot generate --help`)\n"
+    "  generate MODEL (-p TEXT | --prompt-file FILE) [options]\n"
+    "                                 run a model (see `knot generate --help`)\n"
     "  help                           this text\n";
 
 static std::string human(uint64_t b) {
@@ -131,10 +134,14 @@ static std::string take_opt(std::vector<std::string>& args, const char* opt, con
   return dflt;
 }
 
-static int64_t parse_int(const std::string& s, const char* opt) {
+// Range-checked, never wrapped by a cast (the same wording as `knot generate`).
+static int64_t parse_int(const std::string& s, const char* opt, int64_t lo = 1, int64_t hi = INT32_MAX) {
   int64_t v = 0;
   auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (r.ec != std::errc() || r.ptr != s.data() + s.size()) fail(std::string(opt) + ": '" + s + "' is not an integer");
+  if (r.ptr != s.data() + s.size() || s.empty() || (r.ec != std::errc() && r.ec != std::errc::result_out_of_range))
+    fail(std::string("option ") + opt + ": '" + s + "' is not an integer");
+  if (r.ec != std::errc() || v < lo || v > hi)
+    fail(std::string(opt) + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + s);
   return v;
 }
 
@@ -301,10 +308,10 @@ int cmd_synth(int argc, char** argv) {
   o.kv_heads = (int)parse_int(take_opt(args, "--kv-heads", std::to_string(o.kv_heads)), "--kv-heads");
   o.ffn = (int)parse_int(take_opt(args, "--ffn", std::to_string(o.ffn)), "--ffn");
   o.vocab = (int)parse_int(take_opt(args, "--vocab", std::to_string(o.vocab)), "--vocab");
-  o.ctx = (int)parse_int(take_opt(args, "--ctx", std::to_string(o.ctx)), "--ctx");
-  o.vocab_tensor = (int)parse_int(take_opt(args, "--vocab-tensor", "0"), "--vocab-tensor");
+  o.ctx = (int)parse_int(take_opt(args, "--ctx", std::to_string(o.ctx)), "--ctx", 0);
+  o.vocab_tensor = (int)parse_int(take_opt(args, "--vocab-tensor", "0"), "--vocab-tensor", 0);
   o.type = take_opt(args, "--type", o.type);
-  o.seed = (uint64_t)parse_int(take_opt(args, "--seed", "1"), "--seed");
+  o.seed = (uint64_t)parse_int(take_opt(args, "--seed", "1"), "--seed", 0, INT64_MAX);
   o.tied = has_flag(args, "--tied");
   no_unknown_flags(args);
   if (args.size() != 1) fail("usage: knot synth --arch llama|qwen2 --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N [--type T] [--seed S] OUT");

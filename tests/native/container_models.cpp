@@ -514,3 +514,16 @@ TEST(CliGenerate, NumericOptionsAreRangeChecked) {
   EXPECT_EQ(r.rc, 0) << r.out;
   EXPECT_TRUE(contains(r.out, "knot: warning: --ctx 4096 is larger than the model's trained context (2048)")) << r.out;
 }
+
+// synth's integer options are range-checked too (4294967304 as int is 8).
+TEST(CliSynth, IntegerOptionsDoNotWrap) {
+  if (!std::filesystem::exists(knot_bin())) GTEST_SKIP() << "CLI not built";
+  const std::string out = ctest::tmp_path("wrap.gguf");
+  CliRun r = run("synth --arch llama --hidden 4294967304 --layers 1 --heads 2 --kv-heads 1 --ffn 8 --vocab 300 " + out);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "--hidden must be an integer in [1, 2147483647], got 4294967304")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  r = run("synth --arch llama --hidden 8 --layers 1 --heads 2 --kv-heads 1 --ffn 8 --vocab 300 --seed -1 " + out);
+  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "--seed must be an integer in [0, 9223372036854775807], got -1")) << r.out;
+}
