@@ -1,4 +1,6 @@
 // knot generate — run a model locally and stream the continuation of a prompt.
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -89,13 +91,15 @@ double num_value(const std::string& flag, const std::string& v) {
 }
 
 std::string read_prompt_file(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) knot::fail(path + ": is a directory");
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
   if (!fp) knot::fail(path + ": cannot open: " + std::strerror(errno));
   std::string s;
   char buf[1 << 16];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, fp.get())) > 0) s.append(buf, n);
-  if (std::ferror(fp.get())) knot::fail(path + ": read error: " + std::strerror(errno));  // EISDIR lands here
+  if (std::ferror(fp.get())) knot::fail(path + ": read error: " + std::strerror(errno));
   return s;
 }
 

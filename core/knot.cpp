@@ -25,6 +25,10 @@ FileSource::FileSource(const std::string& path) : path_(path) {
     ::close(fd_);
     fail(path + ": cannot stat: " + std::strerror(errno));
   }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd_);
+    fail(path + ": is a directory");
+  }
   size_ = (uint64_t)st.st_size;
 }
 

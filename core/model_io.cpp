@@ -521,7 +521,7 @@ void check_tensor_finite(const Tensor& t, const std::string& what, const std::st
 
 FileFormat detect_format(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail(path + ": is a directory, not a model file");
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail(path + ": is a directory");
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
   if (!fp) fail(path + ": cannot open: " + std::strerror(errno));
   char m[4] = {0};

@@ -197,9 +197,27 @@ test("missing file, directory and unknown command: one-line errors, no stack tra
   assert.equal(r.stderr, `knotwork: error: ${dir}: is a directory\n`);
   r = run(["generate", dir, "-p", "x"]);
   assert.equal(r.stderr, `knotwork: error: ${dir}: is a directory\n`);
+  r = run(["generate", "m.gguf", "--prompt-file", dir]);
+  assert.equal(r.stderr, `knotwork: error: ${dir}: is a directory\n`);
+  r = run(["generate", "m.gguf", "--prompt-file", dir]);
+  assert.equal(r.stderr, `knotwork: error: ${dir}: is a directory\n`);
   r = run(["frobnicate"]);
   assert.equal(r.status, 2);
   assert.match(r.stderr, /^knotwork: error: unknown command 'frobnicate'\nusage: knotwork <command>/);
+});
+
+test("missing and directory paths: the same message from both CLIs", (t) => {
+  if (!haveNative(t)) return;
+  const dir = tmpDir();
+  const p = join(dir, "prompt.txt");
+  writeFileSync(p, "Once");
+  for (const args of [["inspect", dir], ["generate", dir, "-p", "x"], ["generate", join(dir, "nope.gguf"), "-p", "x"],
+                      ["inspect", join(dir, "nope.knot")], ["generate", "m.gguf", "--prompt-file", dir]]) {
+    const js = run(args), nat = spawnSync(KNOT_BIN, args, {encoding: "utf8"});
+    assert.equal(nat.status, 1, nat.stderr);
+    assert.equal(js.status, 1, js.stderr);
+    assert.equal(js.stderr.replace(/^knotwork: /, ""), nat.stderr.replace(/^knot: /, ""), args.join(" "));
+  }
 });
 
 test("inspect prints floats the way the native CLI does (%g)", (t) => {
