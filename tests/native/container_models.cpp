@@ -59,6 +59,17 @@ bool have_models() { return std::filesystem::exists(model_path("README.md")); }
 
 std::string knot_bin() { return std::string(KNOT_BIN_DIR) + "/knot"; }
 
+// The CLI is part of the build: under CI a missing binary is a failure, locally a skip.
+bool have_cli() {
+  if (std::filesystem::exists(knot_bin())) return true;
+  if (std::getenv("CI")) ADD_FAILURE() << "knot CLI not built at " << knot_bin();
+  return false;
+}
+#define REQUIRE_CLI() \
+  do {                \
+    if (!have_cli()) GTEST_SKIP() << "knot CLI not built at " << knot_bin(); \
+  } while (0)
+
 struct CliRun {
   int rc;
   std::string out;
@@ -145,7 +156,7 @@ TEST(SharedModels, ConvertInspectVerifyByteIdentical) {
     FileSource src(out);
     EXPECT_TRUE(verify_knot(src).empty());
 
-    if (!std::filesystem::exists(knot_bin())) continue;  // CLI not built: API part only
+    if (!have_cli()) continue;  // CLI not built: API part only
     CliRun ri = run("inspect " + in);
     EXPECT_EQ(ri.rc, 0) << ri.out;
     EXPECT_EQ(field(ri.out, "n_embd"), e.hidden);
@@ -216,7 +227,7 @@ TEST(SharedModels, TruncatedRealFilesAreClearErrors) {
 
 TEST(SharedModels, CliRefusesBadFilesWithExitOne) {
   REQUIRE_MODELS();
-  if (!std::filesystem::exists(knot_bin())) GTEST_SKIP() << "knot CLI not built at " << knot_bin();
+  REQUIRE_CLI();
   const std::string in = model_path("stories260K-pad256-llama-q4_k_m.gguf"), out = ctest::tmp_path("cli-bad.knot");
   convert_gguf_to_knot(in, out);
   auto b = ctest::read_all(out);
@@ -367,7 +378,7 @@ std::string gguf_with_nan(const std::string& file, const std::string& tensor, ui
 
 TEST(CliConvert, RefusesToOverwriteItsInputAndNonKnotOutputs) {
   REQUIRE_MODELS();
-  if (!std::filesystem::exists(knot_bin())) GTEST_SKIP() << "CLI not built";
+  REQUIRE_CLI();
   const std::string in = ctest::tmp_path("self.gguf");
   std::filesystem::copy_file(model_path("stories260K.gguf"), in, std::filesystem::copy_options::overwrite_existing);
   const auto before = ctest::read_all(in);
@@ -410,7 +421,7 @@ TEST(CliConvert, KeptQuantizedTensorsAreOneSummaryLine) {
   // 5 layers x 7 matrices + token_embd + output, all quantized in the source
   EXPECT_TRUE(contains(r.notes[0], "kept 37 quantized tensors as they are (")) << r.notes[0];
   EXPECT_TRUE(contains(r.notes[0], "pass --allow-requantize to re-quantize")) << r.notes[0];
-  if (!std::filesystem::exists(knot_bin())) return;
+  if (!have_cli()) return;
   CliRun c = run("convert " + in + " " + ctest::tmp_path("kept-cli.knot") + " --type Q8_0");
   EXPECT_EQ(c.rc, 0) << c.out;
   size_t notes = 0;
@@ -442,7 +453,7 @@ TEST(CliConvert, NonFiniteSourceValuesAreRefused) {
   // loading it to run names tensor and block too (not "non-finite logit" at generate time)
   e = error_of([&] { load_model_file(in); });
   EXPECT_TRUE(contains(e, "nan-q4k.gguf: tensor blk.0.attn_q.weight") && contains(e, "block 4 has a non-finite scale")) << e;
-  if (!std::filesystem::exists(knot_bin())) return;
+  if (!have_cli()) return;
   CliRun r = run("convert " + in + " " + out);
   EXPECT_EQ(r.rc, 1) << r.out;
   EXPECT_TRUE(contains(r.out, "knot: error:") && contains(r.out, "blk.0.attn_q.weight")) << r.out;
@@ -450,7 +461,7 @@ TEST(CliConvert, NonFiniteSourceValuesAreRefused) {
 
 TEST(CliVerify, MissingTensorAndDirectory) {
   REQUIRE_MODELS();
-  if (!std::filesystem::exists(knot_bin())) GTEST_SKIP() << "CLI not built";
+  REQUIRE_CLI();
   Model m = load_model_file(model_path("stories260K-pad256-llama-q8_0.gguf"));
   m.tensors.erase("blk_3_attn_v_weight");
   const std::string p = ctest::tmp_path("missing-v.knot");
@@ -487,7 +498,7 @@ TEST(CliVerify, MissingTensorAndDirectory) {
 // Numeric options are range-checked, never wrapped (4294967299 as int is 3).
 TEST(CliGenerate, NumericOptionsAreRangeChecked) {
   REQUIRE_MODELS();
-  if (!std::filesystem::exists(knot_bin())) GTEST_SKIP() << "CLI not built";
+  REQUIRE_CLI();
   const std::string m = model_path("stories260K.gguf") + " -p 'Once upon a time' ";
   const std::pair<std::string, std::string> cases[] = {
       {"-n 4294967299", "-n must be an integer in [0, 1048576], got 4294967299"},
@@ -517,7 +528,7 @@ TEST(CliGenerate, NumericOptionsAreRangeChecked) {
 
 // synth's integer options are range-checked too (4294967304 as int is 8).
 TEST(CliSynth, IntegerOptionsDoNotWrap) {
-  if (!std::filesystem::exists(knot_bin())) GTEST_SKIP() << "CLI not built";
+  REQUIRE_CLI();
   const std::string out = ctest::tmp_path("wrap.gguf");
   CliRun r = run("synth --arch llama --hidden 4294967304 --layers 1 --heads 2 --kv-heads 1 --ffn 8 --vocab 300 " + out);
   EXPECT_EQ(r.rc, 1) << r.out;
