@@ -76,18 +76,6 @@ function readPromptFile(path) {
   try { return readFileSync(path); } catch (e) { throw fileError(path, e); }
 }
 
-// Token ids of raw prompt bytes (not necessarily UTF-8): the same bytes the native CLI
-// encodes, BOS when the vocab asks for it, no special-token parsing.
-function tokenizeBytes(m, bytes) {
-  const w = m.w;
-  const p = w.copyIn(bytes);
-  try {
-    w.call("kw_tokenize", m.handle, p, bytes.length, 1, 0);
-    const b = w.resultBytes();
-    return Array.from(new Int32Array(b.buffer, b.byteOffset, b.length / 4));
-  } finally { w.free(p); }
-}
-
 async function source(model) {
   if (/^https?:\/\//i.test(model)) return kw.urlSource(model);
   try {
@@ -139,7 +127,7 @@ async function generate(args) {
   const trained = m.info.config?.n_ctx_train;
   if (o.nCtx !== undefined && trained > 0 && o.nCtx > trained)
     process.stderr.write(`knotwork: warning: --ctx ${o.nCtx} is larger than the model's trained context (${trained})\n`);
-  const ids = tokenizeBytes(m, prompt);
+  const ids = m.tokenize(prompt);
   if (ids.length === 0) throw new Error("the prompt encodes to no tokens and the vocab adds no BOS");
   let summary;
   for await (const ev of m.generate(ids, o)) {

@@ -271,10 +271,18 @@ export class Model {
   get closed() { return this.handle === 0; }
   #h() { if (!this.handle) throw new Error("knotwork: model is closed"); return this.handle; }
 
-  /** @returns {number[]} token ids */
+  /**
+   * @param {string|Uint8Array} text  a string, or raw bytes (need not be valid UTF-8)
+   * @returns {number[]} token ids
+   */
   tokenize(text, {addBos = true, parseSpecial = false} = {}) {
     const w = this.w;
-    w.withString(text, (p, n) => w.call("kw_tokenize", this.#h(), p, n, addBos ? 1 : 0, parseSpecial ? 1 : 0));
+    const call = (p, n) => w.call("kw_tokenize", this.#h(), p, n, addBos ? 1 : 0, parseSpecial ? 1 : 0);
+    if (typeof text === "string") w.withString(text, call);
+    else {
+      const p = w.copyIn(text);
+      try { call(p, text.length); } finally { w.free(p); }
+    }
     const b = w.resultBytes();
     return Array.from(new Int32Array(b.buffer, b.byteOffset, b.length / 4));
   }
