@@ -103,16 +103,11 @@ size_t act_row_bytes(ActFormat f, int64_t n) {
   return (size_t)(n / QK8_0) * sizeof(block_q16_0);
 }
 
-// Q16_0: d = amax/32767 in f32, q = nearest-even(x/d) clamped to +-32767. Non-finite
-// input throws (as quantize_row does), never a silent NaN.
+// Q16_0: d = amax/32767 in f32, q = nearest-even(x/d) clamped to +-32767 (rows are
+// checked finite first by quantize_act_row).
 void quantize_block_q16_0(const float* x, block_q16_0* y) {
   float amax = 0.f;
-  for (int j = 0; j < QK8_0; j++) {
-    if (!std::isfinite(x[j]))
-      fail("Q16_0 activations: non-finite value " + std::to_string(x[j]) + " at index " + std::to_string(j) +
-           " of a 32-block");
-    amax = std::max(amax, std::fabs(x[j]));
-  }
+  for (int j = 0; j < QK8_0; j++) amax = std::max(amax, std::fabs(x[j]));
   const float d = amax / 32767.f;
   const float id = d != 0.f ? 1.f / d : 0.f;
   y->d = d;
@@ -125,6 +120,10 @@ void quantize_block_q16_0(const float* x, block_q16_0* y) {
 void quantize_act_row(ActFormat f, const float* x, void* dst, int64_t n) {
   if (f == ActFormat::Q16_0) {
     act_row_bytes(f, n);  // length check
+    for (int64_t i = 0; i < n; i++)  // never a silent NaN (as quantize_row)
+      if (!std::isfinite(x[i]))
+        fail("quantize_act_row(Q16_0): non-finite value " + std::to_string(x[i]) + " at index " +
+             std::to_string(i) + " of " + std::to_string(n));
     for (int64_t i = 0; i < n / QK8_0; i++) quantize_block_q16_0(x + i * QK8_0, (block_q16_0*)dst + i);
   } else {
     quantize_row(act_dtype(f), x, dst, n);

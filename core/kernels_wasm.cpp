@@ -602,11 +602,16 @@ static inline float hmax_f32x4(v128_t v) {
 
 static void quant_q8_K_wasm(const float* x, void* dst, int64_t n) {
   block_q8_K* y = (block_q8_K*)dst;
+  const float* x0 = x;
   for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
     v128_t m = wasm_f32x4_splat(0.f);
     for (int j = 0; j < QK_K; j += 4) m = wasm_f32x4_max(m, wasm_f32x4_abs(wasm_v128_load(x + j)));
     const float amax = hmax_f32x4(m);
-    if (!(amax < INFINITY) || !(amax >= 1e-30f)) {  // zero, tiny, inf or nan: scalar reference
+    if (!(amax < INFINITY)) {  // inf or nan: the scalar quantizer throws, naming the row index
+      quantize_row(DType::Q8_K, x0, dst, n);
+      return;
+    }
+    if (!(amax >= 1e-30f)) {  // zero or tiny (inf scale): scalar reference for this block
       quantize_row(DType::Q8_K, x, y + i, QK_K);
       continue;
     }
@@ -629,6 +634,7 @@ static void quant_q8_K_wasm(const float* x, void* dst, int64_t n) {
 
 static void quant_q16_0_wasm(const float* x, void* dst, int64_t n) {
   block_q16_0* y = (block_q16_0*)dst;
+  const float* x0 = x;
   const v128_t lim = wasm_f32x4_splat(32767.f), nlim = wasm_f32x4_splat(-32767.f);
   for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
     v128_t v[8];
@@ -638,7 +644,11 @@ static void quant_q16_0_wasm(const float* x, void* dst, int64_t n) {
       m = wasm_f32x4_max(m, wasm_f32x4_abs(v[k]));
     }
     const float amax = hmax_f32x4(m);
-    if (!(amax < INFINITY) || (amax != 0.f && amax < 1e-30f)) {  // inf, nan, tiny: scalar
+    if (!(amax < INFINITY)) {  // inf or nan: the scalar quantizer throws, naming the row index
+      quantize_act_row(ActFormat::Q16_0, x0, dst, n);
+      return;
+    }
+    if (amax != 0.f && amax < 1e-30f) {  // tiny (huge 1/d): scalar reference for this block
       quantize_block_q16_0(x, y + i);
       continue;
     }

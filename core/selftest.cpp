@@ -624,9 +624,12 @@ void check_act_quant(Ctx& c, uint64_t seed) {
       const size_t ab = act_row_bytes(f, n);
       std::vector<uint8_t> a(ab, 0xCD), b(ab, 0xCD);
       bool threw_a = false, threw_b = false;
-      try { quantize_act_row(f, x.data(), a.data(), n); } catch (const Error&) { threw_a = true; }
-      try { q(x.data(), b.data(), n); } catch (const Error&) { threw_b = true; }
-      if (threw_a != threw_b || (kind == 8) != threw_a) {
+      std::string msg_a, msg_b;
+      try { quantize_act_row(f, x.data(), a.data(), n); } catch (const Error& e) { threw_a = true; msg_a = e.what(); }
+      try { q(x.data(), b.data(), n); } catch (const Error& e) { threw_b = true; msg_b = e.what(); }
+      if (msg_a != msg_b) {
+        c.fail(std::string(nm) + " activation quantizer: error messages differ: scalar '" + msg_a + "' simd '" + msg_b + "'");
+      } else if (threw_a != threw_b || (kind == 8) != threw_a) {
         c.fail(std::string(nm) + " activation quantizer: non-finite input must throw on both paths (kind " +
                std::to_string(kind) + ": scalar " + (threw_a ? "threw" : "did not throw") + ", simd " +
                (threw_b ? "threw" : "did not throw") + ")");

@@ -380,6 +380,20 @@ TEST(KernelsDot, Q16ActivationsForQ4_0AndQ8_0) {
   EXPECT_EQ(b.qs[31], 0);
   EXPECT_EQ(act_row_bytes(ActFormat::Q16_0, 64), 2 * sizeof(block_q16_0));
   EXPECT_THROW(act_row_bytes(ActFormat::Q16_0, 48), Error);
+  // non-finite activations are an error naming the index, never a silent NaN or zero
+  std::vector<float> bad(64, 1.f);
+  bad[40] = NAN;
+  std::vector<block_q16_0> qb(2);
+  try {
+    quantize_act_row(ActFormat::Q16_0, bad.data(), qb.data(), 64);
+    ADD_FAILURE() << "NaN activation accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 40"), std::string::npos) << e.what();
+  }
+  std::vector<uint8_t> W8 = quant_matrix(DType::Q8_0, 3, 64, 5);
+  std::vector<float> y(3);
+  for (Kernel k : {Kernel::Scalar, Kernel::Simd})
+    EXPECT_THROW(matvec(DType::Q8_0, W8.data(), 3, 64, bad.data(), y.data(), k), Error) << kernel_name(k);
 }
 
 // Batched prefill kernels (Simd matmul with >= 2 tokens and rows of whole 256-blocks)
