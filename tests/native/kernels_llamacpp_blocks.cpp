@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -113,6 +114,13 @@ std::vector<float> padded_rows(const Gguf& src, const std::string& name, int64_t
   return out;
 }
 
+// Under CI the shared models exist: their absence is a failure, locally a skip.
+#define MODELS_MISSING()                                                              \
+  do {                                                                                \
+    if (std::getenv("CI")) FAIL() << "shared models not found in " << kDir;           \
+    GTEST_SKIP() << "shared models not found in " << kDir;                            \
+  } while (0)
+
 class LlamaCppBlocks : public ::testing::TestWithParam<std::pair<const char*, DType>> {};
 
 }  // namespace
@@ -121,7 +129,7 @@ TEST_P(LlamaCppBlocks, OurQuantizerReproducesLlamaCppBytes) {
   const auto [file, type] = GetParam();
   Gguf src, q;
   if (!load_gguf(kDir + "/stories260K.gguf", src) || !load_gguf(kDir + "/" + file, q))
-    GTEST_SKIP() << "shared models not found in " << kDir;
+    MODELS_MISSING();
   // token_embd (64 real columns), ffn_down (172 real columns: 6 of 8 Q4_K sub-blocks),
   // ffn_gate (64 real columns). The original rows come first in the padded tensors.
   int checked = 0;
@@ -166,7 +174,7 @@ TEST_P(LlamaCppBlocks, OurQuantizerReproducesLlamaCppBytes) {
 TEST_P(LlamaCppBlocks, MatvecOverLlamaCppBlocks) {
   const auto [file, type] = GetParam();
   Gguf q;
-  if (!load_gguf(kDir + "/" + file, q)) GTEST_SKIP() << "shared models not found in " << kDir;
+  if (!load_gguf(kDir + "/" + file, q)) MODELS_MISSING();
   for (const auto& [name, t] : q.tensors) {
     if (t.dims.size() != 2 || (DType)t.type == DType::F32) continue;
     const DType wt = dtype_from_id(t.type, name);
