@@ -4,7 +4,8 @@
 //   node bench/kernels.mjs [ROWS] [COLS] [--min-ms MS]      (default 4096 x 4096, 1500 ms)
 //
 // wasm: knot::matvec with Kernel::Simd (simd128) and Kernel::Scalar, for Q4_K, Q6_K, Q8_0,
-// in G weights/s (rows*cols / time of one matvec). Timed here (the module has no clock).
+// in G weights/s (rows*cols / time of one matvec), and the batched prefill kernel (matmul
+// over 64 tokens, G weight x token products/s). Timed here (the module has no clock).
 // js: the kernel-less path a plain JS implementation would take — per row, dequantize a
 // Q6_K row into a Float32Array, then a scalar dot with the activations — on the SAME Q6_K
 // bytes as the wasm run, checked against the wasm Reference kernel (dequantize + f32 dot).
@@ -15,6 +16,7 @@ import * as kw from "../bindings/knotwork.mjs";
 const args = process.argv.slice(2);
 const flag = (name, def) => { const i = args.indexOf(name); return i >= 0 ? Number(args.splice(i, 2)[1]) : def; };
 const minMs = flag("--min-ms", 1500);
+const MM_TOKENS = 64;  // prefill chunk of the Engine
 const rows = Number(args[0] ?? 4096), cols = Number(args[1] ?? 4096);
 if (!(rows > 0) || !(cols > 0) || cols % 256) {
   console.error("usage: node bench/kernels.mjs [ROWS] [COLS] [--min-ms MS]   (COLS a multiple of 256)");
@@ -107,6 +109,17 @@ for (const type of ["Q4_K", "Q6_K", "Q8_0"]) {
       res[kernel] = {msPerMatvec: +t.ms.toFixed(3), GWeightsPerS: +(rows * cols / t.ms / 1e6).toFixed(4), runs: t.runs};
     }
     res.simdOverScalar = +(res.simd.GWeightsPerS / res.scalar.GWeightsPerS).toFixed(2);
+    // Batched prefill kernel: one matmul over MM_TOKENS tokens (G weight x token products/s).
+    {
+      const X = w.malloc(MM_TOKENS * cols * 4), Y = w.malloc(MM_TOKENS * rows * 4);
+      try {
+        const xs = w.f32(X, MM_TOKENS * cols);
+        for (let i = 0; i < xs.length; i++) xs[i] = Math.sin(i * 0.37);
+        const t = timeIt(() => w.call("kw_matmul", kw.DTYPES[type], b.w_ptr, rows, cols, X, MM_TOKENS, Y, kw.KERNELS.simd), minMs);
+        res.simdMatmul = {tokens: MM_TOKENS, msPerMatmul: +t.ms.toFixed(3),
+                          GWeightTokensPerS: +(rows * cols * MM_TOKENS / t.ms / 1e6).toFixed(4), runs: t.runs};
+      } finally { w.free(X); w.free(Y); }
+    }
     res.GBytesPerS = +(b.w_bytes / res.simd.msPerMatvec / 1e6).toFixed(3);
     out.wasm[type] = res;
 
