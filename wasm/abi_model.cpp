@@ -180,7 +180,19 @@ int kw_model_tensor_buffer(int32_t h, uint32_t i, uint8_t** out_ptr) {
       te.row0 = 0;
     }
     te.loaded = false;
-    if (!t.bytes) t.bytes = knot::alloc_aligned(t.size);
+    if (!t.bytes) {
+      try {
+        t.bytes = knot::alloc_aligned(t.size);
+      } catch (const knot::Error&) {
+        // Say why, with the numbers: the usual cause is a whole model past the 128 MB cap.
+        double total = 0;
+        for (const TableEntry& e : m.table) total += (double)e.size;
+        knot::fail(m.what + ": tensor " + te.name + ": out of memory allocating " + std::to_string(t.size) +
+                   " bytes; the whole model holds " + std::to_string((long long)(total / 1048576)) +
+                   " MiB of tensors and this module's linear memory is capped at 128 MB. Open a layer range "
+                   "or vocab slice instead (bindings/mesh.mjs), as the mesh does");
+      }
+    }
     *out_ptr = t.bytes.get();
   });
 }

@@ -165,3 +165,31 @@ test("raw kernels: known-answer dots catch lane-sum bugs; matmul rows == matvec 
     }
   }
 });
+
+test("a model larger than the 128 MB cap is refused with the numbers and the way out", async (t) => {
+  const {existsSync} = await import("node:fs");
+  const {execFileSync} = await import("node:child_process");
+  const {join} = await import("node:path");
+  const {KNOT_BIN, tmpDir} = await import("./helpers.mjs");
+  if (!existsSync(KNOT_BIN)) {
+    if (process.env.CI) throw new Error(`${KNOT_BIN} missing (CI is set: not skipping)`);
+    t.skip(`${KNOT_BIN} missing`);
+    return;
+  }
+  // ~168 MB of F16 tensors: written fast (no quantization), cannot fit in 128 MB.
+  const path = join(tmpDir(), "big.gguf");
+  execFileSync(KNOT_BIN, ["synth", "--arch", "llama", "--hidden", "1024", "--layers", "5", "--heads", "8",
+                          "--kv-heads", "8", "--ffn", "4096", "--vocab", "512", "--type", "F16", path]);
+  await assert.rejects(kw.openModel(await kw.fileSource(path)), (e) => {
+    assert.match(e.message, /big\.gguf: tensor \S+: out of memory allocating \d+ bytes/);
+    assert.match(e.message, /holds 1[5-9]\d MiB of tensors/);
+    assert.match(e.message, /capped at 128 MB/);
+    return true;
+  });
+  // The module is still usable afterwards.
+  const small = sharedModel(t, "stories260K.gguf");
+  if (!small) return;
+  const m = await kw.openModel(await kw.fileSource(small));
+  assert.deepEqual(m.tokenize("Once upon a time"), [1, 403, 407, 261, 378]);
+  m.close?.();
+});
