@@ -92,98 +92,61 @@ static void bf16_wasm(int64_t n, const void* w, const void* const* act, float* o
     for (int t = 0; t < NT; t++) out[t] += bf16_bits_to_float(x[i]) * ((const float*)act[t])[i];
 }
 
-// ---- Q4_0 / Q8_0 x Q8_0
+// ---- Q4_0 / Q8_0 weights x Q8_0 (int8) or Q16_0 (int16) activations.
+// One block loop for the four pairs; the overloads below say how each block unpacks.
+
+static inline void unpack_w(const block_q4_0& b, v128_t wv[4]) {  // elems 0-7, 8-15 (low nibbles), 16-31 (high)
+  const v128_t m4 = wasm_i16x8_splat(0x0F), k8 = wasm_i16x8_splat(8);
+  for (int g = 0; g < 2; g++) {
+    const v128_t q = wasm_u16x8_load8x8(b.qs + 8 * g);
+    wv[g] = wasm_i16x8_sub(wasm_v128_and(q, m4), k8);
+    wv[g + 2] = wasm_i16x8_sub(wasm_u16x8_shr(q, 4), k8);
+  }
+}
+static inline void unpack_w(const block_q8_0& b, v128_t wv[4]) {
+  for (int g = 0; g < 4; g++) wv[g] = wasm_i16x8_load8x8(b.qs + 8 * g);
+}
+static inline v128_t act_i16(const block_q8_0& a, int g) { return wasm_i16x8_load8x8(a.qs + 8 * g); }
+static inline v128_t act_i16(const block_q16_0& a, int g) { return wasm_v128_load(a.qs + 8 * g); }  // straight into i16 lanes
+static inline float act_scale(const block_q8_0& a) { return half_to_float(a.d); }
+static inline float act_scale(const block_q16_0& a) { return a.d; }
+
+template <int NT, class WBlock, class ABlock>
+static void q_0_wasm(int64_t n, const void* w, const void* const* act, float* out) {
+  static_assert(QK4_0 == QK8_0, "Q4_0 and Q8_0 blocks pair with the same activation blocks");
+  const WBlock* x = (const WBlock*)w;
+  const int64_t nb = n / QK8_0;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  for (int64_t i = 0; i < nb; i++) {  // hot loop
+    v128_t wv[4];
+    unpack_w(x[i], wv);
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const ABlock& a = ((const ABlock*)act[t])[i];
+      v128_t s = wasm_i32x4_dot_i16x8(wv[0], act_i16(a, 0));
+      for (int g = 1; g < 4; g++) s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wv[g], act_i16(a, g)));
+      acc[t] = block_accum(acc[t], dw, act_scale(a), hsum_i32x4(s));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
 
 template <int NT>
 static void q4_0_wasm(int64_t n, const void* w, const void* const* act, float* out) {
-  const block_q4_0* x = (const block_q4_0*)w;
-  const int64_t nb = n / QK4_0;
-  float acc[NT];
-  for (int t = 0; t < NT; t++) acc[t] = 0.f;
-  const v128_t m4 = wasm_i16x8_splat(0x0F), k8 = wasm_i16x8_splat(8);
-  for (int64_t i = 0; i < nb; i++) {  // hot loop
-    v128_t wv[4];  // elements 0-7, 8-15 (low nibbles), 16-23, 24-31 (high nibbles)
-    for (int g = 0; g < 2; g++) {
-      const v128_t q = wasm_u16x8_load8x8(x[i].qs + 8 * g);
-      wv[g] = wasm_i16x8_sub(wasm_v128_and(q, m4), k8);
-      wv[g + 2] = wasm_i16x8_sub(wasm_u16x8_shr(q, 4), k8);
-    }
-    const float dw = half_to_float(x[i].d);
-    for (int t = 0; t < NT; t++) {
-      const block_q8_0* a = (const block_q8_0*)act[t] + i;
-      v128_t s = wasm_i32x4_dot_i16x8(wv[0], wasm_i16x8_load8x8(a->qs));
-      for (int g = 1; g < 4; g++) s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wv[g], wasm_i16x8_load8x8(a->qs + 8 * g)));
-      acc[t] = block_accum(acc[t], dw, half_to_float(a->d), hsum_i32x4(s));
-    }
-  }
-  for (int t = 0; t < NT; t++) out[t] = acc[t];
+  q_0_wasm<NT, block_q4_0, block_q8_0>(n, w, act, out);
 }
-
 template <int NT>
 static void q8_0_wasm(int64_t n, const void* w, const void* const* act, float* out) {
-  const block_q8_0* x = (const block_q8_0*)w;
-  const int64_t nb = n / QK8_0;
-  float acc[NT];
-  for (int t = 0; t < NT; t++) acc[t] = 0.f;
-  for (int64_t i = 0; i < nb; i++) {  // hot loop
-    v128_t wv[4];
-    for (int g = 0; g < 4; g++) wv[g] = wasm_i16x8_load8x8(x[i].qs + 8 * g);
-    const float dw = half_to_float(x[i].d);
-    for (int t = 0; t < NT; t++) {
-      const block_q8_0* a = (const block_q8_0*)act[t] + i;
-      v128_t s = wasm_i32x4_dot_i16x8(wv[0], wasm_i16x8_load8x8(a->qs));
-      for (int g = 1; g < 4; g++) s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wv[g], wasm_i16x8_load8x8(a->qs + 8 * g)));
-      acc[t] = block_accum(acc[t], dw, half_to_float(a->d), hsum_i32x4(s));
-    }
-  }
-  for (int t = 0; t < NT; t++) out[t] = acc[t];
+  q_0_wasm<NT, block_q8_0, block_q8_0>(n, w, act, out);
 }
-
-// ---- Q4_0 / Q8_0 x Q16_0: int16 activations load straight into i16 lanes.
-
 template <int NT>
 static void q4_0_q16_wasm(int64_t n, const void* w, const void* const* act, float* out) {
-  const block_q4_0* x = (const block_q4_0*)w;
-  const int64_t nb = n / QK4_0;
-  float acc[NT];
-  for (int t = 0; t < NT; t++) acc[t] = 0.f;
-  const v128_t m4 = wasm_i16x8_splat(0x0F), k8 = wasm_i16x8_splat(8);
-  for (int64_t i = 0; i < nb; i++) {  // hot loop
-    v128_t wv[4];
-    for (int g = 0; g < 2; g++) {
-      const v128_t q = wasm_u16x8_load8x8(x[i].qs + 8 * g);
-      wv[g] = wasm_i16x8_sub(wasm_v128_and(q, m4), k8);
-      wv[g + 2] = wasm_i16x8_sub(wasm_u16x8_shr(q, 4), k8);
-    }
-    const float dw = half_to_float(x[i].d);
-    for (int t = 0; t < NT; t++) {
-      const block_q16_0* a = (const block_q16_0*)act[t] + i;
-      v128_t s = wasm_i32x4_dot_i16x8(wv[0], wasm_v128_load(a->qs));
-      for (int g = 1; g < 4; g++) s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wv[g], wasm_v128_load(a->qs + 8 * g)));
-      acc[t] = block_accum(acc[t], dw, a->d, hsum_i32x4(s));
-    }
-  }
-  for (int t = 0; t < NT; t++) out[t] = acc[t];
+  q_0_wasm<NT, block_q4_0, block_q16_0>(n, w, act, out);
 }
-
 template <int NT>
 static void q8_0_q16_wasm(int64_t n, const void* w, const void* const* act, float* out) {
-  const block_q8_0* x = (const block_q8_0*)w;
-  const int64_t nb = n / QK8_0;
-  float acc[NT];
-  for (int t = 0; t < NT; t++) acc[t] = 0.f;
-  for (int64_t i = 0; i < nb; i++) {  // hot loop
-    v128_t wv[4];
-    for (int g = 0; g < 4; g++) wv[g] = wasm_i16x8_load8x8(x[i].qs + 8 * g);
-    const float dw = half_to_float(x[i].d);
-    for (int t = 0; t < NT; t++) {
-      const block_q16_0* a = (const block_q16_0*)act[t] + i;
-      v128_t s = wasm_i32x4_dot_i16x8(wv[0], wasm_v128_load(a->qs));
-      for (int g = 1; g < 4; g++) s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(wv[g], wasm_v128_load(a->qs + 8 * g)));
-      acc[t] = block_accum(acc[t], dw, a->d, hsum_i32x4(s));
-    }
-  }
-  for (int t = 0; t < NT; t++) out[t] = acc[t];
+  q_0_wasm<NT, block_q8_0, block_q16_0>(n, w, act, out);
 }
 
 // ---- K-quants x Q8_K
