@@ -97,92 +97,64 @@ static void bf16_avx2(int64_t n, const void* w, const void* const* act, float* o
     for (int t = 0; t < NT; t++) out[t] += bf16_bits_to_float(x[i]) * ((const float*)act[t])[i];
 }
 
-// ---- Q4_0 / Q8_0 x Q8_0
-
-template <int NT>
-static void q4_0_avx2(int64_t n, const void* w, const void* const* act, float* out) {
-  const block_q4_0* x = (const block_q4_0*)w;
-  const int64_t nb = n / QK4_0;
-  float acc[NT];
-  for (int t = 0; t < NT; t++) acc[t] = 0.f;
-  const __m128i m4 = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
-  for (int64_t i = 0; i < nb; i++) {  // hot loop
-    const __m128i q = _mm_loadu_si128((const __m128i*)x[i].qs);
-    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), k8);                      // elems 0..15
-    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), k8);   // 16..31
-    const __m256i w_lo = _mm256_cvtepi8_epi16(lo), w_hi = _mm256_cvtepi8_epi16(hi);
-    const float dw = half_to_float(x[i].d);
-    for (int t = 0; t < NT; t++) {
-      const block_q8_0* a = (const block_q8_0*)act[t] + i;
-      acc[t] = block_accum(acc[t], dw, half_to_float(a->d), hsum_i32(dot_i8x32(w_lo, w_hi, a->qs)));
-    }
-  }
-  for (int t = 0; t < NT; t++) out[t] = acc[t];
-}
-
-template <int NT>
-static void q8_0_avx2(int64_t n, const void* w, const void* const* act, float* out) {
-  const block_q8_0* x = (const block_q8_0*)w;
-  const int64_t nb = n / QK8_0;
-  float acc[NT];
-  for (int t = 0; t < NT; t++) acc[t] = 0.f;
-  for (int64_t i = 0; i < nb; i++) {  // hot loop
-    const __m256i w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x[i].qs));
-    const __m256i w_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(x[i].qs + 16)));
-    const float dw = half_to_float(x[i].d);
-    for (int t = 0; t < NT; t++) {
-      const block_q8_0* a = (const block_q8_0*)act[t] + i;
-      acc[t] = block_accum(acc[t], dw, half_to_float(a->d), hsum_i32(dot_i8x32(w_lo, w_hi, a->qs)));
-    }
-  }
-  for (int t = 0; t < NT; t++) out[t] = acc[t];
-}
-
-// ---- Q4_0 / Q8_0 x Q16_0: weights widened to i16, madd with the int16 activations
-// (pairs <= 2 * 128 * 32768 = 2^24, exact).
+// ---- Q4_0 / Q8_0 weights x Q8_0 (int8) or Q16_0 (int16) activations: weights widened
+// to i16 once per block; madd with int16 activations pairs <= 2 * 128 * 32768 = 2^24, exact.
+// One block loop for the four pairs; the overloads below say how each block unpacks.
 
 static inline __m256i dot_i16x32(__m256i w_lo16, __m256i w_hi16, const int16_t* a) {
   return _mm256_add_epi32(_mm256_madd_epi16(w_lo16, _mm256_loadu_si256((const __m256i*)a)),
                           _mm256_madd_epi16(w_hi16, _mm256_loadu_si256((const __m256i*)(a + 16))));
 }
 
-template <int NT>
-static void q4_0_q16_avx2(int64_t n, const void* w, const void* const* act, float* out) {
-  const block_q4_0* x = (const block_q4_0*)w;
-  const int64_t nb = n / QK4_0;
+static inline void unpack_w(const block_q4_0& b, __m256i& w_lo, __m256i& w_hi) {
+  const __m128i m4 = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
+  const __m128i q = _mm_loadu_si128((const __m128i*)b.qs);
+  w_lo = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(q, m4), k8));                     // elems 0..15
+  w_hi = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), k8));  // 16..31
+}
+static inline void unpack_w(const block_q8_0& b, __m256i& w_lo, __m256i& w_hi) {
+  w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b.qs));
+  w_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b.qs + 16)));
+}
+static inline __m256i act_dot(__m256i w_lo, __m256i w_hi, const block_q8_0& a) { return dot_i8x32(w_lo, w_hi, a.qs); }
+static inline __m256i act_dot(__m256i w_lo, __m256i w_hi, const block_q16_0& a) { return dot_i16x32(w_lo, w_hi, a.qs); }
+static inline float act_scale(const block_q8_0& a) { return half_to_float(a.d); }
+static inline float act_scale(const block_q16_0& a) { return a.d; }
+
+template <int NT, class WBlock, class ABlock>
+static void q_0_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  static_assert(QK4_0 == QK8_0, "Q4_0 and Q8_0 blocks pair with the same activation blocks");
+  const WBlock* x = (const WBlock*)w;
+  const int64_t nb = n / QK8_0;
   float acc[NT];
   for (int t = 0; t < NT; t++) acc[t] = 0.f;
-  const __m128i m4 = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
   for (int64_t i = 0; i < nb; i++) {  // hot loop
-    const __m128i q = _mm_loadu_si128((const __m128i*)x[i].qs);
-    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), k8);
-    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), k8);
-    const __m256i w_lo = _mm256_cvtepi8_epi16(lo), w_hi = _mm256_cvtepi8_epi16(hi);
+    __m256i w_lo, w_hi;
+    unpack_w(x[i], w_lo, w_hi);
     const float dw = half_to_float(x[i].d);
     for (int t = 0; t < NT; t++) {
-      const block_q16_0* a = (const block_q16_0*)act[t] + i;
-      acc[t] = block_accum(acc[t], dw, a->d, hsum_i32(dot_i16x32(w_lo, w_hi, a->qs)));
+      const ABlock& a = ((const ABlock*)act[t])[i];
+      acc[t] = block_accum(acc[t], dw, act_scale(a), hsum_i32(act_dot(w_lo, w_hi, a)));
     }
   }
   for (int t = 0; t < NT; t++) out[t] = acc[t];
 }
 
 template <int NT>
+static void q4_0_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  q_0_avx2<NT, block_q4_0, block_q8_0>(n, w, act, out);
+}
+template <int NT>
+static void q8_0_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  q_0_avx2<NT, block_q8_0, block_q8_0>(n, w, act, out);
+}
+template <int NT>
+static void q4_0_q16_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  q_0_avx2<NT, block_q4_0, block_q16_0>(n, w, act, out);
+}
+template <int NT>
 static void q8_0_q16_avx2(int64_t n, const void* w, const void* const* act, float* out) {
-  const block_q8_0* x = (const block_q8_0*)w;
-  const int64_t nb = n / QK8_0;
-  float acc[NT];
-  for (int t = 0; t < NT; t++) acc[t] = 0.f;
-  for (int64_t i = 0; i < nb; i++) {  // hot loop
-    const __m256i w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x[i].qs));
-    const __m256i w_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(x[i].qs + 16)));
-    const float dw = half_to_float(x[i].d);
-    for (int t = 0; t < NT; t++) {
-      const block_q16_0* a = (const block_q16_0*)act[t] + i;
-      acc[t] = block_accum(acc[t], dw, a->d, hsum_i32(dot_i16x32(w_lo, w_hi, a->qs)));
-    }
-  }
-  for (int t = 0; t < NT; t++) out[t] = acc[t];
+  q_0_avx2<NT, block_q8_0, block_q16_0>(n, w, act, out);
 }
 
 // ---- K-quants x Q8_K
