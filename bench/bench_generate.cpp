@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "generate.h"
-#include "model_io.h"
+#include "infer/generate.h"
+#include "container/model_io.h"
 
 int main(int argc, char** argv) {
   std::string path;

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "commands.h"
-#include "common.h"
-#include "generate.h"
-#include "model_io.h"
-#include "vocab.h"
+#include "kernels/common.h"
+#include "infer/generate.h"
+#include "container/model_io.h"
+#include "text/vocab.h"
 
 namespace {
 

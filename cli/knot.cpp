@@ -15,12 +15,12 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "convert.h"
-#include "gguf.h"
-#include "hash.h"
-#include "knot.h"
-#include "model_io.h"
-#include "synth.h"
+#include "container/convert.h"
+#include "container/gguf.h"
+#include "container/hash.h"
+#include "container/knot.h"
+#include "container/model_io.h"
+#include "container/synth.h"
 
 using namespace knot;
 

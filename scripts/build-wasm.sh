@@ -37,15 +37,13 @@ LDFLAGS=(-O2 -msimd128 -fwasm-exceptions -sSTANDALONE_WASM --no-entry
          -sALLOW_MEMORY_GROWTH=1 -sINITIAL_MEMORY=16MB -sMAXIMUM_MEMORY=128MB
          -sTOTAL_STACK=1MB)
 
-# Every core/*.cpp except native-only SIMD (AVX2) files, plus the ABI.
+# core/sources.txt (the list CMake reads too) minus native-only files, plus the ABI.
 SRCS=()
-for f in "$ROOT"/core/*.cpp "$ROOT"/wasm/*.cpp; do
-  [[ -e "$f" ]] || continue
-  case "$(basename "$f")" in
-    *avx2*|*sse*|*x86*) continue ;;
-  esac
-  SRCS+=("$f")
-done
+while read -r lib src where; do
+  [[ -z "$lib" || "$lib" == \#* || "$where" == native ]] && continue
+  SRCS+=("$ROOT/core/$src")
+done < "$ROOT/core/sources.txt"
+for f in "$ROOT"/wasm/*.cpp; do SRCS+=("$f"); done
 
 # Flags fingerprint: a change of flags rebuilds everything.
 STAMP="$OBJ/flags.stamp"

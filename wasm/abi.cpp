@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "abi_internal.h"
-#include "common.h"
-#include "kernels.h"
-#include "model.h"
-#include "quant.h"
-#include "selftest.h"
+#include "kernels/common.h"
+#include "kernels/kernels.h"
+#include "container/model.h"
+#include "kernels/quant.h"
+#include "kernels/selftest.h"
 
 namespace kw {
 

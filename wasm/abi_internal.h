@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "abi.h"
-#include "common.h"
+#include "kernels/common.h"
 
 #define KW_EXPORT(name) extern "C" __attribute__((export_name(#name)))
 

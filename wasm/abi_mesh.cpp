@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "abi_model.h"
-#include "forward.h"
-#include "kv_cache.h"
+#include "infer/forward.h"
+#include "infer/kv_cache.h"
 
 using json = nlohmann::json;
 using namespace kw;

@@ -15,13 +15,13 @@
 
 #include "abi_internal.h"
 #include "abi_model.h"
-#include "chat.h"
-#include "gguf.h"
-#include "hash.h"
-#include "knot.h"
-#include "model.h"
-#include "model_io.h"
-#include "vocab.h"
+#include "text/chat.h"
+#include "container/gguf.h"
+#include "container/hash.h"
+#include "container/knot.h"
+#include "container/model.h"
+#include "container/model_io.h"
+#include "text/vocab.h"
 
 using json = nlohmann::json;
 using namespace kw;

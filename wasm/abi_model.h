@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "abi_internal.h"
-#include "knot.h"
-#include "model.h"
-#include "vocab.h"
+#include "container/knot.h"
+#include "container/model.h"
+#include "text/vocab.h"
 
 namespace kw {
 

@@ -13,8 +13,8 @@
 #include <optional>
 
 #include "abi_model.h"
-#include "generate.h"
-#include "sampler.h"
+#include "infer/generate.h"
+#include "text/sampler.h"
 
 using json = nlohmann::json;
 using namespace kw;

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "container_util.h"
-#include "gguf.h"
-#include "hash.h"
+#include "container/gguf.h"
+#include "container/hash.h"
 
 using namespace knot;
 using ctest::contains;

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "container_util.h"
-#include "hash.h"
-#include "knot.h"
+#include "container/hash.h"
+#include "container/knot.h"
 
 using namespace knot;
 using ctest::contains;

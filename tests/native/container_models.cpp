@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "container_util.h"
-#include "convert.h"
-#include "gguf.h"
-#include "knot.h"
+#include "container/convert.h"
+#include "container/gguf.h"
+#include "container/knot.h"
 
 using namespace knot;
 using ctest::contains;

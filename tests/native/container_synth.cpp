@@ -8,8 +8,8 @@
 #include <set>
 
 #include "container_util.h"
-#include "convert.h"
-#include "synth.h"
+#include "container/convert.h"
+#include "container/synth.h"
 
 using namespace knot;
 using ctest::contains;

@@ -15,9 +15,9 @@
 
 #include <unistd.h>
 
-#include "knot.h"
-#include "model_io.h"
-#include "synth.h"
+#include "container/knot.h"
+#include "container/model_io.h"
+#include "container/synth.h"
 
 namespace ctest {
 

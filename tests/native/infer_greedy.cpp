@@ -2,7 +2,7 @@
 // token ids (native llama.cpp and the exact float64 pass) and top-5 logits per step.
 #include <cstdio>
 
-#include "convert.h"
+#include "container/convert.h"
 #include "infer_util.h"
 
 using namespace infer_test;

@@ -6,7 +6,7 @@
 #include <set>
 
 #include "infer_util.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 using namespace infer_test;
 using namespace knot;

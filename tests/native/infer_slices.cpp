@@ -22,7 +22,7 @@
 #include <cstring>
 
 #include "infer_util.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 using namespace infer_test;
 using namespace knot;

@@ -19,9 +19,9 @@
 #include <utility>
 #include <vector>
 
-#include "generate.h"
-#include "model_io.h"
-#include "synth.h"
+#include "infer/generate.h"
+#include "container/model_io.h"
+#include "container/synth.h"
 
 namespace infer_test {
 

@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
-#include "kernels.h"
-#include "kernels_internal.h"
-#include "selftest.h"
+#include "kernels/kernels.h"
+#include "kernels/kernels_internal.h"
+#include "kernels/selftest.h"
 
 using namespace knot;
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 using namespace knot;
 

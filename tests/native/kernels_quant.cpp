@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "quant.h"
+#include "kernels/quant.h"
 
 using namespace knot;
 

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
-#include "common.h"
-#include "unicode.h"
-#include "vocab.h"
+#include "kernels/common.h"
+#include "text/unicode.h"
+#include "text/vocab.h"
 
 using knot::Tokenizer;
 using knot::TokenizerData;

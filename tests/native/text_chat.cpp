@@ -1,8 +1,8 @@
 // text_chat.cpp — chat template detection and rendering.
 #include <gtest/gtest.h>
 
-#include "chat.h"
-#include "common.h"
+#include "text/chat.h"
+#include "kernels/common.h"
 #include "text_util.h"
 
 using knot::ChatMessage;

@@ -7,8 +7,8 @@
 #include <set>
 #include <algorithm>
 
-#include "common.h"
-#include "sampler.h"
+#include "kernels/common.h"
+#include "text/sampler.h"
 
 using knot::Sampler;
 using knot::SamplerParams;

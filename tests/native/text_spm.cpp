@@ -5,9 +5,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "common.h"
+#include "kernels/common.h"
 #include "text_util.h"
-#include "unicode.h"
+#include "text/unicode.h"
 
 using knot::Tokenizer;
 using knot_test::shared_model;

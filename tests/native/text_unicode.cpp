@@ -3,7 +3,7 @@
 
 #include <set>
 
-#include "unicode.h"
+#include "text/unicode.h"
 
 using namespace knot::unicode;
 

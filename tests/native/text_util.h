@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "model_io.h"
-#include "vocab.h"
+#include "container/model_io.h"
+#include "text/vocab.h"
 
 namespace knot_test {
 

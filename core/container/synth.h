@@ -1,0 +1,34 @@
+// synth.h — deterministic random-weight llama/qwen2 models for tests and benchmarks.
+// Same options and seed => byte-identical file. Weights are uniform with std
+// 1/sqrt(fan_in) (residual projections further by 1/sqrt(2*layers)) so activations stay
+// O(1) through the stack; norms are 1. The tokenizer is an SPM-style vocab (<unk> <s>
+// </s>, 256 byte tokens, then pieces whose every prefix is also a piece, so BPE merges
+// reach them). Tensors are generated and quantized row by row and streamed to disk, so a
+// qwen2.5-7b-shaped layer never needs more than one row in memory.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "container/model.h"
+
+namespace knot {
+
+struct SynthOptions {
+  std::string arch = "llama";  // llama | qwen2
+  int hidden = 64, layers = 2, heads = 4, kv_heads = 2, ffn = 128, vocab = 512;
+  int vocab_tensor = 0;  // rows of token_embd/output; 0 = vocab (more = padding rows, as qwen2.5)
+  std::string type = "F32";  // any convert target (Q4_K_M mixes too)
+  uint64_t seed = 1;
+  bool tied = false;  // no output.weight
+  int ctx = 2048;
+  std::function<void(uint64_t done, uint64_t total, const std::string& name)> progress;
+};
+
+ModelConfig synth_config(const SynthOptions& o);  // throws on inconsistent dims
+TokenizerData synth_tokenizer(int vocab);         // vocab >= 260
+
+// Writes GGUF when path ends in .gguf, .knot otherwise.
+void synth_model(const SynthOptions& o, const std::string& path);
+
+}  // namespace knot

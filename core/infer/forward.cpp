@@ -1,0 +1,619 @@
+#include "infer/forward.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/common.h"
+#include "kernels/quant.h"
+
+namespace knot {
+
+namespace {
+
+std::string S(int64_t v) { return std::to_string(v); }
+
+float* grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+const Tensor& need(const Tensor* t, int layer, const char* phase, const char* suffix) {
+  if (!t)
+    fail("missing tensor " + layer_tensor_name(layer, suffix) + " (layer " + S(layer) +
+         ", phase " + phase + ")");
+  return *t;
+}
+
+std::string shape_str(const Tensor& t) {
+  std::string s = "[";
+  for (size_t i = 0; i < t.shape.size(); i++) s += (i ? "," : "") + S(t.shape[i]);
+  return s + "]";
+}
+
+// Row offset of rows [r0,r1) inside W: 0 when W was already cut to the slice, r0 when W
+// holds all full_rows rows. Checks the row length too.
+int64_t row_base(const Tensor& W, int64_t cols, int64_t full_rows, int64_t r0, int64_t r1,
+                 const char* phase) {
+  if (W.ne0() != cols)
+    fail("tensor " + W.name + " has shape " + shape_str(W) + ", expected rows of " + S(cols) +
+         " elements (phase " + phase + ")");
+  if (W.nrows() == full_rows) return r0;
+  if (W.nrows() == r1 - r0) return 0;
+  fail("tensor " + W.name + " has " + S(W.nrows()) + " rows, expected " + S(full_rows) +
+       " (or a slice of " + S(r1 - r0) + ") (phase " + phase + ")");
+}
+
+// f32 view of a small vector tensor (norm weight, bias); dequantizes into tmp if needed.
+const float* vec_f32(const Tensor& t, int64_t n, std::vector<float>& tmp, const char* phase) {
+  if (t.ne0() * t.nrows() != n)
+    fail("tensor " + t.name + " has shape " + shape_str(t) + ", expected " + S(n) +
+         " elements (phase " + phase + ")");
+  if (t.type == DType::F32) return reinterpret_cast<const float*>(t.data());
+  grow(tmp, n);
+  dequantize_row(t.type, t.data(), tmp.data(), n);
+  return tmp.data();
+}
+
+void rmsnorm_rows(const float* x, const Tensor& w, int ntok, int n, float eps, float* out,
+                  Workspace& ws, const char* phase) {
+  const float* wf = vec_f32(w, n, ws.tmp, phase);
+  for (int t = 0; t < ntok; t++) rmsnorm(x + (size_t)t * n, wf, n, eps, out + (size_t)t * n);
+}
+
+// f32 dot / axpy for the attention loops, with GCC/clang vector extensions (SSE2
+// natively, simd128 in wasm): two independent accumulators break the add chain.
+typedef float v4f __attribute__((vector_size(16)));
+
+inline v4f load4(const float* p) {
+  v4f v;
+  std::memcpy(&v, p, 16);
+  return v;
+}
+
+inline float dot_f32(const float* a, const float* b, int n) {
+  v4f acc0 = {0, 0, 0, 0}, acc1 = {0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    acc0 += load4(a + i) * load4(b + i);
+    acc1 += load4(a + i + 4) * load4(b + i + 4);
+  }
+  const v4f acc = acc0 + acc1;
+  float s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+// y += p * x
+inline void axpy_f32(float p, const float* x, float* y, int n) {
+  int i = 0;
+  const v4f pv = {p, p, p, p};
+  for (; i + 4 <= n; i += 4) {
+    const v4f r = load4(y + i) + pv * load4(x + i);
+    std::memcpy(y + i, &r, 16);
+  }
+  for (; i < n; i++) y[i] += p * x[i];
+}
+
+void add_bias(float* y, int ntok, int64_t row, const float* b) {
+  for (int t = 0; t < ntok; t++)
+    for (int64_t i = 0; i < row; i++) y[(size_t)t * row + i] += b[i];
+}
+
+}  // namespace
+
+// ---- weights -----------------------------------------------------------------------
+
+LayerWeights layer_weights(const Model& m, int layer) {
+  LayerWeights w;
+  w.layer = layer;
+  auto f = [&](const char* s) { return m.find(layer_tensor_name(layer, s)); };
+  w.attn_norm = f("attn_norm_weight");
+  w.attn_q = f("attn_q_weight");
+  w.attn_k = f("attn_k_weight");
+  w.attn_v = f("attn_v_weight");
+  w.attn_output = f("attn_output_weight");
+  w.attn_q_bias = f("attn_q_bias");
+  w.attn_k_bias = f("attn_k_bias");
+  w.attn_v_bias = f("attn_v_bias");
+  w.ffn_norm = f("ffn_norm_weight");
+  w.ffn_gate = f("ffn_gate_weight");
+  w.ffn_up = f("ffn_up_weight");
+  w.ffn_down = f("ffn_down_weight");
+  return w;
+}
+
+void check_layer_tensors(const Model& m, int layer) {
+  static const struct { const char* suffix; const char* phase; } req[] = {
+      {"attn_norm_weight", "attn"}, {"attn_q_weight", "attn"},      {"attn_k_weight", "attn"},
+      {"attn_v_weight", "attn"},    {"attn_output_weight", "attn"}, {"ffn_norm_weight", "ffn_gate"},
+      {"ffn_gate_weight", "ffn_gate"}, {"ffn_up_weight", "ffn_up"}, {"ffn_down_weight", "ffn_down"},
+  };
+  for (const auto& r : req) m.get(layer_tensor_name(layer, r.suffix), layer, r.phase);
+}
+
+// ---- workspace ---------------------------------------------------------------------
+
+void Workspace::reserve(const ModelConfig& c, int max_tok, int n_ctx) {
+  const size_t T = (size_t)std::max(1, max_tok);
+  const size_t hd = (size_t)c.head_dim;
+  grow(xn, T * c.n_embd);
+  grow(q, T * c.n_head * hd);
+  grow(k, T * c.n_head_kv * hd);
+  grow(v, T * c.n_head_kv * hd);
+  grow(att, T * c.n_head * hd);
+  grow(kf, (size_t)n_ctx * hd);
+  grow(vf, (size_t)n_ctx * hd);
+  grow(scores, (size_t)n_ctx);
+  grow(up, T * c.n_ff);
+  grow(tmp, std::max(c.n_embd, c.n_head * c.head_dim));
+  grow(delta, T * c.n_embd);
+  grow(hidden, T * c.n_ff);
+  note_peak();
+}
+
+size_t Workspace::bytes() const {
+  size_t b = 0;
+  for (const auto* v : {&xn, &q, &k, &v, &att, &kf, &vf, &scores, &up, &tmp, &ytile, &rowf, &delta, &hidden})
+    b += v->capacity() * sizeof(float);
+  return b + wtile.capacity();
+}
+
+void Workspace::note_peak() { peak = std::max(peak, bytes()); }
+
+void Workspace::release() {
+  note_peak();
+  for (auto* v : {&xn, &q, &k, &v, &att, &kf, &vf, &scores, &up, &tmp, &ytile, &rowf, &delta, &hidden}) {
+    v->clear();
+    v->shrink_to_fit();
+  }
+  wtile.clear();
+  wtile.shrink_to_fit();
+}
+
+// ---- building blocks ---------------------------------------------------------------
+
+void rmsnorm(const float* x, const float* w, int n, float eps, float* out) {
+  double ss = 0;
+  for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+  const float scale = (float)(1.0 / std::sqrt(ss / n + (double)eps));
+  for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+void rope(float* x, int ntok, int row_stride, int n_heads, int head_dim, int rope_dims, int pos0,
+          float theta, RopeStyle style) {
+  const int half = rope_dims / 2;
+  // frequency of pair i: theta^(-2i/rope_dims), as a running product (double: exact
+  // enough for any context length; one cos/sin per (token, pair) shared by all heads)
+  const double step = std::pow((double)theta, -2.0 / rope_dims);
+  for (int t = 0; t < ntok; t++) {
+    const double pos = (double)(pos0 + t);
+    double freq = 1.0;
+    for (int i = 0; i < half; i++, freq *= step) {
+      const float c = (float)std::cos(pos * freq), s = (float)std::sin(pos * freq);
+      const int a = style == RopeStyle::Norm ? 2 * i : i;
+      const int b = style == RopeStyle::Norm ? 2 * i + 1 : i + half;
+      for (int h = 0; h < n_heads; h++) {
+        float* xh = x + (size_t)t * row_stride + (size_t)h * head_dim;
+        const float x0 = xh[a], x1 = xh[b];
+        xh[a] = x0 * c - x1 * s;
+        xh[b] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+void swiglu(float* g, const float* u, size_t n) {
+  for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+}
+
+namespace {
+
+// exp(x) for the fast kernels (Reference keeps std::exp): n = round(x/ln2) by the
+// 1.5*2^23 trick (no float->int conversion, so NaN is no UB), r = x - n*ln2 in two parts
+// (n*ln2_hi exact), degree-7 Taylor on |r| <= ln2/2 (truncation < 1e-8), times 2^n as
+// two factors so n in [-150, 128] stays representable: overflow gives inf, underflow 0,
+// NaN stays NaN. ~2 ulp. Branch-free, so the loops below vectorize (simd128 / SSE):
+// libm expf was ~6% of wasm prefill.
+inline int32_t f32_bits(float f) {
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return i;
+}
+inline float bits_f32(int32_t i) {
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
+inline float exp_fast(float x) {
+  const float xc = std::min(std::max(x, -104.f), 89.f);  // NaN passes through
+  const float t = xc * 1.44269504f + 12582912.f;
+  const float nf = t - 12582912.f;
+  const int32_t n = f32_bits(t) - 0x4B400000;
+  const float r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  float p = 1.f / 5040.f;
+  p = p * r + 1.f / 720.f;
+  p = p * r + 1.f / 120.f;
+  p = p * r + 1.f / 24.f;
+  p = p * r + 1.f / 6.f;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const int32_t n1 = n >> 1, n2 = n - n1;
+  const float s1 = bits_f32((n1 + 127) << 23), s2 = bits_f32((n2 + 127) << 23);
+  return p * s1 * s2;
+}
+
+void swiglu_fast(float* g, const float* u, size_t n) {
+  for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.f + exp_fast(-g[i])) * u[i];
+}
+
+// SwiGLU in the precision of kernel k.
+void swiglu_k(float* g, const float* u, size_t n, Kernel k) {
+  if (k == Kernel::Reference) swiglu(g, u, n);
+  else swiglu_fast(g, u, n);
+}
+
+}  // namespace
+
+void softcap(float* y, size_t n, float c) {
+  for (size_t i = 0; i < n; i++) y[i] = std::tanh(y[i] / c) * c;
+}
+
+void project_rows(const Tensor& W, int64_t r0, int64_t r1, const float* X, int64_t ntok, float* Y,
+                  Kernel k) {
+  const int64_t cols = W.ne0();
+  if (r0 < 0 || r1 > W.nrows() || r0 >= r1)
+    fail("rows [" + S(r0) + "," + S(r1) + ") out of range for tensor " + W.name + " with " +
+         S(W.nrows()) + " rows");
+  if (ntok == 1) {
+    const size_t rb = row_bytes(W.type, cols, W.name);
+    matvec(W.type, W.data() + (size_t)r0 * rb, r1 - r0, cols, X, Y, k);
+  } else {
+    matmul_rows(W.type, W.data(), r0, r1, cols, X, ntok, Y, k);
+  }
+}
+
+void project_cols(const Tensor& W, int64_t c0, int64_t c1, const float* X, int64_t ntok, float* Y,
+                  Kernel k, Workspace& ws) {
+  const int64_t cols = W.ne0(), rows = W.nrows(), nc = c1 - c0;
+  if (c0 == 0 && c1 == cols) return project_rows(W, 0, rows, X, ntok, Y, k);
+  if (c0 < 0 || c1 > cols || c0 >= c1)
+    fail("columns [" + S(c0) + "," + S(c1) + ") out of range for tensor " + W.name + " with rows of " +
+         S(cols));
+  const int blk = type_traits(W.type).block_elems;
+  const size_t rb_full = row_bytes(W.type, cols, W.name);
+  const bool aligned = c0 % blk == 0 && c1 % blk == 0;
+  // The tile holds up to kColTileRows sub-rows; Y of the tile is scattered into Y.
+  const DType ttype = aligned ? W.type : DType::F32;
+  const size_t rb_tile = aligned ? row_bytes(W.type, nc, W.name) : (size_t)nc * sizeof(float);
+  const size_t off = aligned ? row_bytes(W.type, c0, W.name) : 0;
+  if (ws.wtile.size() < rb_tile * kColTileRows + 64) ws.wtile.resize(rb_tile * kColTileRows + 64);
+  // 64-byte align the tile start for the kernels
+  uint8_t* tile = ws.wtile.data();
+  tile += (64 - (reinterpret_cast<uintptr_t>(tile) & 63)) & 63;
+  float* yt = grow(ws.ytile, (size_t)ntok * kColTileRows);
+  if (!aligned) grow(ws.rowf, cols);
+  for (int64_t r0 = 0; r0 < rows; r0 += kColTileRows) {
+    const int64_t nr = std::min<int64_t>(kColTileRows, rows - r0);
+    for (int64_t i = 0; i < nr; i++) {
+      const uint8_t* src = W.data() + (size_t)(r0 + i) * rb_full;
+      if (aligned) {
+        std::memcpy(tile + i * rb_tile, src + off, rb_tile);
+      } else {
+        dequantize_row(W.type, src, ws.rowf.data(), cols);
+        std::memcpy(tile + i * rb_tile, ws.rowf.data() + c0, rb_tile);
+      }
+    }
+    if (ntok == 1)
+      matvec(ttype, tile, nr, nc, X, yt, k);
+    else
+      matmul(ttype, tile, nr, nc, X, ntok, yt, k);
+    for (int64_t t = 0; t < ntok; t++)
+      for (int64_t i = 0; i < nr; i++) Y[t * rows + r0 + i] = yt[t * nr + i];
+  }
+}
+
+// ---- attention ---------------------------------------------------------------------
+
+void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, const float* x,
+          int ntok, float* out, const ForwardOptions& o, Workspace& ws, int h0, int h1) {
+  const char* P = "attn";
+  const int L = w.layer;
+  const int E = cfg.n_embd, hd = cfg.head_dim;
+  if (h1 < 0) h1 = cfg.n_head;
+  if (cfg.n_head_kv <= 0 || cfg.n_head % cfg.n_head_kv != 0)
+    fail("layer " + S(L) + ": n_head " + S(cfg.n_head) + " is not a multiple of n_head_kv " +
+         S(cfg.n_head_kv));
+  const int g = cfg.n_head / cfg.n_head_kv;  // query heads per KV head
+  if (h0 < 0 || h1 > cfg.n_head || h0 >= h1 || h0 % g || h1 % g)
+    fail("attention head slice [" + S(h0) + "," + S(h1) + ") of layer " + S(L) +
+         " must lie in [0," + S(cfg.n_head) + ") on multiples of the GQA group size " + S(g));
+  const int kv0 = h0 / g, kv1 = h1 / g;
+  const int nh = h1 - h0, nkv = kv1 - kv0;
+  if (kv.kv_head_begin() != kv0 || kv.kv_head_end() != kv1)
+    fail("layer " + S(L) + ": KV cache holds KV heads [" + S(kv.kv_head_begin()) + "," +
+         S(kv.kv_head_end()) + ") but the head slice [" + S(h0) + "," + S(h1) + ") needs [" + S(kv0) +
+         "," + S(kv1) + ")");
+  if (ntok <= 0) fail("attn: ntok must be positive, got " + S(ntok));
+  if (pos0 + ntok > kv.n_ctx())
+    fail("layer " + S(L) + ": positions up to " + S(pos0 + ntok) + " exceed the KV context of " +
+         S(kv.n_ctx()));
+
+  const Tensor& wn = need(w.attn_norm, L, P, "attn_norm_weight");
+  const Tensor& wq = need(w.attn_q, L, P, "attn_q_weight");
+  const Tensor& wk = need(w.attn_k, L, P, "attn_k_weight");
+  const Tensor& wv = need(w.attn_v, L, P, "attn_v_weight");
+  const Tensor& wo = need(w.attn_output, L, P, "attn_output_weight");
+
+  const size_t qrow = (size_t)nh * hd, kvrow = (size_t)nkv * hd;
+  float* xn = grow(ws.xn, (size_t)ntok * E);  // [ntok, E]
+  float* q = grow(ws.q, ntok * qrow);         // [ntok, nh*hd]
+  float* k = grow(ws.k, ntok * kvrow);        // [ntok, nkv*hd]
+  float* v = grow(ws.v, ntok * kvrow);        // [ntok, nkv*hd]
+  float* att = grow(ws.att, ntok * qrow);     // [ntok, nh*hd]
+
+  rmsnorm_rows(x, wn, ntok, E, cfg.rms_eps, xn, ws, P);
+
+  const int64_t qb = row_base(wq, E, (int64_t)cfg.n_head * hd, (int64_t)h0 * hd, (int64_t)h1 * hd, P);
+  const int64_t kb = row_base(wk, E, (int64_t)cfg.n_head_kv * hd, (int64_t)kv0 * hd, (int64_t)kv1 * hd, P);
+  const int64_t vb = row_base(wv, E, (int64_t)cfg.n_head_kv * hd, (int64_t)kv0 * hd, (int64_t)kv1 * hd, P);
+  project_rows(wq, qb, qb + (int64_t)qrow, xn, ntok, q, o.kernel);
+  project_rows(wk, kb, kb + (int64_t)kvrow, xn, ntok, k, o.kernel);
+  project_rows(wv, vb, vb + (int64_t)kvrow, xn, ntok, v, o.kernel);
+  // biases (qwen2): a full-length bias is indexed at the slice, a cut one from 0
+  auto bias = [&](const Tensor* b, float* y, size_t row, int64_t full, int64_t start) {
+    if (!b) return;
+    const int64_t n = b->ne0() * b->nrows();
+    const float* bf = vec_f32(*b, n == full ? full : (int64_t)row, ws.tmp, P);
+    add_bias(y, ntok, row, bf + (n == full ? start : 0));
+  };
+  bias(w.attn_q_bias, q, qrow, (int64_t)cfg.n_head * hd, (int64_t)h0 * hd);
+  bias(w.attn_k_bias, k, kvrow, (int64_t)cfg.n_head_kv * hd, (int64_t)kv0 * hd);
+  bias(w.attn_v_bias, v, kvrow, (int64_t)cfg.n_head_kv * hd, (int64_t)kv0 * hd);
+
+  const int rd = cfg.rope_dims > 0 ? cfg.rope_dims : hd;
+  rope(q, ntok, (int)qrow, nh, hd, rd, pos0, cfg.rope_theta, cfg.rope_style);
+  rope(k, ntok, (int)kvrow, nkv, hd, rd, pos0, cfg.rope_theta, cfg.rope_style);
+
+  kv.append(L, pos0, ntok, k, v);
+
+  // Causal grouped-query attention, one KV head at a time: its keys/values are read once
+  // (converted from F16) and shared by the g query heads and the ntok tokens.
+  const int n_all = pos0 + ntok;
+  float* kf = grow(ws.kf, (size_t)n_all * hd);  // [n_all, hd]
+  float* vf = grow(ws.vf, (size_t)n_all * hd);  // [n_all, hd]
+  float* s = grow(ws.scores, n_all);            // [n_all]
+  const float scale = 1.f / std::sqrt((float)hd);
+  for (int kvh = kv0; kvh < kv1; kvh++) {
+    kv.read_k(L, kvh, n_all, kf);
+    kv.read_v(L, kvh, n_all, vf);
+    for (int h = kvh * g; h < (kvh + 1) * g; h++) {
+      for (int t = 0; t < ntok; t++) {
+        const float* qh = q + t * qrow + (size_t)(h - h0) * hd;
+        float* oh = att + t * qrow + (size_t)(h - h0) * hd;
+        const int n = pos0 + t + 1;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {  // hot loop: scores
+          s[j] = dot_f32(qh, kf + (size_t)j * hd, hd) * scale;
+          mx = std::max(mx, s[j]);
+        }
+        if (o.kernel == Kernel::Reference)
+          for (int j = 0; j < n; j++) s[j] = std::exp(s[j] - mx);
+        else
+          for (int j = 0; j < n; j++) s[j] = exp_fast(s[j] - mx);  // vectorizes
+        float sum = 0;
+        for (int j = 0; j < n; j++) sum += s[j];
+        const float inv = 1.f / sum;
+        std::fill(oh, oh + hd, 0.f);
+        for (int j = 0; j < n; j++) {  // hot loop: weighted values
+          axpy_f32(s[j] * inv, vf + (size_t)j * hd, oh, hd);
+        }
+      }
+    }
+  }
+
+  // Output projection through columns [h0*hd, h1*hd) of attn_output.
+  if (wo.nrows() != E)
+    fail("tensor " + wo.name + " has shape " + shape_str(wo) + ", expected " + S(E) + " rows");
+  if (wo.ne0() == (int64_t)qrow)  // already cut to the slice (or the full tensor)
+    project_rows(wo, 0, E, att, ntok, out, o.kernel);
+  else if (wo.ne0() == (int64_t)cfg.n_head * hd)
+    project_cols(wo, (int64_t)h0 * hd, (int64_t)h1 * hd, att, ntok, out, o.kernel, ws);
+  else
+    fail("tensor " + wo.name + " has shape " + shape_str(wo) + ", expected rows of " +
+         S((int64_t)cfg.n_head * hd) + " elements (phase attn)");
+  ws.note_peak();
+}
+
+// ---- FFN ---------------------------------------------------------------------------
+
+namespace {
+
+void ffn_range(const ModelConfig& cfg, int L, int& c0, int& c1) {
+  if (c1 < 0) c1 = cfg.n_ff;
+  if (c0 < 0 || c1 > cfg.n_ff || c0 >= c1)
+    fail("FFN column slice [" + S(c0) + "," + S(c1) + ") of layer " + S(L) + " must lie in [0," +
+         S(cfg.n_ff) + ")");
+}
+
+void ffn_proj(const ModelConfig& cfg, const Tensor& W, const float* xn, int ntok, float* y,
+              Kernel k, int c0, int c1, const char* phase) {
+  const int64_t b = row_base(W, cfg.n_embd, cfg.n_ff, c0, c1, phase);
+  project_rows(W, b, b + (c1 - c0), xn, ntok, y, k);
+}
+
+}  // namespace
+
+void ffn_gate(const ModelConfig& cfg, const LayerWeights& w, const float* x, int ntok, float* h,
+              const ForwardOptions& o, Workspace& ws, int c0, int c1) {
+  const int L = w.layer;
+  ffn_range(cfg, L, c0, c1);
+  const Tensor& wn = need(w.ffn_norm, L, "ffn_gate", "ffn_norm_weight");
+  const Tensor& wg = need(w.ffn_gate, L, "ffn_gate", "ffn_gate_weight");
+  float* xn = grow(ws.xn, (size_t)ntok * cfg.n_embd);  // [ntok, E]
+  rmsnorm_rows(x, wn, ntok, cfg.n_embd, cfg.rms_eps, xn, ws, "ffn_gate");
+  ffn_proj(cfg, wg, xn, ntok, h, o.kernel, c0, c1, "ffn_gate");
+  ws.note_peak();
+}
+
+void ffn_up(const ModelConfig& cfg, const LayerWeights& w, const float* x, int ntok, float* h,
+            const ForwardOptions& o, Workspace& ws, int c0, int c1) {
+  const int L = w.layer;
+  ffn_range(cfg, L, c0, c1);
+  const Tensor& wn = need(w.ffn_norm, L, "ffn_up", "ffn_norm_weight");
+  const Tensor& wu = need(w.ffn_up, L, "ffn_up", "ffn_up_weight");
+  float* xn = grow(ws.xn, (size_t)ntok * cfg.n_embd);  // [ntok, E]
+  float* u = grow(ws.up, (size_t)ntok * (c1 - c0));    // [ntok, nc]
+  rmsnorm_rows(x, wn, ntok, cfg.n_embd, cfg.rms_eps, xn, ws, "ffn_up");
+  ffn_proj(cfg, wu, xn, ntok, u, o.kernel, c0, c1, "ffn_up");
+  swiglu_k(h, u, (size_t)ntok * (c1 - c0), o.kernel);
+  ws.note_peak();
+}
+
+void ffn_gate_up(const ModelConfig& cfg, const LayerWeights& w, const float* x, int ntok, float* h,
+                 const ForwardOptions& o, Workspace& ws, int c0, int c1) {
+  const int L = w.layer;
+  ffn_range(cfg, L, c0, c1);
+  const Tensor& wn = need(w.ffn_norm, L, "ffn_gate", "ffn_norm_weight");
+  const Tensor& wg = need(w.ffn_gate, L, "ffn_gate", "ffn_gate_weight");
+  const Tensor& wu = need(w.ffn_up, L, "ffn_up", "ffn_up_weight");
+  float* xn = grow(ws.xn, (size_t)ntok * cfg.n_embd);  // [ntok, E]
+  float* u = grow(ws.up, (size_t)ntok * (c1 - c0));    // [ntok, nc]
+  rmsnorm_rows(x, wn, ntok, cfg.n_embd, cfg.rms_eps, xn, ws, "ffn_gate");
+  ffn_proj(cfg, wg, xn, ntok, h, o.kernel, c0, c1, "ffn_gate");
+  ffn_proj(cfg, wu, xn, ntok, u, o.kernel, c0, c1, "ffn_up");
+  swiglu_k(h, u, (size_t)ntok * (c1 - c0), o.kernel);
+  ws.note_peak();
+}
+
+void ffn_down(const ModelConfig& cfg, const LayerWeights& w, const float* h, int ntok, float* out,
+              const ForwardOptions& o, Workspace& ws, int c0, int c1) {
+  const int L = w.layer;
+  ffn_range(cfg, L, c0, c1);
+  const Tensor& wd = need(w.ffn_down, L, "ffn_down", "ffn_down_weight");
+  if (wd.nrows() != cfg.n_embd)
+    fail("tensor " + wd.name + " has shape " + shape_str(wd) + ", expected " + S(cfg.n_embd) +
+         " rows (phase ffn_down)");
+  if (wd.ne0() == c1 - c0)
+    project_rows(wd, 0, cfg.n_embd, h, ntok, out, o.kernel);
+  else if (wd.ne0() == cfg.n_ff)
+    project_cols(wd, c0, c1, h, ntok, out, o.kernel, ws);
+  else
+    fail("tensor " + wd.name + " has shape " + shape_str(wd) + ", expected rows of " + S(cfg.n_ff) +
+         " elements (phase ffn_down)");
+  ws.note_peak();
+}
+
+// ---- layer station ---------------------------------------------------------------
+
+void forward_layers(const ModelConfig& cfg, const LayerWeights* layers, KvCache& kv, int pos0,
+                    float* x, int ntok, const ForwardOptions& o, Workspace& ws) {
+  const size_t nx = (size_t)ntok * cfg.n_embd;
+  float* d = grow(ws.delta, nx);                          // [ntok, E]
+  float* h = grow(ws.hidden, (size_t)ntok * cfg.n_ff);    // [ntok, n_ff]
+  for (int l = kv.layer_begin(); l < kv.layer_end(); l++) {
+    const LayerWeights& w = layers[l - kv.layer_begin()];
+    if (w.layer != l)
+      fail("forward_layers: weights for layer " + S(w.layer) + " given where layer " + S(l) +
+           " is expected");
+    attn(cfg, w, kv, pos0, x, ntok, d, o, ws);
+    for (size_t i = 0; i < nx; i++) x[i] += d[i];
+    ffn_gate_up(cfg, w, x, ntok, h, o, ws);
+    ffn_down(cfg, w, h, ntok, d, o, ws);
+    for (size_t i = 0; i < nx; i++) x[i] += d[i];
+  }
+}
+
+// ---- embedding / lm_head -----------------------------------------------------------
+
+void embed_rows(const Tensor& te, const int32_t* ids, int ntok, int64_t v0, int64_t v1,
+                int64_t n_vocab_limit, float* out, int64_t tensor_row0) {
+  const int64_t E = te.ne0();
+  const size_t rb = row_bytes(te.type, E, te.name);
+  for (int t = 0; t < ntok; t++) {
+    const int32_t id = ids[t];
+    if (id < 0 || id >= n_vocab_limit)
+      fail("token " + S(t) + " has id " + S(id) + ", outside the vocabulary [0," + S(n_vocab_limit) +
+           ")");
+    float* o = out + (size_t)t * E;
+    if (id < v0 || id >= v1) {
+      std::fill(o, o + E, 0.f);
+      continue;
+    }
+    const int64_t r = id - tensor_row0;
+    if (r < 0 || r >= te.nrows())
+      fail("token id " + S(id) + " maps to row " + S(r) + " of tensor " + te.name + " which has " +
+           S(te.nrows()) + " rows (first row = vocab id " + S(tensor_row0) + ")");
+    dequantize_row(te.type, te.data() + (size_t)r * rb, o, E);
+  }
+}
+
+void output_norm(const ModelConfig& cfg, const Tensor& norm, const float* x, int ntok, float* out,
+                 Workspace& ws) {
+  rmsnorm_rows(x, norm, ntok, cfg.n_embd, cfg.rms_eps, out, ws, "output");
+}
+
+const Tensor& lm_head_tensor(const Model& m) {
+  if (const Tensor* t = m.find("output_weight")) return *t;
+  if (const Tensor* t = m.find("token_embd_weight")) return *t;
+  fail("missing tensor output_weight (phase output; no token_embd_weight to tie to either)");
+}
+
+void lm_head_logits(const Tensor& W, const float* xn, int ntok, int64_t v0, int64_t v1,
+                    float* logits, Kernel k, float softcap_c, int64_t tensor_row0) {
+  const int64_t r0 = v0 - tensor_row0, r1 = v1 - tensor_row0;
+  if (r0 < 0 || r1 > W.nrows() || r0 >= r1)
+    fail("vocab slice [" + S(v0) + "," + S(v1) + ") is not inside tensor " + W.name + " (" +
+         S(W.nrows()) + " rows starting at vocab id " + S(tensor_row0) + ")");
+  project_rows(W, r0, r1, xn, ntok, logits, k);
+  if (softcap_c > 0) softcap(logits, (size_t)ntok * (v1 - v0), softcap_c);
+}
+
+SliceTopK topk_lse(const float* logits, int64_t v0, int64_t v1, int k) {
+  SliceTopK r;
+  const int64_t n = v1 - v0;
+  if (n <= 0) return r;
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; i++) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) sum += std::exp((double)logits[i] - mx);
+  r.lse = mx + std::log(sum);
+  k = (int)std::min<int64_t>(std::max(k, 0), n);
+  std::vector<int32_t> idx(n);
+  for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)i;
+  auto better = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), better);
+  for (int i = 0; i < k; i++) {
+    r.ids.push_back((int32_t)(idx[i] + v0));
+    r.logits.push_back(logits[idx[i]]);
+  }
+  return r;
+}
+
+SliceTopK merge_topk(const std::vector<SliceTopK>& parts, int k) {
+  SliceTopK r;
+  std::vector<std::pair<float, int32_t>> all;
+  double mx = -INFINITY;
+  for (const auto& p : parts) mx = std::max(mx, p.lse);
+  double sum = 0;
+  for (const auto& p : parts) {
+    if (std::isfinite(p.lse)) sum += std::exp(p.lse - mx);
+    for (size_t i = 0; i < p.ids.size(); i++) all.push_back({p.logits[i], p.ids[i]});
+  }
+  r.lse = std::isfinite(mx) ? mx + std::log(sum) : -INFINITY;
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  for (int i = 0; i < k && i < (int)all.size(); i++) {
+    r.ids.push_back(all[i].second);
+    r.logits.push_back(all[i].first);
+  }
+  return r;
+}
+
+}  // namespace knot

@@ -1,0 +1,231 @@
+#include "infer/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/common.h"
+
+#if !defined(__wasm__)
+#include <chrono>
+#endif
+
+namespace knot {
+
+namespace {
+
+std::string S(int64_t v) { return std::to_string(v); }
+
+double steady_seconds() {
+#if defined(__wasm__)
+  return 0;
+#else
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+#endif
+}
+
+// Length of the longest suffix of text that is a proper prefix of some stop string:
+// that much text is held back until we know it does not start a stop string.
+size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
+  size_t best = 0;
+  for (const auto& s : stops) {
+    for (size_t n = std::min(s.size() - 1, text.size()); n > best; n--) {
+      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
+        best = n;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+const char* mode_name(Mode m) { return m == Mode::Fast ? "fast" : "reference"; }
+
+ForwardOptions forward_options_for(Mode m) {
+  ForwardOptions f;
+  f.kernel = m == Mode::Fast ? Kernel::Simd : Kernel::Reference;
+  f.kv_type = m == Mode::Fast ? KvType::F16 : KvType::F32;
+  return f;
+}
+
+Engine::Engine(const Model& m, const EngineOptions& o) : m_(m), opt_(o) {
+  const ModelConfig& c = m.config;
+  fo_ = o.forward ? *o.forward : forward_options_for(o.mode);
+  if (c.n_layer <= 0 || c.n_embd <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 || c.head_dim <= 0 ||
+      c.n_ff <= 0)
+    fail("model config is incomplete (n_layer " + S(c.n_layer) + ", n_embd " + S(c.n_embd) +
+         ", n_head " + S(c.n_head) + ", n_head_kv " + S(c.n_head_kv) + ", head_dim " +
+         S(c.head_dim) + ", n_ff " + S(c.n_ff) + ")");
+  n_ctx_ = o.n_ctx > 0 ? o.n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
+  chunk_ = std::max(1, std::min(o.chunk, n_ctx_));
+
+  tok_embd_ = &m.get("token_embd_weight", -1, "embed");
+  out_norm_ = &m.get("output_norm_weight", -1, "output");
+  lm_head_ = &lm_head_tensor(m);
+  if (tok_embd_->ne0() != c.n_embd)
+    fail("tensor token_embd_weight has rows of " + S(tok_embd_->ne0()) + " elements, expected n_embd " +
+         S(c.n_embd));
+  if (lm_head_->ne0() != c.n_embd)
+    fail("tensor " + lm_head_->name + " has rows of " + S(lm_head_->ne0()) +
+         " elements, expected n_embd " + S(c.n_embd));
+  n_logits_ = c.n_vocab > 0 ? c.n_vocab : (int)lm_head_->nrows();
+  if (n_logits_ > lm_head_->nrows())
+    fail("vocabulary of " + S(n_logits_) + " tokens but tensor " + lm_head_->name + " has only " +
+         S(lm_head_->nrows()) + " rows");
+  if (n_logits_ > tok_embd_->nrows())
+    fail("vocabulary of " + S(n_logits_) + " tokens but tensor token_embd_weight has only " +
+         S(tok_embd_->nrows()) + " rows");
+
+  layers_.resize(c.n_layer);
+  for (int l = 0; l < c.n_layer; l++) {
+    check_layer_tensors(m, l);
+    layers_[l] = layer_weights(m, l);
+  }
+
+  kv_ = KvCache(c, 0, c.n_layer, n_ctx_, fo_.kv_type, o.kv_budget);
+  ws_.reserve(c, chunk_, n_ctx_);
+  x_.resize((size_t)chunk_ * c.n_embd);
+  xl_.resize(c.n_embd);
+  logits_.resize(n_logits_);
+  tel_.peak_bytes = peak_bytes();
+}
+
+double Engine::now() const { return opt_.clock ? opt_.clock() : steady_seconds(); }
+
+size_t Engine::bytes() const {
+  return kv_.bytes() + ws_.bytes() +
+         (x_.capacity() + xl_.capacity() + logits_.capacity()) *
+             sizeof(float);
+}
+
+size_t Engine::peak_bytes() const {
+  // ws_.peak covers the workspace's own high-water mark; everything else is fixed size.
+  const size_t fixed = bytes() - ws_.bytes();
+  return std::max(fixed + ws_.peak, bytes());
+}
+
+void Engine::forward_chunk(const int32_t* ids, int n, bool want_logits) {
+  const ModelConfig& c = m_.config;
+  const int E = c.n_embd;
+  const int pos0 = kv_.n_pos();
+  float* x = x_.data();  // [n, E]
+  embed_rows(*tok_embd_, ids, n, 0, tok_embd_->nrows(), n_logits_, x);
+  forward_layers(c, layers_.data(), kv_, pos0, x, n, fo_, ws_);
+  if (want_logits) {
+    output_norm(c, *out_norm_, x + (size_t)(n - 1) * E, 1, xl_.data(), ws_);
+    lm_head_logits(*lm_head_, xl_.data(), 1, 0, n_logits_, logits_.data(), fo_.kernel);
+    // Never sample from garbage: a NaN/Inf here means broken weights or an overflow.
+    for (int i = 0; i < n_logits_; i++)
+      if (!std::isfinite(logits_[i]))
+        fail("non-finite logit for token " + S(i) + " at position " + S(pos0 + n - 1) +
+             " (corrupt weights or activation overflow)");
+  }
+}
+
+const float* Engine::eval(const int32_t* ids, int n) {
+  if (n <= 0) fail("eval: no tokens");
+  const int pos = kv_.n_pos();
+  if (pos + n > n_ctx_)
+    fail(S(n) + " tokens at position " + S(pos) + " exceed the context of " + S(n_ctx_) +
+         " positions");
+  for (int i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= n_logits_)
+      fail("token " + S(i) + " has id " + S(ids[i]) + ", outside the vocabulary [0," +
+           S(n_logits_) + ")");
+  try {
+    for (int i = 0; i < n; i += chunk_) {
+      const int nt = std::min(chunk_, n - i);
+      forward_chunk(ids + i, nt, i + nt == n);
+    }
+  } catch (...) {
+    kv_.truncate(pos);  // leave the session where it was
+    throw;
+  }
+  tel_.peak_bytes = std::max(tel_.peak_bytes, peak_bytes());
+  return logits_.data();
+}
+
+GenerateResult Engine::generate(const Tokenizer& tok, const std::vector<int32_t>& prompt,
+                                const GenerateParams& p, const TextCallback& on_text) {
+  GenerateResult r;
+  if (prompt.empty()) fail("generate: empty prompt (at least BOS is needed)");
+  if ((int)prompt.size() > n_ctx_)
+    fail("prompt has " + S((int64_t)prompt.size()) + " tokens but the context holds " + S(n_ctx_));
+  reset();
+  tel_ = Telemetry{};
+  Sampler sampler(p.sampling, n_logits_);
+  for (int32_t id : prompt) sampler.accept(id);
+
+  double t0 = now();
+  const float* lg = eval(prompt.data(), (int)prompt.size());
+  double t1 = now();
+  tel_.n_prompt = (int)prompt.size();
+  tel_.prefill_s = t1 - t0;
+
+  StreamDecoder dec(tok);
+  std::string text;    // all generated text so far
+  size_t emitted = 0;  // bytes of text already handed out
+  size_t max_stop = 0;
+  for (const auto& s : p.stop) max_stop = std::max(max_stop, s.size());
+  auto emit = [&](size_t upto) -> bool {
+    if (upto <= emitted) return true;
+    std::string piece = text.substr(emitted, upto - emitted);
+    emitted = upto;
+    r.text += piece;
+    return on_text ? on_text(piece) : true;
+  };
+
+  r.stop_reason = "length";
+  for (int i = 0; i < p.n_predict; i++) {
+    const int32_t id = sampler.sample(lg, n_logits_);
+    sampler.accept(id);
+    r.ids.push_back(id);
+    tel_.n_generated++;
+    if (!p.ignore_eos && tok.is_eog(id)) {
+      r.stop_reason = "eog";
+      break;
+    }
+    text += dec.push(id);
+    bool stopped = false;
+    if (!p.stop.empty()) {
+      const size_t from = emitted > max_stop ? emitted - max_stop : 0;
+      size_t at = std::string::npos;
+      for (const auto& s : p.stop) {
+        if (s.empty()) continue;
+        size_t f = text.find(s, from);
+        if (f != std::string::npos && f < at) at = f;
+      }
+      if (at != std::string::npos) {
+        emit(std::max(at, emitted));
+        r.stop_reason = "stop";
+        stopped = true;
+      } else if (!emit(text.size() - stop_holdback(text, p.stop))) {
+        r.stop_reason = "callback";
+        stopped = true;
+      }
+    } else if (!emit(text.size())) {
+      r.stop_reason = "callback";
+      stopped = true;
+    }
+    if (stopped) break;
+    if (i + 1 == p.n_predict) break;
+    if (kv_.n_pos() >= n_ctx_) {
+      r.stop_reason = "context";
+      break;
+    }
+    lg = eval(&id, 1);
+    tel_.n_decoded++;
+    tel_.decode_s = now() - t1;  // sampling included
+  }
+  if (r.stop_reason == "length" || r.stop_reason == "eog" || r.stop_reason == "context") {
+    text += dec.flush();
+    emit(text.size());
+  }
+  tel_.peak_bytes = std::max(tel_.peak_bytes, peak_bytes());
+  return r;
+}
+
+}  // namespace knot

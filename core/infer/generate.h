@@ -1,0 +1,121 @@
+// generate.h — run a whole model locally: chunked prefill, one-position decode,
+// sampling, stop conditions, telemetry.
+//
+// Modes:
+//   Mode::Fast      — Kernel::Simd (activations quantized inside matmul), F16 KV cache.
+//   Mode::Reference — Kernel::Reference (dequantized weights, f32 activations), F32 KV.
+// Prefill runs in chunks of EngineOptions::chunk tokens; per token the math does not
+// depend on the chunk (activations are quantized per token, attention is per token), so
+// the chunk size changes the result by float rounding at most.
+// Memory: all buffers (KV cache for n_ctx, activations for one chunk) are sized once at
+// construction; the decode loop does not allocate. peak_bytes() reports KV + activation
+// buffers (weights are the Model's and not counted).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "infer/forward.h"
+#include "infer/kv_cache.h"
+#include "container/model.h"
+#include "text/sampler.h"
+#include "text/vocab.h"
+
+namespace knot {
+
+enum class Mode { Fast, Reference };
+const char* mode_name(Mode m);
+ForwardOptions forward_options_for(Mode m);
+
+struct EngineOptions {
+  Mode mode = Mode::Fast;
+  int n_ctx = 0;     // 0: min(n_ctx_train, 2048) (2048 when the file does not say)
+  int chunk = 64;    // prefill chunk (tokens per batched forward)
+  size_t kv_budget = SIZE_MAX;
+  // Overrides the mode's kernel / KV type when set (experiments, tests).
+  std::optional<ForwardOptions> forward;
+  // Monotonic clock in seconds for telemetry; nullptr: steady_clock natively, no timing
+  // in wasm (the host measures there).
+  double (*clock)() = nullptr;
+};
+
+struct Telemetry {
+  int n_prompt = 0;    // tokens prefilled
+  int n_decoded = 0;   // single-position forward passes after the prefill
+  int n_generated = 0; // tokens sampled
+  double prefill_s = 0, decode_s = 0;
+  size_t peak_bytes = 0;
+  double prefill_tok_s() const { return prefill_s > 0 ? n_prompt / prefill_s : 0; }
+  double decode_tok_s() const { return decode_s > 0 ? n_decoded / decode_s : 0; }
+};
+
+struct GenerateParams {
+  int n_predict = 128;
+  SamplerParams sampling;
+  std::vector<std::string> stop;  // stop strings (not emitted)
+  bool ignore_eos = false;        // keep going past end-of-generation tokens
+};
+
+struct GenerateResult {
+  std::vector<int32_t> ids;  // generated ids (prompt excluded; an EOG token is included)
+  std::string text;          // emitted text (stop string excluded)
+  std::string stop_reason;   // "eog" | "stop" | "length" | "context" | "callback"
+};
+
+// Called with each piece of complete UTF-8 text; return false to stop.
+using TextCallback = std::function<bool(const std::string& piece)>;
+
+class Engine {
+ public:
+  // Checks every layer's tensors up front (missing tensor -> error naming layer, phase,
+  // tensor), allocates the KV cache (budget error names budget and requirement).
+  // m is referenced, not copied: it must outlive the Engine.
+  Engine(const Model& m, const EngineOptions& o = {});
+
+  const ModelConfig& config() const { return m_.config; }
+  const ForwardOptions& forward_options() const { return fo_; }
+  int n_ctx() const { return n_ctx_; }
+  int n_pos() const { return kv_.n_pos(); }
+  int n_logits() const { return n_logits_; }  // tokenizer vocab (padding rows excluded)
+
+  // Runs ids at positions n_pos() .. n_pos()+n-1 (chunked), returns the logits of the last
+  // one: [n_logits()]. Throws when the positions exceed the context or an id is outside
+  // the vocabulary (nothing is appended in that case).
+  const float* eval(const int32_t* ids, int n);
+  const float* logits() const { return logits_.data(); }
+  void truncate(int n_pos) { kv_.truncate(n_pos); }
+  void reset() { kv_.truncate(0); }
+
+  // Prefill prompt (from position 0), then sample up to n_predict tokens.
+  GenerateResult generate(const Tokenizer& tok, const std::vector<int32_t>& prompt,
+                          const GenerateParams& p, const TextCallback& on_text = {});
+
+  const Telemetry& telemetry() const { return tel_; }
+  size_t bytes() const;  // KV + activation buffers now
+  size_t peak_bytes() const;
+  const KvCache& kv() const { return kv_; }
+
+ private:
+  void forward_chunk(const int32_t* ids, int n, bool want_logits);
+  double now() const;
+
+  const Model& m_;
+  EngineOptions opt_;
+  ForwardOptions fo_;
+  int n_ctx_ = 0, chunk_ = 0, n_logits_ = 0;
+  std::vector<LayerWeights> layers_;
+  const Tensor* tok_embd_ = nullptr;
+  const Tensor* out_norm_ = nullptr;
+  const Tensor* lm_head_ = nullptr;
+  KvCache kv_;
+  Workspace ws_;
+  std::vector<float> x_;       // [chunk, n_embd] residual stream
+  std::vector<float> xl_;      // [n_embd]        normed last row
+  std::vector<float> logits_;  // [n_logits]
+  Telemetry tel_;
+};
+
+}  // namespace knot

@@ -1,0 +1,52 @@
+// kernels.h — dot products, mat-vec and mat-mat over quantized weights.
+// Three kernel paths with one contract:
+//   Kernel::Reference — dequantize each weight row to f32 and dot with f32 activations
+//                        (no activation quantization; double accumulation, one final
+//                        rounding to f32). The "exact" reference mode.
+//   Kernel::Scalar    — matvec/matmul quantize activations once per token: Q8_K for
+//                        K-quants, int16-per-32-block "Q16_0" for Q4_0/Q8_0 (int8 Q8_0
+//                        activations moved Q8_0-model logits by up to 0.17), F32 for
+//                        F32/F16/BF16; scalar _generic integer dots. vec_dot() takes
+//                        vec_dot_type(w) activations (Q8_0 for Q4_0/Q8_0, as llama.cpp).
+//   Kernel::Simd      — same math as Scalar, AVX2 natively / simd128 in wasm; falls back
+//                        to Scalar where no SIMD path exists. Prefill (matmul, >= 2 tokens)
+//                        uses batched kernels where present: weight rows decoded once per
+//                        chunk into int16 and dotted against every token. Tested against
+//                        Scalar: bit-identical for quantized weights, within float
+//                        rounding of a different summation order for F32/F16/BF16.
+// Weights: `rows` rows of `cols` elements, each row row_bytes(wtype, cols) bytes, contiguous.
+// All entry points throw knot::Error on an unsupported type or a misaligned cols.
+#pragma once
+#include <cstdint>
+
+#include "kernels/quant.h"
+
+namespace knot {
+
+enum class Kernel { Reference, Scalar, Simd };
+
+const char* kernel_name(Kernel k);
+bool simd_compiled();  // true when a SIMD path is built in (AVX2 natively, simd128 in wasm)
+
+// Format the activations must be in for vec_dot with weights of type wtype.
+DType vec_dot_type(DType wtype);
+
+// Dot of one weight row with one activation row already in vec_dot_type(wtype) format.
+float vec_dot(DType wtype, int64_t n, const void* w_row, const void* act, Kernel k);
+
+// y[r] = sum_c W[r,c] * x[c]        x: [cols]   y: [rows]
+void matvec(DType wtype, const void* W, int64_t rows, int64_t cols, const float* x, float* y,
+            Kernel k);
+
+// Y[t,r] = sum_c W[r,c] * X[t,c]    X: [ntok, cols] row-major   Y: [ntok, rows] row-major
+// Batched: activations are quantized once per token and each weight row is read once
+// per tile of tokens (not a loop of matvecs).
+void matmul(DType wtype, const void* W, int64_t rows, int64_t cols, const float* X, int64_t ntok,
+            float* Y, Kernel k);
+
+// Same as matmul but computes only output rows [row_begin, row_end) of W (for sliced
+// FFN/vocab shards); Y is [ntok, row_end-row_begin].
+void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end, int64_t cols,
+                 const float* X, int64_t ntok, float* Y, Kernel k);
+
+}  // namespace knot

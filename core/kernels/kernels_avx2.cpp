@@ -1,0 +1,477 @@
+// kernels_avx2.cpp — AVX2/FMA/F16C dot kernels (Kernel::Simd natively). Compiled with
+// -mavx2 -mfma -mf16c (CMakeLists.txt); used only when the CPU reports all three.
+// Integer block dots are exact; per-block float combine is the shared scalar
+// block_accum_* with contraction off, so results equal kernels_generic.cpp bit for bit.
+// Multi-token (NT <= 4): each weight block is loaded and unpacked once, then multiplied
+// with every token's activation block.
+#if defined(__x86_64__) || defined(__i386__)
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/kernels_internal.h"
+
+namespace knot {
+
+static inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+static inline float hsum_f32(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Exact signed 8-bit dot of 32 bytes: sign-extend to 16 bits, madd (no saturation).
+static inline __m256i dot_i8x32(__m256i w_lo16, __m256i w_hi16, const int8_t* a) {
+  const __m256i a_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)a));
+  const __m256i a_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(a + 16)));
+  return _mm256_add_epi32(_mm256_madd_epi16(w_lo16, a_lo), _mm256_madd_epi16(w_hi16, a_hi));
+}
+
+// ---- float weights: 16 elements per step, two accumulators per token, scalar tail.
+// The per-token operation sequence does not depend on NT (matmul == loop of matvec).
+
+template <int NT, typename Load16>
+static inline void dot_float_avx2(int64_t n, const void* const* act, float* out, Load16 load) {
+  __m256 acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; t++) acc0[t] = acc1[t] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {  // hot loop
+    __m256 w0, w1;
+    load(i, w0, w1);
+    for (int t = 0; t < NT; t++) {
+      const float* a = (const float*)act[t] + i;
+      acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a), acc0[t]);
+      acc1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(a + 8), acc1[t]);
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = hsum_f32(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+template <int NT>
+static void f32_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const float* x = (const float*)w;
+  dot_float_avx2<NT>(n, act, out, [x](int64_t i, __m256& w0, __m256& w1) {
+    w0 = _mm256_loadu_ps(x + i);
+    w1 = _mm256_loadu_ps(x + i + 8);
+  });
+  for (int64_t i = n & ~(int64_t)15; i < n; i++)
+    for (int t = 0; t < NT; t++) out[t] += x[i] * ((const float*)act[t])[i];
+}
+
+template <int NT>
+static void f16_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const uint16_t* x = (const uint16_t*)w;
+  dot_float_avx2<NT>(n, act, out, [x](int64_t i, __m256& w0, __m256& w1) {
+    w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(x + i)));
+    w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(x + i + 8)));
+  });
+  for (int64_t i = n & ~(int64_t)15; i < n; i++)
+    for (int t = 0; t < NT; t++) out[t] += half_to_float(x[i]) * ((const float*)act[t])[i];
+}
+
+template <int NT>
+static void bf16_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const uint16_t* x = (const uint16_t*)w;
+  dot_float_avx2<NT>(n, act, out, [x](int64_t i, __m256& w0, __m256& w1) {
+    const __m256i v = _mm256_loadu_si256((const __m256i*)(x + i));
+    w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16));
+    w1 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16));
+  });
+  for (int64_t i = n & ~(int64_t)15; i < n; i++)
+    for (int t = 0; t < NT; t++) out[t] += bf16_bits_to_float(x[i]) * ((const float*)act[t])[i];
+}
+
+// ---- Q4_0 / Q8_0 weights x Q8_0 (int8) or Q16_0 (int16) activations: weights widened
+// to i16 once per block; madd with int16 activations pairs <= 2 * 128 * 32768 = 2^24, exact.
+// One block loop for the four pairs; the overloads below say how each block unpacks.
+
+static inline __m256i dot_i16x32(__m256i w_lo16, __m256i w_hi16, const int16_t* a) {
+  return _mm256_add_epi32(_mm256_madd_epi16(w_lo16, _mm256_loadu_si256((const __m256i*)a)),
+                          _mm256_madd_epi16(w_hi16, _mm256_loadu_si256((const __m256i*)(a + 16))));
+}
+
+static inline void unpack_w(const block_q4_0& b, __m256i& w_lo, __m256i& w_hi) {
+  const __m128i m4 = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
+  const __m128i q = _mm_loadu_si128((const __m128i*)b.qs);
+  w_lo = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(q, m4), k8));                     // elems 0..15
+  w_hi = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), k8));  // 16..31
+}
+static inline void unpack_w(const block_q8_0& b, __m256i& w_lo, __m256i& w_hi) {
+  w_lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)b.qs));
+  w_hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(b.qs + 16)));
+}
+static inline __m256i act_dot(__m256i w_lo, __m256i w_hi, const block_q8_0& a) { return dot_i8x32(w_lo, w_hi, a.qs); }
+static inline __m256i act_dot(__m256i w_lo, __m256i w_hi, const block_q16_0& a) { return dot_i16x32(w_lo, w_hi, a.qs); }
+static inline float act_scale(const block_q8_0& a) { return half_to_float(a.d); }
+static inline float act_scale(const block_q16_0& a) { return a.d; }
+
+template <int NT, class WBlock, class ABlock>
+static void q_0_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  static_assert(QK4_0 == QK8_0, "Q4_0 and Q8_0 blocks pair with the same activation blocks");
+  const WBlock* x = (const WBlock*)w;
+  const int64_t nb = n / QK8_0;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  for (int64_t i = 0; i < nb; i++) {  // hot loop
+    __m256i w_lo, w_hi;
+    unpack_w(x[i], w_lo, w_hi);
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const ABlock& a = ((const ABlock*)act[t])[i];
+      acc[t] = block_accum(acc[t], dw, act_scale(a), hsum_i32(act_dot(w_lo, w_hi, a)));
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+template <int NT>
+static void q4_0_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  q_0_avx2<NT, block_q4_0, block_q8_0>(n, w, act, out);
+}
+template <int NT>
+static void q8_0_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  q_0_avx2<NT, block_q8_0, block_q8_0>(n, w, act, out);
+}
+template <int NT>
+static void q4_0_q16_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  q_0_avx2<NT, block_q4_0, block_q16_0>(n, w, act, out);
+}
+template <int NT>
+static void q8_0_q16_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  q_0_avx2<NT, block_q8_0, block_q16_0>(n, w, act, out);
+}
+
+// ---- K-quants x Q8_K
+// maddubs(u8 weights, s8 activations) cannot saturate here: |pair| <= 2*63*128 < 32767.
+
+// Scales/mins of all 8 sub-blocks with 32-bit masks (same packing as k4_scale_min):
+// returns bytes [sc0..sc7, m0..m7].
+static inline __m128i k4_scales_avx2(const uint8_t* s) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t sc_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
+  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+  return _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)m_lo, (int)m_hi);
+}
+
+template <int NT, bool Q5>
+static void kmin_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const int64_t nb = n / QK_K;
+  const size_t bsz = Q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  // byte pairs (2j, 2j+1) of an i16 vector: splat lane j
+  const __m256i lane_idx = _mm256_set1_epi16(0x0100), lane_step = _mm256_set1_epi16(0x0202);
+  const __m128i mins_dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  for (int64_t i = 0; i < nb; i++) {
+    const uint8_t* blk = (const uint8_t*)w + (size_t)i * bsz;
+    fp16_t d16, dmin16;
+    std::memcpy(&d16, blk, 2);
+    std::memcpy(&dmin16, blk + 2, 2);
+    const uint8_t* qh = blk + 16;                 // Q5_K only
+    const uint8_t* qs = blk + (Q5 ? 48 : 16);
+    const __m128i scm = k4_scales_avx2(blk + 4);
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));  // [sc0..sc7] x2
+    const __m256i mp = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scm, mins_dup));   // m0,m0,..,m7,m7
+    __m256i isum[NT];
+    for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+    __m256i hb = Q5 ? _mm256_loadu_si256((const __m256i*)qh) : _mm256_setzero_si256();
+    __m256i idx = lane_idx;
+    for (int c = 0; c < 4; c++) {  // hot loop: 64 weights = sub-blocks 2c, 2c+1
+      const __m256i q = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
+      __m256i lo = _mm256_and_si256(q, m4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      if (Q5) {  // bit 2c -> lo, bit 2c+1 -> hi; hb is shifted right by 2 per chunk
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
+        hb = _mm256_srli_epi16(hb, 2);
+      }
+      const __m256i s_lo = _mm256_shuffle_epi8(sc16, idx);
+      idx = _mm256_add_epi8(idx, lane_step);
+      const __m256i s_hi = _mm256_shuffle_epi8(sc16, idx);
+      idx = _mm256_add_epi8(idx, lane_step);
+      for (int t = 0; t < NT; t++) {
+        const int8_t* a = ((const block_q8_K*)act[t])[i].qs + 64 * c;
+        const __m256i p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)a));
+        const __m256i p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(a + 32)));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo),
+                                                              _mm256_madd_epi16(p_hi, s_hi)));
+      }
+    }
+    const float dw = half_to_float(d16), dminw = half_to_float(dmin16);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_K* a = (const block_q8_K*)act[t] + i;
+      const int32_t summs = hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)a->bsums), mp));
+      acc[t] = block_accum_kmin(acc[t], dw, dminw, a->d, hsum_i32(isum[t]), summs);
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+// Byte indices selecting i16 lane 2k in the low 128 bits and lane 2k+1 in the high.
+static inline __m256i q6_scale_idx(int k) {
+  const __m128i lo = _mm_set1_epi16((short)(((4 * k + 1) << 8) | (4 * k)));
+  const __m128i hi = _mm_set1_epi16((short)(((4 * k + 3) << 8) | (4 * k + 2)));
+  return _mm256_setr_m128i(lo, hi);
+}
+
+// Q6_K: unsigned 6-bit q (0..63) via maddubs, then subtract 32 * sum_j sc[j]*bsums[j].
+template <int NT>
+static void q6_K_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q6_K* x = (const block_q6_K*)w;
+  const int64_t nb = n / QK_K;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int64_t i = 0; i < nb; i++) {
+    const __m128i sc8 = _mm_loadu_si128((const __m128i*)x[i].scales);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);  // [16] scales as i16
+    __m256i isum[NT];
+    for (int t = 0; t < NT; t++) isum[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {  // hot loop: 128 weights
+      const __m256i q0 = _mm256_loadu_si256((const __m256i*)(x[i].ql + 64 * h));
+      const __m256i q1 = _mm256_loadu_si256((const __m256i*)(x[i].ql + 64 * h + 32));
+      const __m256i hb = _mm256_loadu_si256((const __m256i*)(x[i].qh + 32 * h));
+      __m256i v[4];
+      v[0] = _mm256_or_si256(_mm256_and_si256(q0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+      v[1] = _mm256_or_si256(_mm256_and_si256(q1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+      v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4), _mm256_and_si256(hb, m30));
+      v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                             _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+      // v[k] covers sub-blocks 8h+2k (first 16 bytes) and 8h+2k+1 (last 16): scale
+      // vectors [sc[8h+2k] x8 | sc[8h+2k+1] x8] by byte shuffles of the half's 8 scales.
+      const __m256i sch = _mm256_broadcastsi128_si256(
+          _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)(x[i].scales + 8 * h))));
+      __m256i s[4];
+      for (int k = 0; k < 4; k++) s[k] = _mm256_shuffle_epi8(sch, q6_scale_idx(k));
+      for (int t = 0; t < NT; t++) {
+        const int8_t* a = ((const block_q8_K*)act[t])[i].qs + 128 * h;
+        for (int k = 0; k < 4; k++) {
+          const __m256i p = _mm256_maddubs_epi16(v[k], _mm256_loadu_si256((const __m256i*)(a + 32 * k)));
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, s[k]));
+        }
+      }
+    }
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_K* a = (const block_q8_K*)act[t] + i;
+      const int32_t off = hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)a->bsums), sc16));
+      acc[t] = block_accum(acc[t], dw, a->d, hsum_i32(isum[t]) - 32 * off);
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+
+// ---- Batched prefill kernels (mm_fn) for Q4_0/Q8_0 x Q16_0: same scheme as
+// kernels_wasm.cpp. (K-quants stay on the dot kernels above: maddubs multiplies 32 u8 x s8
+// per instruction, twice the int16 madd rate, measured 32 vs 23 G products/s.) Per
+// 256 weights, RD rows are decoded once into int16, activations copied to int16 rows once;
+// 4 rows x 2 tokens of madd accumulators; at each float block the 4 rows' sums come out
+// of a hadd tree as one __m128i and the float combine runs on 4 lanes with exactly the
+// operations and order of block_accum (contraction off, no FMA).
+
+namespace {
+
+constexpr int RD = 16;
+constexpr int SB = 256;
+
+struct F4 {
+  __m128 v;  // 4 rows' float accumulators of one token
+};
+struct MmScratch {
+  std::vector<int16_t> a16;  // [nt][n]
+  std::vector<float> ad;     // [nt][n/32]
+  std::vector<F4> acc;       // [RD/4][nt]
+};
+thread_local MmScratch g_mm;
+struct alignas(32) MmWeights {
+  int16_t dec[RD][SB];  // decoded weights of 8 blocks
+  float d[8][RD];       // [block][row] weight scale
+};
+thread_local MmWeights g_w;
+
+inline __m128i reduce4(__m256i a, __m256i b, __m256i c, __m256i d) {  // [sum a, sum b, sum c, sum d]
+  const __m128i a4 = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+  const __m128i b4 = _mm_add_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+  const __m128i c4 = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+  const __m128i d4 = _mm_add_epi32(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
+  return _mm_hadd_epi32(_mm_hadd_epi32(a4, b4), _mm_hadd_epi32(c4, d4));
+}
+
+void zero_row(MmWeights& w, int r) {
+  std::memset(w.dec[r], 0, sizeof w.dec[r]);
+  for (int b = 0; b < 8; b++) w.d[b][r] = 0.f;
+}
+
+struct FmtQ8_0 {
+  static constexpr int NBI = 8, GPB = 2;  // 8 blocks of 32 = 2 groups of 16
+  static constexpr size_t BYTES = 8 * sizeof(block_q8_0);
+  static void decode(const uint8_t* p, MmWeights& w, int r) {
+    const block_q8_0* x = (const block_q8_0*)p;
+    for (int b = 0; b < 8; b++) {
+      _mm256_store_si256((__m256i*)(w.dec[r] + 32 * b), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x[b].qs)));
+      _mm256_store_si256((__m256i*)(w.dec[r] + 32 * b + 16), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(x[b].qs + 16))));
+      w.d[b][r] = half_to_float(x[b].d);
+    }
+  }
+};
+
+struct FmtQ4_0 {
+  static constexpr int NBI = 8, GPB = 2;  // 8 blocks of 32 = 2 groups of 16
+  static constexpr size_t BYTES = 8 * sizeof(block_q4_0);
+  static void decode(const uint8_t* p, MmWeights& w, int r) {
+    const block_q4_0* x = (const block_q4_0*)p;
+    const __m128i m4 = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
+    for (int b = 0; b < 8; b++) {
+      const __m128i q = _mm_loadu_si128((const __m128i*)x[b].qs);
+      _mm256_store_si256((__m256i*)(w.dec[r] + 32 * b), _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(q, m4), k8)));
+      _mm256_store_si256((__m256i*)(w.dec[r] + 32 * b + 16),
+                         _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), k8)));
+      w.d[b][r] = half_to_float(x[b].d);
+    }
+  }
+};
+
+template <class F, int NT>
+inline void mm_tile(const MmWeights& W, const int16_t* const* a, const float* const* adt, int sub, F4* acc) {
+  const int16_t* w = W.dec[4 * sub];
+  for (int b = 0; b < F::NBI; b++) {
+    __m256i s[4][NT];
+    for (int r = 0; r < 4; r++)
+      for (int t = 0; t < NT; t++) s[r][t] = _mm256_setzero_si256();
+    for (int g = 0; g < F::GPB; g++) {  // hot loop: 16 weights x 4 rows x NT tokens
+      const int off = (b * F::GPB + g) * 16;
+      __m256i av[NT];
+      for (int t = 0; t < NT; t++) av[t] = _mm256_loadu_si256((const __m256i*)(a[t] + off));
+      for (int r = 0; r < 4; r++) {
+        const __m256i wv = _mm256_load_si256((const __m256i*)(w + r * SB + off));
+        for (int t = 0; t < NT; t++) s[r][t] = _mm256_add_epi32(s[r][t], _mm256_madd_epi16(wv, av[t]));
+      }
+    }
+    const __m128 dw = _mm_loadu_ps(&W.d[b][4 * sub]);
+    for (int t = 0; t < NT; t++) {
+      const __m128i sumi = reduce4(s[0][t], s[1][t], s[2][t], s[3][t]);
+      const __m128 da = _mm_set1_ps(adt[t][b]);
+      const __m128 d = _mm_mul_ps(dw, da);
+      acc[t].v = _mm_add_ps(acc[t].v, _mm_mul_ps(d, _mm_cvtepi32_ps(sumi)));  // block_accum, lanewise
+    }
+  }
+}
+
+template <class F>
+void mm_avx2(int64_t n, const uint8_t* Wt, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+             int64_t nt, float* Y, int64_t ldy) {
+  const int64_t ns = n / SB, nbe = n / QK8_0;
+  MmScratch& m = g_mm;
+  MmWeights& W = g_w;
+  m.a16.resize((size_t)(nt * n));
+  m.ad.resize((size_t)(nt * nbe));
+  m.acc.resize((size_t)(RD / 4 * nt));
+  for (int64_t t = 0; t < nt; t++) {  // Q16_0 rows -> contiguous int16 + scales
+    const block_q16_0* x = (const block_q16_0*)(act + (size_t)t * ab);
+    for (int64_t i = 0; i < nbe; i++) {
+      std::memcpy(m.a16.data() + t * n + 32 * i, x[i].qs, sizeof x[i].qs);
+      m.ad[(size_t)(t * nbe + i)] = x[i].d;
+    }
+  }
+  for (int64_t r0 = 0; r0 < nrows; r0 += RD) {
+    const int nr = (int)std::min<int64_t>(RD, nrows - r0), nsub = (nr + 3) / 4;
+    for (int64_t k = 0; k < nsub * nt; k++) m.acc[(size_t)k].v = _mm_setzero_ps();
+    for (int64_t s = 0; s < ns; s++) {
+      for (int r = 0; r < 4 * nsub; r++) {
+        if (r < nr) F::decode(Wt + (size_t)(r0 + r) * rb + (size_t)s * F::BYTES, W, r);
+        else zero_row(W, r);
+      }
+      int64_t t = 0;
+      for (; t + 2 <= nt; t += 2) {
+        const int16_t* a[2] = {m.a16.data() + t * n + s * SB, m.a16.data() + (t + 1) * n + s * SB};
+        const float* adt[2] = {m.ad.data() + t * nbe + s * F::NBI, m.ad.data() + (t + 1) * nbe + s * F::NBI};
+        for (int sub = 0; sub < nsub; sub++) mm_tile<F, 2>(W, a, adt, sub, &m.acc[(size_t)(sub * nt + t)]);
+      }
+      if (t < nt) {
+        const int16_t* a[1] = {m.a16.data() + t * n + s * SB};
+        const float* adt[1] = {m.ad.data() + t * nbe + s * F::NBI};
+        for (int sub = 0; sub < nsub; sub++) mm_tile<F, 1>(W, a, adt, sub, &m.acc[(size_t)(sub * nt + t)]);
+      }
+    }
+    for (int sub = 0; sub < nsub; sub++)
+      for (int64_t t = 0; t < nt; t++) {
+        alignas(16) float o[4];
+        _mm_store_ps(o, m.acc[(size_t)(sub * nt + t)].v);
+        for (int r = 0; r < 4 && 4 * sub + r < nr; r++) Y[t * ldy + r0 + 4 * sub + r] = o[r];
+      }
+  }
+}
+
+}  // namespace
+
+static void mm_q4_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_avx2<FmtQ4_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+static void mm_q8_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_avx2<FmtQ8_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+
+// nt -> template instantiation
+#define KNOT_NT_DISPATCH(name, tmpl)                                                     \
+  static void name(int64_t n, const void* w, const void* const* act, int nt, float* out) { \
+    switch (nt) {                                                                        \
+      case 1: tmpl<1>(n, w, act, out); break;                                            \
+      case 2: tmpl<2>(n, w, act, out); break;                                            \
+      case 3: tmpl<3>(n, w, act, out); break;                                            \
+      default: tmpl<4>(n, w, act, out); break;                                           \
+    }                                                                                    \
+  }
+
+template <int NT>
+static void q4_K_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  kmin_avx2<NT, false>(n, w, act, out);
+}
+template <int NT>
+static void q5_K_avx2(int64_t n, const void* w, const void* const* act, float* out) {
+  kmin_avx2<NT, true>(n, w, act, out);
+}
+
+KNOT_NT_DISPATCH(dot_f32_avx2, f32_avx2)
+KNOT_NT_DISPATCH(dot_f16_avx2, f16_avx2)
+KNOT_NT_DISPATCH(dot_bf16_avx2, bf16_avx2)
+KNOT_NT_DISPATCH(dot_q4_0_avx2, q4_0_avx2)
+KNOT_NT_DISPATCH(dot_q8_0_avx2, q8_0_avx2)
+KNOT_NT_DISPATCH(dot_q4_K_avx2, q4_K_avx2)
+KNOT_NT_DISPATCH(dot_q5_K_avx2, q5_K_avx2)
+KNOT_NT_DISPATCH(dot_q6_K_avx2, q6_K_avx2)
+KNOT_NT_DISPATCH(dot_q4_0_q16_avx2, q4_0_q16_avx2)
+KNOT_NT_DISPATCH(dot_q8_0_q16_avx2, q8_0_q16_avx2)
+
+const DotKernels kDotAvx2 = {
+    dot_f32_avx2,  dot_f16_avx2,  dot_bf16_avx2, dot_q4_0_avx2,
+    dot_q8_0_avx2, dot_q4_K_avx2, dot_q5_K_avx2, dot_q6_K_avx2,
+    dot_q4_0_q16_avx2, dot_q8_0_q16_avx2,
+    mm_q4_0_avx2, mm_q8_0_avx2, nullptr, nullptr, nullptr,  // K-quants: maddubs dots are faster
+    nullptr, nullptr,  // scalar activation quantizers
+};
+
+}  // namespace knot
+
+#endif  // x86

@@ -1,0 +1,184 @@
+// kernels_internal.h — shared between quant.cpp and the kernel back ends
+// (kernels_generic.cpp, kernels_avx2.cpp, kernels_wasm.cpp). Not a public interface.
+//
+// Every dot kernel has one signature: a weight row of n elements against nt (1..4)
+// activation rows already in the kernel's activation format (vec_dot_type, or Q16_0 for
+// the *_q16 kernels); out[t] = dot(w, act[t]).
+// A multi-token call decodes each weight block once and reuses it for all nt tokens.
+//
+// Numerics contract that makes Simd == Scalar bit for bit on the quantized types:
+// each block's integer dot (and, for K-quants, the integer min correction) is exact,
+// and the per-block float combine is done in scalar float, in block order, with the
+// expressions written in block_accum_* below (floating contraction disabled in every
+// kernel TU so no FMA changes rounding).
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/kernels.h"
+#include "kernels/quant.h"
+
+namespace knot {
+
+constexpr int KMAX_TOK = 4;  // token tile width of the multi-token kernels
+
+typedef void (*dot_fn)(int64_t n, const void* w, const void* const* act, int nt, float* out);
+
+// Higher-precision activation format for Q4_0/Q8_0 weights in matvec/matmul: int16
+// quants per 32-block with an f32 scale (d = amax/32767). Q8_0 activations (int8, fp16
+// scale) moved Q8_0-model logits by up to 0.17; int16 makes activation rounding
+// negligible (2^-16 relative) at the same integer-dot cost (pmaddwd / dot_i16x8 on the
+// int16 lanes the int8 path widened to anyway). Products stay exact in i32:
+// |q8 * q16| * 32 <= 127 * 32768 * 32 < 2^31.
+struct block_q16_0 {
+  float d;
+  int16_t qs[QK8_0];
+};
+static_assert(sizeof(block_q16_0) == 68, "block_q16_0 size");
+
+// Batched (prefill) kernel: Y[t*ldy + r] = dot(row r of W, act row t) for r < nrows,
+// t < nt (nt >= 2), rows rb bytes apart, activation rows (act_format) ab bytes apart,
+// n % 256 == 0. Must equal the table's dot_fn for every (r, t) bit for bit: same
+// integer block sums, same per-block float combine in block order. Optional (nullptr:
+// matmul_rows loops the dot_fn over tiles).
+typedef void (*mm_fn)(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act,
+                      size_t ab, int64_t nt, float* Y, int64_t ldy);
+
+// Activation quantizer: dst = n floats in an ActFormat (n a multiple of its block).
+// A SIMD one must equal the scalar one byte for byte (nullptr: use the scalar one).
+typedef void (*act_q_fn)(const float* x, void* dst, int64_t n);
+
+struct DotKernels {
+  dot_fn f32, f16, bf16, q4_0, q8_0, q4_K, q5_K, q6_K;
+  dot_fn q4_0_q16, q8_0_q16;  // Q4_0 / Q8_0 weights x block_q16_0 activations
+  mm_fn mm_q4_0, mm_q8_0, mm_q4_K, mm_q5_K, mm_q6_K;  // batched, may be nullptr
+  act_q_fn quant_q8_K, quant_q16_0;                    // may be nullptr
+};
+
+inline mm_fn pick_mm_batch(const DotKernels& k, DType t) {
+  switch (t) {
+    case DType::Q4_0: return k.mm_q4_0;
+    case DType::Q8_0: return k.mm_q8_0;
+    case DType::Q4_K: return k.mm_q4_K;
+    case DType::Q5_K: return k.mm_q5_K;
+    case DType::Q6_K: return k.mm_q6_K;
+    default: return nullptr;
+  }
+}
+
+// Activation format matvec/matmul feed the kernels for weight type wtype:
+// Q16_0 (block_q16_0) for Q4_0/Q8_0, else vec_dot_type(wtype). vec_dot() keeps
+// vec_dot_type (the llama.cpp-compatible Q8_0 activations).
+enum class ActFormat { F32, Q8_0, Q8_K, Q16_0 };
+ActFormat act_format(DType wtype);
+size_t act_row_bytes(ActFormat f, int64_t n);
+void quantize_act_row(ActFormat f, const float* x, void* dst, int64_t n);
+// Same bytes, using table k's quantizer when it has one.
+void quantize_act_row(const DotKernels& k, ActFormat f, const float* x, void* dst, int64_t n);
+// The scalar Q16_0 quantizer of one 32-block (nearest-even, clamped to +-32767).
+void quantize_block_q16_0(const float* x, block_q16_0* y);
+void dequantize_act_row(ActFormat f, const void* src, float* dst, int64_t n);
+// Dot kernel of table k for weights wtype against act_format(wtype) activations.
+dot_fn pick_mm_dot(const DotKernels& k, DType wtype);
+
+// Scalar integer kernels (kernels_generic.cpp): always available.
+extern const DotKernels kDotGeneric;
+// Native AVX2+FMA+F16C kernels (kernels_avx2.cpp); only valid when the CPU has them.
+#if defined(__x86_64__) || defined(__i386__)
+#define KNOT_HAVE_AVX2_TU 1
+extern const DotKernels kDotAvx2;
+#endif
+// wasm simd128 kernels (kernels_wasm.cpp).
+#if defined(__wasm_simd128__)
+extern const DotKernels kDotWasm;
+#endif
+
+// The table Kernel k runs on this machine (Simd falls back to kDotGeneric). kernels.cpp.
+const DotKernels& dot_kernels(Kernel k);
+// Test hook: replace the Simd table (nullptr restores). Lets tests prove that the
+// selftest catches a deliberately broken SIMD kernel. Not thread-safe; tests only.
+void set_simd_kernels_for_test(const DotKernels* k);
+
+inline dot_fn pick_dot(const DotKernels& k, DType t) {
+  switch (t) {
+    case DType::F32: return k.f32;
+    case DType::F16: return k.f16;
+    case DType::BF16: return k.bf16;
+    case DType::Q4_0: return k.q4_0;
+    case DType::Q8_0: return k.q8_0;
+    case DType::Q4_K: return k.q4_K;
+    case DType::Q5_K: return k.q5_K;
+    case DType::Q6_K: return k.q6_K;
+    default: return nullptr;
+  }
+}
+
+// Q4_K/Q5_K packed 6-bit scale and min of sub-block j (0..7) from the 12 scale bytes:
+// bytes 0..3 hold scales 0..3 (low 6 bits) and the top 2 bits of scales 4..7,
+// bytes 4..7 hold mins 0..3 and the top 2 bits of mins 4..7, bytes 8..11 hold the low
+// nibbles of scales 4..7 (low) and mins 4..7 (high).
+inline void k4_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (uint8_t)((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
+    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Unpack all 8 scales and 8 mins of a Q4_K/Q5_K block.
+inline void k4_unpack_scales(const uint8_t* q, uint8_t sc[8], uint8_t m[8]) {
+  for (int j = 0; j < 8; j++) k4_scale_min(j, q, &sc[j], &m[j]);
+}
+
+// Per-block float combines shared by all back ends (see header comment).
+// K-quants with mins: acc += (dw*da)*sumi - (dminw*da)*summs.
+inline float block_accum_kmin(float acc, float dw, float dminw, float da, int32_t sumi,
+                              int32_t summs) {
+  const float d = dw * da;
+  const float dm = dminw * da;
+  const float a = d * (float)sumi;
+  const float b = dm * (float)summs;
+  return acc + (a - b);
+}
+// Q6_K, Q4_0, Q8_0: acc += (dw*da)*sumi.
+inline float block_accum(float acc, float dw, float da, int32_t sumi) {
+  const float d = dw * da;
+  return acc + d * (float)sumi;
+}
+
+// Scalar fp16 -> fp32 exact (defined in quant.cpp; inline copy for hot loops).
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1F;
+  uint32_t mant = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);  // inf / nan (payload kept)
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {
+    // subnormal half: normalise into an f32 normal
+    int e = -1;
+    do {
+      e++;
+      mant <<= 1;
+    } while ((mant & 0x400) == 0);
+    bits = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3FF) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline float bf16_bits_to_float(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace knot

@@ -1,0 +1,28 @@
+// chat.h — chat prompt formatting. The template is recognised from markers in the
+// file's tokenizer.chat_template (no Jinja engine): ChatML, Llama-2 [INST], Llama-3
+// header tokens, Zephyr (<|user|>, TinyLlama-chat). Without a template: ChatML if the vocab has <|im_start|>, Llama-3 if
+// it has <|start_header_id|>, else Llama-2.
+// Contract: the output is the prompt text WITHOUT the leading BOS (encode it with
+// add_bos=true, parse_special=true so BOS is added once and the markers become tokens).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "container/model.h"
+
+namespace knot {
+
+struct ChatMessage {
+  std::string role;     // "system" | "user" | "assistant" (others passed through)
+  std::string content;
+};
+
+// "chatml" | "llama2" | "llama3" | "zephyr"
+std::string detect_chat_template(const TokenizerData& tok);
+const std::vector<std::string>& chat_template_names();
+
+// force_name: one of chat_template_names() to override detection; unknown names throw.
+std::string apply_chat_template(const TokenizerData& tok, const std::vector<ChatMessage>& msgs,
+                                bool add_generation_prompt, const std::string& force_name = "");
+
+}  // namespace knot

@@ -1,0 +1,281 @@
+// sampler.cpp — llama.cpp-style sampling chain: repetition penalty -> top-k -> top-p
+// -> min-p -> temperature -> draw. Bit-identical across platforms: the RNG is our own
+// splitmix64, exp() is our own (basic IEEE ops only), candidate order is a total order
+// (logit desc, id asc), and floating-point contraction into FMA is disabled here so
+// x86, ARM and wasm round the same way.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "text/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/common.h"
+
+namespace knot {
+
+uint64_t splitmix64_next(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// exp(x) from +, *, floor and ldexp only, so every platform gets the same bits
+// (libm expf/exp differ in the last ulp between glibc, musl and emscripten).
+// Relative error ~1e-16, far below what sampling can notice.
+double det_exp(double x) {
+  if (std::isnan(x)) return x;
+  if (x < -745.0) return 0.0;
+  if (x > 709.0) return std::numeric_limits<double>::infinity();
+  const double ln2_hi = 6.93147180369123816490e-01;  // ln2 split so k*ln2_hi is exact
+  const double ln2_lo = 1.90821492927058770002e-10;
+  const double inv_ln2 = 1.44269504088896338700e+00;
+  const double kd = std::floor(x * inv_ln2 + 0.5);
+  const double r = (x - kd * ln2_hi) - kd * ln2_lo;  // |r| <= 0.35
+  // Taylor series to r^13 (remainder < 1e-17 for |r| <= 0.35), Horner form.
+  double p = 1.0 / 6227020800.0;  // 1/13!
+  const double inv_fact[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0,
+                             1.0 / 40320.0,     1.0 / 5040.0,     1.0 / 720.0,     1.0 / 120.0,
+                             1.0 / 24.0,        1.0 / 6.0,        1.0 / 2.0,       1.0,
+                             1.0};
+  for (double c : inv_fact) p = p * r + c;
+  const int k = (int)kd;
+  if (k < -1021) return std::ldexp(p, k);  // subnormal result: let ldexp round it
+  // p * 2^k with 2^k built from its bit pattern: an exact scaling, cheaper than ldexp.
+  const uint64_t bits = (uint64_t)(k + 1023) << 52;
+  double scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+namespace {
+
+// Uniform in [0, 1) with 53 random bits.
+double uniform01(uint64_t& state) { return (double)(splitmix64_next(state) >> 11) * 0x1.0p-53; }
+
+// Strict total order: higher logit first, lower id on ties. (A function object so
+// the sort calls inline it.)
+struct Better {
+  bool operator()(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) const {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  }
+};
+constexpr Better better{};
+
+}  // namespace
+
+Sampler::Sampler(const SamplerParams& p, int n_vocab) : p_(p), n_vocab_(n_vocab), rng_state_(p.seed) {
+  if (n_vocab <= 0) fail("sampler: n_vocab must be positive, got " + std::to_string(n_vocab));
+  if (!std::isfinite(p.temperature)) fail("sampler: temperature is not finite");
+  if (!std::isfinite(p.top_p) || !std::isfinite(p.min_p)) fail("sampler: top_p/min_p not finite");
+  if (!(p.repeat_penalty > 0.f) || !std::isfinite(p.repeat_penalty))
+    fail("sampler: repeat_penalty must be > 0, got " + std::to_string(p.repeat_penalty));
+}
+
+void Sampler::accept(int32_t id) {
+  if (p_.repeat_last_n == 0) return;
+  recent_.push_back(id);
+  if (p_.repeat_last_n > 0)
+    while ((int)recent_.size() > p_.repeat_last_n) recent_.pop_front();
+}
+
+void Sampler::reset() {
+  recent_.clear();
+  rng_state_ = p_.seed;
+}
+
+int32_t Sampler::sample(const float* logits, int n) {
+  if (logits == nullptr || n < n_vocab_)
+    fail("sampler: got " + std::to_string(n) + " logits, vocab has " + std::to_string(n_vocab_));
+  cand_.resize(n_vocab_);
+  // Ids >= n_vocab are tensor padding: never candidates.
+  for (int32_t i = 0; i < n_vocab_; i++) cand_[i] = {logits[i], i};
+  return sample_cand(true);
+}
+
+int32_t Sampler::sample_candidates(const int32_t* ids, const float* logits, int n) {
+  if (n < 0 || (n > 0 && (ids == nullptr || logits == nullptr)))
+    fail("sampler: bad candidate list (n=" + std::to_string(n) + ")");
+  cand_.clear();
+  for (int i = 0; i < n; i++)
+    if (ids[i] >= 0 && ids[i] < n_vocab_) cand_.push_back({logits[i], ids[i]});
+  if (cand_.empty()) fail("sampler: no candidate id below n_vocab " + std::to_string(n_vocab_));
+  return sample_cand(false);
+}
+
+// top-p over an unsorted list without sorting all of it: bucket the candidates by
+// logit distance from the max, find the bucket where the cumulative mass (buckets in
+// descending-logit order) reaches target, keep every earlier bucket whole and sort
+// only the boundary bucket. Keeps the same set as a full sort up to summation order.
+void Sampler::top_p_unsorted(double target, float max_logit, const std::vector<double>& w) {
+  constexpr int B = 1024;
+  constexpr double kMaxRange = 80.0;  // exp(-80) ~ 2e-35: beyond that mass is nil
+  float min_logit = max_logit;
+  for (const auto& c : cand_)
+    if (c.first > -std::numeric_limits<float>::infinity()) min_logit = std::min(min_logit, c.first);
+  const double range = std::min(kMaxRange, (double)max_logit - (double)min_logit);
+  const double scale = range > 0 ? (B - 1) / range : 0.0;
+  std::vector<uint16_t> bucket(cand_.size());  // [n_cand]
+  std::vector<double> mass(B, 0.0);             // [B]
+  for (size_t i = 0; i < cand_.size(); i++) {  // hot loop
+    const double d = (double)max_logit - (double)cand_[i].first;
+    const int b = d < range ? std::min(B - 1, (int)(d * scale)) : B - 1;  // -inf -> last
+    bucket[i] = (uint16_t)b;
+    mass[b] += w[i];
+  }
+  int edge = B;  // first bucket whose mass makes the cumulative reach target
+  double cum = 0;
+  for (int b = 0; b < B; b++) {
+    if (cum + mass[b] >= target) { edge = b; break; }
+    cum += mass[b];
+  }
+  if (edge == B) return;  // rounding left the total just short: keep everything
+  std::vector<std::pair<float, int32_t>> kept, boundary;
+  std::vector<double> wb;
+  for (size_t i = 0; i < cand_.size(); i++) {
+    if (bucket[i] < edge) kept.push_back(cand_[i]);
+    else if (bucket[i] == edge) boundary.push_back(cand_[i]);
+  }
+  std::sort(boundary.begin(), boundary.end(), better);
+  for (const auto& c : boundary) {
+    kept.push_back(c);
+    cum += det_exp((double)c.first - (double)max_logit);
+    if (cum >= target) break;
+  }
+  cand_.swap(kept);
+}
+
+int32_t Sampler::sample_cand(bool full_vocab) {
+  for (const auto& c : cand_)
+    if (std::isnan(c.first)) fail("sampler: logit of token " + std::to_string(c.second) + " is NaN");
+
+  // Repetition penalty over the distinct tokens of the last repeat_last_n accepted.
+  if (p_.repeat_penalty != 1.0f && !recent_.empty()) {
+    std::vector<int32_t> pen(recent_.begin(), recent_.end());
+    std::sort(pen.begin(), pen.end());
+    pen.erase(std::unique(pen.begin(), pen.end()), pen.end());
+    auto apply = [&](std::pair<float, int32_t>& c) {
+      c.first = c.first > 0.f ? c.first / p_.repeat_penalty : c.first * p_.repeat_penalty;
+    };
+    if (full_vocab) {
+      // Full-vocab list from sample(): cand_[id] is token id.
+      for (int32_t id : pen)
+        if (id >= 0 && id < n_vocab_) apply(cand_[id]);
+    } else {
+      for (auto& c : cand_)
+        if (std::binary_search(pen.begin(), pen.end(), c.second)) apply(c);
+    }
+  }
+
+  // Argmax by a scan (lowest id on ties). The list may be the whole vocab (150k), so
+  // the filters below sort only as much as they need.
+  size_t best = 0;
+  for (size_t i = 1; i < cand_.size(); i++)
+    if (better(cand_[i], cand_[best])) best = i;
+  const float max_logit = cand_[best].first;
+  const int32_t best_id = cand_[best].second;
+  if (max_logit == -std::numeric_limits<float>::infinity()) fail("sampler: every logit is -inf");
+  if (p_.temperature <= 0.f) return best_id;  // greedy
+  if (max_logit == std::numeric_limits<float>::infinity()) return best_id;
+
+  bool sorted = false;  // cand_ in `better` order (else in input order)
+  if (p_.top_k > 0 && (size_t)p_.top_k < cand_.size()) {
+    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), better);
+    cand_.resize(p_.top_k);
+    sorted = true;
+  }
+
+  std::vector<double> w;  // [n_cand] unnormalised probabilities
+  auto weigh = [&](float scale) {
+    w.resize(cand_.size());
+    double sum = 0;
+    for (size_t i = 0; i < cand_.size(); i++) {
+      w[i] = det_exp(((double)cand_[i].first - (double)max_logit) * scale);
+      sum += w[i];
+    }
+    return sum;
+  };
+
+  // top-p: smallest prefix (in `better` order) whose probability reaches p.
+  if (p_.top_p < 1.0f) {
+    const double target = (double)p_.top_p * weigh(1.0f);
+    if (sorted) {
+      double cum = 0;
+      for (size_t i = 0; i < cand_.size(); i++) {
+        cum += w[i];
+        if (cum >= target) { cand_.resize(i + 1); break; }
+      }
+    } else {
+      top_p_unsorted(target, max_logit, w);
+    }
+  }
+
+  // min-p: keep tokens with p >= min_p * p_max (the max token always survives).
+  if (p_.min_p > 0.f) {
+    weigh(1.0f);
+    size_t keep = 0;
+    for (size_t i = 0; i < cand_.size(); i++)  // order-preserving compaction
+      if (w[i] >= (double)p_.min_p || cand_[i].second == best_id) cand_[keep++] = cand_[i];
+    cand_.resize(keep);
+  }
+
+  // Temperature, softmax, draw (in the current order, which is deterministic).
+  const double sum = weigh(1.0f / p_.temperature);
+  const double u = uniform01(rng_state_) * sum;
+  double cum = 0;
+  for (size_t i = 0; i < cand_.size(); i++) {
+    cum += w[i];
+    if (u < cum) return cand_[i].second;
+  }
+  return cand_.back().second;  // u rounded up to sum
+}
+
+// ---- stop strings --------------------------------------------------------------------
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) {
+  for (auto& s : stops)
+    if (!s.empty()) stops_.push_back(std::move(s));
+}
+
+std::string StopMatcher::push(std::string_view piece) {
+  if (stopped_) return {};
+  held_ += piece;
+  // Earliest completed stop string wins.
+  size_t best = std::string::npos;
+  for (const auto& s : stops_) {
+    const size_t pos = held_.find(s);
+    if (pos < best) { best = pos; matched_ = s; }
+  }
+  if (best != std::string::npos) {
+    stopped_ = true;
+    std::string out = held_.substr(0, best);
+    held_.clear();
+    return out;
+  }
+  // Hold back the longest suffix that is a proper prefix of some stop string.
+  size_t hold = 0;
+  for (const auto& s : stops_) {
+    for (size_t k = std::min(s.size() - 1, held_.size()); k > hold; k--) {
+      if (held_.compare(held_.size() - k, k, s, 0, k) == 0) { hold = k; break; }
+    }
+  }
+  std::string out = held_.substr(0, held_.size() - hold);
+  held_.erase(0, held_.size() - hold);
+  return out;
+}
+
+std::string StopMatcher::flush() {
+  std::string out;
+  if (!stopped_) out.swap(held_);
+  held_.clear();
+  return out;
+}
+
+}  // namespace knot
