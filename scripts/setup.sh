@@ -3,7 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(build-essential cmake git googletest libgtest-dev libgmock-dev nlohmann-json3-dev emscripten nodejs npm chromium)
+pkgs=(build-essential cmake git googletest libgtest-dev libgmock-dev nlohmann-json3-dev emscripten nodejs npm chromium
+      clang libclang-rt-14-dev ccache)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
