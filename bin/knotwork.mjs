@@ -7,6 +7,7 @@
 //        [--ignore-eos] [--reference] [--ids]
 //   node bin/knotwork.mjs inspect MODEL [--json]
 //   node bin/knotwork.mjs convert IN.gguf OUT.knot      (types kept; hashes computed)
+//   node bin/knotwork.mjs serve MODEL [--port N] [--host H] [--api-key KEY] [--ctx N] [--name ID]
 //   node bin/knotwork.mjs selftest
 // MODEL is a .gguf/.knot path or an http(s) URL served with Range support.
 import {closeSync, openSync, readFileSync, readSync, statSync, writeFileSync} from "node:fs";
@@ -17,7 +18,21 @@ const USAGE = `usage: knotwork <command> [args]
                                             run a model in wasm (see generate --help)
   inspect MODEL [--json]                    header: config and tensor table
   convert IN.gguf OUT.knot                  re-encode as .knot (types kept)
+  serve MODEL [--port N] [--api-key KEY]    OpenAI-compatible API + chat page (see serve --help)
   selftest                                  SIMD-vs-scalar kernel checks in wasm
+`;
+const SERVE_USAGE = `usage: knotwork serve MODEL [options]
+  MODEL                .gguf or .knot file, or an http(s) URL (Range requests)
+  --port N             TCP port, 0..65535 (default 8080; 0 = any free port)
+  --host H             address to listen on (default 127.0.0.1)
+  --api-key KEY        require "Authorization: Bearer KEY" on /v1/* and /health
+                       (default: the KNOTWORK_API_KEY environment variable, else none)
+  --name ID            model id in the API (default: the file name without extension)
+  --ctx N              context per request, 1..1048576 (default min(train ctx, 2048))
+  --chunk N            prefill chunk size, 1..4096 (default 64)
+  --reference          reference mode: dequantized f32 math, f32 KV cache
+Routes: GET / (chat page), GET /v1/models, POST /v1/chat/completions, POST /v1/completions,
+GET /health. Prints "knotwork: serving ID at http://HOST:PORT" once it listens.
 `;
 const GEN_USAGE = `usage: knotwork generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]
   MODEL                .gguf or .knot file, or an http(s) URL (Range requests)
@@ -204,6 +219,55 @@ async function convert(args) {
   return 0;
 }
 
+async function serve(args) {
+  const o = {port: 8080, host: "127.0.0.1", apiKey: process.env.KNOTWORK_API_KEY || undefined};
+  let model = null;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
+    const val = () => { if (i + 1 >= args.length) throw new UsageError(`option ${a} needs a value`); return args[++i]; };
+    switch (a) {
+      case "-h": case "--help": process.stdout.write(SERVE_USAGE); return 0;
+      case "--port": o.port = int(a, val(), 0, 65535); break;
+      case "--host": o.host = val(); break;
+      case "--api-key": o.apiKey = val(); if (!o.apiKey) throw new UsageError("--api-key must not be empty"); break;
+      case "--name": o.name = val(); if (!o.name) throw new UsageError("--name must not be empty"); break;
+      case "--ctx": o.nCtx = int(a, val(), 1, MAX_TOKENS); break;
+      case "--chunk": o.chunk = int(a, val(), 1, 4096); break;
+      case "--reference": o.reference = true; break;
+      default:
+        if (a.startsWith("-") && a !== "-") throw new UsageError(`unknown option ${a} (see knotwork serve --help)`);
+        if (model !== null) throw new UsageError(`unexpected argument '${a}'`);
+        model = a;
+    }
+  }
+  if (model === null) { process.stderr.write(SERVE_USAGE); return 2; }
+  const [{createHandler}, {localBackend}, {serveHandler}] = await Promise.all([
+    import("../bindings/openai.mjs"), import("../bindings/local-backend.mjs"), import("../bindings/node-http.mjs")]);
+  const src = await source(model);
+  let m;
+  try {
+    let last = -1;
+    m = await kw.openModel(src, {onProgress: (done, total) => {
+      const pct = Math.floor(100 * done / total);
+      if (pct >= last + 10 || done === total) { last = pct; process.stderr.write(`knotwork: loading ${model}: ${pct}%\n`); }
+    }});
+  } finally { await src.close?.(); }
+  const id = o.name ?? model.replace(/[?#].*$/, "").split("/").pop().replace(/\.(gguf|knot)$/i, "");
+  const backend = localBackend(m, {id, nCtx: o.nCtx, chunk: o.chunk, reference: o.reference});
+  const server = await serveHandler(createHandler(backend, {apiKey: o.apiKey}), {port: o.port, host: o.host});
+  const {port} = server.address();
+  const shown = o.host.includes(":") ? `[${o.host}]` : o.host;
+  process.stderr.write(`knotwork: serving ${id} at http://${shown}:${port} (OpenAI API under /v1, chat page at /)` +
+                       `${o.apiKey ? ", API key required" : ""}\n`);
+  await new Promise((ok) => {
+    const stop = () => { server.closeAllConnections?.(); server.close(() => ok()); };
+    process.once("SIGINT", stop);
+    process.once("SIGTERM", stop);
+  });
+  m.close();
+  return 0;
+}
+
 async function selftest() {
   const r = await kw.kernelSelftest();
   process.stdout.write(r.report.endsWith("\n") ? r.report : r.report + "\n");
@@ -217,6 +281,7 @@ async function main(argv) {
       case "generate": return await generate(args);
       case "inspect": return await inspect(args);
       case "convert": return await convert(args);
+      case "serve": return await serve(args);
       case "selftest": return await selftest();
       case "-h": case "--help": process.stdout.write(USAGE); return 0;
       case undefined: process.stderr.write(USAGE); return 2;

@@ -300,6 +300,12 @@ export class Model {
     return w.resultText();
   }
 
+  /** @returns {Uint8Array} the bytes of one token (need not be valid UTF-8 alone) */
+  tokenBytes(id) {
+    this.w.call("kw_token_piece", this.#h(), id);
+    return this.w.resultBytes().slice();
+  }
+
   /** @returns {string} text of ids (llama.cpp detokenize rules) */
   detokenize(ids) {
     const w = this.w;
@@ -314,9 +320,16 @@ export class Model {
    * (text: the complete UTF-8 it released, may be "" while a character or a possible stop
    * string is pending), then one {type: "summary", ...}. Options left undefined take the
    * core's defaults (core/sampler.h). temperature <= 0 is greedy.
+   * With `logprobs: k` (0..20) each token event also carries `logprob` (the sampled token's
+   * log-probability under the model's raw distribution) and `top` ([{token, logprob}] x k).
+   * With `prefillProgress: n` the prompt is fed in pieces of about n tokens (whole prefill
+   * chunks, so the result is the same) and {type: "prefill", done, total, elapsedMs} events
+   * come before the first piece and after each one.
    * @param {string|number[]} prompt text (BOS added, special tokens parsed) or token ids
    * @param {{maxTokens?: number, temperature?: number, topK?: number, topP?: number,
    *          minP?: number, repeatPenalty?: number, repeatLastN?: number, seed?: number,
+   *          presencePenalty?: number, frequencyPenalty?: number, logprobs?: number,
+   *          prefillProgress?: number,
    *          stop?: string[], reference?: boolean, ignoreEos?: boolean, nCtx?: number,
    *          chunk?: number, addBos?: boolean, parseSpecial?: boolean}} [opts]
    */
@@ -330,17 +343,27 @@ export class Model {
       n_predict: opts.maxTokens ?? 128,
       temperature: opts.temperature, top_k: opts.topK, top_p: opts.topP, min_p: opts.minP,
       repeat_penalty: opts.repeatPenalty, repeat_last_n: opts.repeatLastN, seed: opts.seed,
+      presence_penalty: opts.presencePenalty, frequency_penalty: opts.frequencyPenalty,
+      logprobs: opts.logprobs,
       stop: opts.stop, ignore_eos: opts.ignoreEos, n_ctx: opts.nCtx, chunk: opts.chunk,
     };
     const mem0 = readMemoryStats(w);
     const sess = w.withString(JSON.stringify(o), (p, n) =>
       withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
     try {
+      const {chunk} = w.resultJSON();
       const a = Int32Array.from(ids);
-      const p = w.copyIn(new Uint8Array(a.buffer));
+      // prompt pieces: whole chunks, so the forward passes are the same as in one call
+      const piece = opts.prefillProgress > 0 ? Math.max(1, Math.round(opts.prefillProgress / chunk)) * chunk : a.length;
       const t0 = performance.now();
-      try { w.call("kw_session_prefill", sess, p, a.length); } finally { w.free(p); }
+      for (let at = 0; at < a.length || at === 0; at += piece) {
+        if (opts.prefillProgress > 0) yield {type: "prefill", done: at, total: a.length, elapsedMs: performance.now() - t0};
+        const part = a.subarray(at, Math.min(a.length, at + piece));
+        const p = w.copyIn(new Uint8Array(part.buffer, part.byteOffset, part.byteLength));
+        try { w.call(at === 0 ? "kw_session_prefill" : "kw_session_prefill_more", sess, p, part.length); } finally { w.free(p); }
+      }
       const prefillMs = performance.now() - t0;
+      if (opts.prefillProgress > 0) yield {type: "prefill", done: a.length, total: a.length, elapsedMs: prefillMs};
       const out = [];
       let decodeMs = 0, nDecoded = 0, reason = o.n_predict === 0 ? "length" : "", text = "";
       while (!reason) {
@@ -355,9 +378,14 @@ export class Model {
         text += piece;
         if (!head.done) { decodeMs += dt; nDecoded++; }  // this step also ran the token's forward pass
         reason = head.done ? head.reason : "";
-        yield {type: "token", token: head.id, text: piece,
-               telemetry: {n: out.length, elapsedMs: prefillMs + decodeMs,
-                           decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0}};
+        const ev = {type: "token", token: head.id, text: piece,
+                    telemetry: {n: out.length, elapsedMs: prefillMs + decodeMs,
+                                decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0}};
+        if (head.logprob !== undefined) {
+          ev.logprob = head.logprob;
+          ev.top = head.top.map(([token, logprob]) => ({token, logprob}));
+        }
+        yield ev;
       }
       const mem = readMemoryStats(w);
       w.call("kw_session_telemetry", sess);

@@ -76,10 +76,15 @@ int kw_chat_apply(int32_t h, const char* msgs_json, uint32_t msgs_len, int32_t a
 
 // ---- generation (abi_session.cpp) ----
 // opts JSON: mode ("fast"|"reference"), n_ctx, chunk, kv_budget, n_predict, temperature,
-// top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, stop [..], ignore_eos.
+// top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,
+// seed, stop [..], ignore_eos, logprobs (0..20; see abi_session.cpp).
 int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle);
 int kw_session_prefill(int32_t s, const int32_t* ids, uint32_t n);
-// One token: result = JSON line {"id", "done", "reason", "text_len"} + '\n' + text bytes.
+// Continue the prefill with more prompt ids (before the first step): the same result as
+// one kw_session_prefill of the whole prompt when pieces end on multiples of the chunk.
+int kw_session_prefill_more(int32_t s, const int32_t* ids, uint32_t n);
+// One token: result = JSON line {"id", "done", "reason", "text_len"[, "logprob", "top"]}
+// + '\n' + text bytes.
 int kw_session_step(int32_t s);
 int kw_session_eval(int32_t s, const int32_t* ids, uint32_t n);  // result f32 logits [n_vocab]
 int kw_session_reset(int32_t s, int32_t n_pos);

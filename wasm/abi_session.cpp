@@ -4,6 +4,8 @@
 //
 //   kw_session_new(model, opts_json) -> handle     opts: see parse_options()
 //   kw_session_prefill(s, ids, n)                  resets, runs the prompt
+//   kw_session_prefill_more(s, ids, n)             continues it (prompt fed in pieces,
+//                                                  so a host can report progress)
 //   kw_session_step(s)                              samples one token, runs it
 //       result {"id", "text", "done", "reason"}    text: complete UTF-8 only
 //   kw_session_eval(s, ids, n)                      raw: append ids, result = f32 logits
@@ -37,6 +39,7 @@ struct Session {
   bool prefilled = false, done = false;
   std::string reason;
   std::vector<int32_t> ids;   // generated
+  int logprobs = -1;          // >= 0: each step reports its token's logprob and the top k
 };
 
 Table<Session> g_sessions;
@@ -79,7 +82,10 @@ void free_sessions_of(int model_handle) {
 
 // opts (all optional): {"mode": "fast"|"reference", "n_ctx", "chunk", "kv_budget",
 //  "n_predict", "temperature", "top_k", "top_p", "min_p", "repeat_penalty",
-//  "repeat_last_n", "seed", "stop": [..], "ignore_eos"}
+//  "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop": [..],
+//  "ignore_eos", "logprobs": k (0..20: each step's head carries "logprob", the sampled
+//  token's log-probability under the model's raw distribution, and "top": [[id, logprob]
+//  x k], the k most likely tokens; absent or < 0: off)}
 KW_EXPORT(kw_session_new)
 int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle) {
   return guard([&] {
@@ -108,6 +114,10 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
     opt(j, "min_p", p.sampling.min_p);
     opt(j, "repeat_penalty", p.sampling.repeat_penalty);
     opt(j, "repeat_last_n", p.sampling.repeat_last_n);
+    opt(j, "presence_penalty", p.sampling.presence_penalty);
+    opt(j, "frequency_penalty", p.sampling.frequency_penalty);
+    opt(j, "logprobs", s->logprobs);
+    if (s->logprobs > 20) knot::fail("kw_session_new: logprobs must be at most 20, got " + std::to_string(s->logprobs));
     double seed = 0;
     opt(j, "seed", seed);
     if (seed < 0) knot::fail("kw_session_new: seed must be >= 0");
@@ -131,7 +141,8 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
                  " bytes are available under the 128 MB wasm memory cap");
     s->engine = std::make_unique<knot::Engine>(m.model, eo);
     *out_handle = g_sessions.add(std::move(s));
-    set_result(json{{"n_ctx", g_sessions.get(*out_handle, "").engine->n_ctx()},
+    const int ctx = g_sessions.get(*out_handle, "").engine->n_ctx();
+    set_result(json{{"n_ctx", ctx}, {"chunk", std::max(1, std::min(eo.chunk, ctx))},  // as the Engine clamps it
                     {"mode", knot::mode_name(eo.mode)}}.dump());
   });
 }
@@ -164,6 +175,22 @@ int kw_session_prefill(int32_t h, const int32_t* ids, uint32_t n) {
   });
 }
 
+KW_EXPORT(kw_session_prefill_more)
+int kw_session_prefill_more(int32_t h, const int32_t* ids, uint32_t n) {
+  return guard([&] {
+    Session& s = session(h, "kw_session_prefill_more");
+    if (!s.prefilled || s.i > 0) knot::fail("kw_session_prefill_more: call kw_session_prefill first, before any step");
+    if (n == 0) return;
+    if ((int64_t)s.engine->n_pos() + n > s.engine->n_ctx())
+      knot::fail("kw_session_prefill_more: prompt has " + std::to_string(s.engine->n_pos() + (int64_t)n) +
+                 " tokens but the context holds " + std::to_string(s.engine->n_ctx()));
+    s.prefilled = false;
+    s.lg = s.engine->eval(ids, (int)n);
+    for (uint32_t k = 0; k < n; k++) s.sampler->accept(ids[k]);
+    s.prefilled = true;
+  });
+}
+
 KW_EXPORT(kw_session_step)
 int kw_session_step(int32_t h) {
   return guard([&] {
@@ -173,6 +200,13 @@ int kw_session_step(int32_t h) {
     const knot::Tokenizer& tok = *s.m->tok;
     const auto& p = s.params;
     const int32_t id = s.sampler->sample(s.lg, s.engine->n_logits());
+    json lp;  // logprobs of this position, before lg is overwritten by the next eval
+    if (s.logprobs >= 0) {
+      const knot::SliceTopK top = knot::topk_lse(s.lg, 0, s.engine->n_logits(), s.logprobs);
+      json arr = json::array();
+      for (size_t k = 0; k < top.ids.size(); k++) arr.push_back({top.ids[k], (double)top.logits[k] - top.lse});
+      lp = json{{"logprob", (double)s.lg[id] - top.lse}, {"top", std::move(arr)}};
+    }
     s.sampler->accept(id);
     s.ids.push_back(id);
     s.i++;
@@ -214,7 +248,9 @@ int kw_session_step(int32_t h) {
       }
     }
     // JSON strings must be valid UTF-8: send the piece as a separate binary tail.
-    std::string head = json{{"id", id}, {"done", s.done}, {"reason", s.reason}, {"text_len", piece.size()}}.dump();
+    json hj{{"id", id}, {"done", s.done}, {"reason", s.reason}, {"text_len", piece.size()}};
+    if (!lp.is_null()) hj.update(lp);
+    std::string head = hj.dump();
     set_result(head + '\n' + piece);
   });
 }

@@ -77,6 +77,8 @@ Sampler::Sampler(const SamplerParams& p, int n_vocab) : p_(p), n_vocab_(n_vocab)
   if (!std::isfinite(p.top_p) || !std::isfinite(p.min_p)) fail("sampler: top_p/min_p not finite");
   if (!(p.repeat_penalty > 0.f) || !std::isfinite(p.repeat_penalty))
     fail("sampler: repeat_penalty must be > 0, got " + std::to_string(p.repeat_penalty));
+  if (!std::isfinite(p.presence_penalty) || !std::isfinite(p.frequency_penalty))
+    fail("sampler: presence_penalty/frequency_penalty not finite");
 }
 
 void Sampler::accept(int32_t id) {
@@ -156,21 +158,32 @@ int32_t Sampler::sample_cand(bool full_vocab) {
   for (const auto& c : cand_)
     if (std::isnan(c.first)) fail("sampler: logit of token " + std::to_string(c.second) + " is NaN");
 
-  // Repetition penalty over the distinct tokens of the last repeat_last_n accepted.
-  if (p_.repeat_penalty != 1.0f && !recent_.empty()) {
+  // Repetition penalties over the last repeat_last_n accepted tokens: the multiplicative
+  // one once per distinct token, then the additive presence/frequency ones by count.
+  const bool additive = p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+  if ((p_.repeat_penalty != 1.0f || additive) && !recent_.empty()) {
     std::vector<int32_t> pen(recent_.begin(), recent_.end());
     std::sort(pen.begin(), pen.end());
-    pen.erase(std::unique(pen.begin(), pen.end()), pen.end());
-    auto apply = [&](std::pair<float, int32_t>& c) {
-      c.first = c.first > 0.f ? c.first / p_.repeat_penalty : c.first * p_.repeat_penalty;
+    std::vector<std::pair<int32_t, int>> counted;  // (id, count), ids ascending
+    for (int32_t id : pen) {
+      if (!counted.empty() && counted.back().first == id) counted.back().second++;
+      else counted.push_back({id, 1});
+    }
+    auto apply = [&](std::pair<float, int32_t>& c, int count) {
+      if (p_.repeat_penalty != 1.0f)
+        c.first = c.first > 0.f ? c.first / p_.repeat_penalty : c.first * p_.repeat_penalty;
+      if (additive) c.first -= (float)count * p_.frequency_penalty + p_.presence_penalty;
     };
     if (full_vocab) {
       // Full-vocab list from sample(): cand_[id] is token id.
-      for (int32_t id : pen)
-        if (id >= 0 && id < n_vocab_) apply(cand_[id]);
+      for (const auto& [id, count] : counted)
+        if (id >= 0 && id < n_vocab_) apply(cand_[id], count);
     } else {
-      for (auto& c : cand_)
-        if (std::binary_search(pen.begin(), pen.end(), c.second)) apply(c);
+      auto less = [](const std::pair<int32_t, int>& a, int32_t id) { return a.first < id; };
+      for (auto& c : cand_) {
+        auto it = std::lower_bound(counted.begin(), counted.end(), c.second, less);
+        if (it != counted.end() && it->first == c.second) apply(c, it->second);
+      }
     }
   }
 

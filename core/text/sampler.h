@@ -1,5 +1,5 @@
 // sampler.h — token sampling: greedy, temperature, top-k, top-p, min-p, repetition
-// penalty, seeded RNG (same seed + same logits -> same tokens on every platform).
+// penalty (multiplicative, and OpenAI's presence/frequency), seeded RNG (same seed + same logits -> same tokens on every platform).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -16,6 +16,10 @@ struct SamplerParams {
   float min_p = 0.05f;       // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off (llama.cpp semantics: divide positive, multiply negative)
   int repeat_last_n = 64;
+  // OpenAI-style additive penalties over the same window (llama.cpp semantics):
+  // logit -= count * frequency_penalty + (count > 0) * presence_penalty. 0: off.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   uint64_t seed = 0;
 };
 

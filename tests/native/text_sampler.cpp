@@ -262,6 +262,39 @@ TEST(TextSampler, RepetitionPenalty) {
   EXPECT_EQ(off.sample(pos, 4), 0);
 }
 
+// OpenAI-style additive penalties: logit -= count * frequency + (count > 0) * presence,
+// over the repeat_last_n window; the full-vocab and candidate-list paths agree.
+TEST(TextSampler, PresenceAndFrequencyPenalties) {
+  const float l[] = {3.0f, 2.5f, 2.2f, 0.0f};
+  const int32_t ids[] = {0, 1, 2, 3};
+  SamplerParams p = plain(0.0f);
+  p.repeat_last_n = 8;
+  p.frequency_penalty = 0.3f;
+  Sampler f(p, 4), fc(p, 4);
+  for (Sampler* s : {&f, &fc}) { s->accept(0); s->accept(0); }  // 3.0 - 2 * 0.3 = 2.4 < 2.5
+  EXPECT_EQ(f.sample(l, 4), 1);
+  EXPECT_EQ(fc.sample_candidates(ids, l, 4), 1);
+  for (Sampler* s : {&f, &fc}) s->accept(1);  // id 0: 2.4, id 1: 2.5 - 0.3 = 2.2, id 2: 2.2
+  EXPECT_EQ(f.sample(l, 4), 0);
+  EXPECT_EQ(fc.sample_candidates(ids, l, 4), 0);
+  p.frequency_penalty = 0.0f;
+  p.presence_penalty = 0.7f;  // once per distinct token, however often it was seen
+  Sampler pr(p, 4);
+  pr.accept(0);
+  pr.accept(0);
+  pr.accept(0);  // 3.0 - 0.7 = 2.3 < 2.5
+  EXPECT_EQ(pr.sample(l, 4), 1);
+  pr.accept(1);  // 2.5 - 0.7 = 1.8; 2.3 (id 0) > 2.2 (id 2)
+  EXPECT_EQ(pr.sample(l, 4), 0);
+  p.presence_penalty = -1.0f;  // negative: favours what was seen
+  Sampler neg(p, 4);
+  neg.accept(3);  // 0.0 + 1.0 = 1.0, still below 3.0
+  EXPECT_EQ(neg.sample(l, 4), 0);
+  SamplerParams bad = plain(1.0f);
+  bad.frequency_penalty = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(Sampler(bad, 4), knot::Error);
+}
+
 TEST(TextSampler, BadInputThrows) {
   Sampler s(plain(1.0f), 3);
   const float nan[] = {0.0f, std::numeric_limits<float>::quiet_NaN(), 1.0f};

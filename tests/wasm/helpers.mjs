@@ -1,6 +1,7 @@
 // helpers.mjs — shared by tests/wasm/*.test.mjs (not a test file itself).
 import {existsSync, readFileSync, statSync, createReadStream, mkdtempSync, rmSync} from "node:fs";
 import {createServer} from "node:http";
+import {spawn} from "node:child_process";
 import {tmpdir} from "node:os";
 import {join, dirname, extname, resolve} from "node:path";
 import {fileURLToPath} from "node:url";
@@ -80,3 +81,25 @@ export async function serveFiles(routes) {
     close: () => new Promise((ok) => { server.closeAllConnections?.(); server.close(() => ok()); }),
   };
 }
+
+/** Start `knotwork serve`; resolves {url, id, proc, stderr, stop()} once it listens. */
+export async function startServe(model, args = []) {
+  const proc = spawn(process.execPath, [join(ROOT, "bin/knotwork.mjs"), "serve", model, "--port", "0", ...args], {stdio: ["ignore", "pipe", "pipe"]});
+  let stderr = "";
+  const url = await new Promise((ok, fail) => {
+    proc.stderr.on("data", (d) => {
+      stderr += d;
+      const m = /serving (\S+) at (http:\/\/\S+)/.exec(stderr);
+      if (m) ok(m[2]);
+    });
+    proc.on("exit", (code) => fail(new Error(`serve exited with ${code}: ${stderr}`)));
+  });
+  const id = /serving (\S+) at/.exec(stderr)[1];
+  return {url, id, proc, get stderr() { return stderr; },
+          stop: () => new Promise((ok) => {
+            if (proc.exitCode !== null || proc.signalCode !== null) return ok();
+            proc.once("exit", ok);
+            proc.kill("SIGTERM");
+          })};
+}
+

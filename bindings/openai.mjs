@@ -1,0 +1,448 @@
+// openai.mjs — the OpenAI-compatible HTTP API as one fetch-style handler,
+// `(Request) => Promise<Response>`, the same in Node (`knotwork serve`), in a Worker (the
+// mesh's entry) and in a browser. It parses and checks requests, speaks OpenAI's wire
+// format (JSON, SSE with `data: [DONE]`, error objects) and streams live telemetry; a
+// *backend* does the generating.
+//
+//   import {createHandler} from "./openai.mjs";
+//   const handle = createHandler(backend, {apiKey: "secret"});   // apiKey optional
+//   const response = await handle(request);
+//
+// Routes: GET / (the chat page), GET /v1/models, GET /v1/models/{id}, POST
+// /v1/chat/completions, POST /v1/completions, GET /health; OPTIONS (CORS preflight).
+// With apiKey set every /v1/ and /health route needs `Authorization: Bearer KEY`.
+//
+// ---- The backend interface -------------------------------------------------------------
+//   backend.models() -> Promise<ModelCard[]>     ModelCard: {id, created?, owned_by?, ...}
+//       (extra fields are passed through in /v1/models, e.g. knotwork: {quantization, ctx})
+//   backend.health?() -> Promise<object>         GET /health (sessions open, memory, shards)
+//   backend.generate(req, {signal}) -> AsyncIterable<Event>
+//     req (already validated; model is one of models()):
+//       {kind: "chat"|"completion", model, messages?: [{role, content: string}],
+//        prompt?: string|number[], maxTokens?: number (undefined: up to the context),
+//        temperature, topP, topK?, minP?, repeatPenalty?, seed?, stop: string[], ignoreEos,
+//        presencePenalty, frequencyPenalty,
+//        logprobs: -1 (off) | k in 0..20 (the sampled token's logprob + the k best)}
+//     Events, in order:
+//       {type: "accepted", promptTokens, nCtx, ...telemetry}       FIRST, once the prompt is
+//           tokenized and fits: the handler then commits to 200 and (streaming) sends the
+//           headers. An error thrown before it becomes the HTTP status; after it, an error
+//           in the stream (`data: {"error": ...}`).
+//       {type: "telemetry", ...}    anything worth showing (prefill progress, topology,
+//                                   per-shard health, retries); forwarded as is
+//       {type: "token", text, id, logprob?, top?: [{token: id, logprob}], telemetry?}
+//           text: the complete UTF-8 this token released ("" while a character or a
+//           possible stop string is pending); logprob/top when req.logprobs >= 0
+//       {type: "done", reason: "eog"|"stop"|"length"|"context", promptTokens,
+//        completionTokens, telemetry?}
+//     A consumer that stops early (client gone) calls the iterator's return(): the backend
+//     must free the session there (finally). `signal` aborts too.
+//   backend.tokenBytes?(model, id) -> Uint8Array  bytes of a token (sync), for logprobs
+//   Throw ApiError(status, message, {type, code, param}) for request errors (unknown
+//   model, prompt past the context); any other error is a 500 with its message.
+//
+// ---- Telemetry on the stream ----------------------------------------------------------
+// SSE comment lines, `: knotwork {json}` followed by a blank line. Every SSE parser,
+// including the official openai clients (Node and Python) and EventSource, ignores
+// comments, so an OpenAI client sees exactly OpenAI's chunks; the chat page reads them.
+// The first one ({"type":"accepted", ...}) leaves before the prefill starts. Shapes:
+//   {type:"accepted", model, promptTokens, nCtx, maxTokens, ...backend fields}
+//   {type:"prefill", done, total, elapsedMs}       started (done 0), progress, completed
+//   {type:"decode", phase:"started"}
+//   {type:"tokens", n, tokS, elapsedMs}            tokens so far, rolling tok/s (last 16)
+//   {type:"shard"|"station"|"topology"|"retry"|"queue", ...}   backend-defined
+//   {type:"done", reason, usage, prefillTokS, decodeTokS}
+// Each also carries t: the server's Date.now() when it was sent.
+// Non-streamed responses carry the summary in an extra `knotwork` field.
+import {CHAT_PAGE_HTML} from "./chat-page.mjs";
+
+export class ApiError extends Error {
+  /** @param {number} status @param {string} message @param {{type?: string, code?: string|null, param?: string|null}} [o] */
+  constructor(status, message, {type, code = null, param = null} = {}) {
+    super(message);
+    this.status = status;
+    this.type = type ?? (status === 401 ? "invalid_request_error" : status >= 500 ? "server_error" : "invalid_request_error");
+    this.code = code;
+    this.param = param;
+  }
+}
+
+const te = new TextEncoder();
+
+function jsonResponse(obj, status = 200, headers = {}) {
+  return new Response(JSON.stringify(obj), {status, headers: {"content-type": "application/json", ...CORS, ...headers}});
+}
+
+const CORS = {"access-control-allow-origin": "*"};
+
+export function errorBody(e) {
+  return {error: {message: e.message, type: e.type, param: e.param ?? null, code: e.code ?? null}};
+}
+
+function errorResponse(e) {
+  if (!(e instanceof ApiError)) e = new ApiError(500, e?.message || String(e), {type: "server_error"});
+  return jsonResponse(errorBody(e), e.status);
+}
+
+// Constant-time comparison (timing does not tell how much of a guessed key matched).
+function sameKey(a, b) {
+  const x = te.encode(a), y = te.encode(b);
+  let d = x.length ^ y.length;
+  for (let i = 0; i < Math.max(x.length, y.length); i++) d |= (x[i] ?? 0) ^ (y[i] ?? 0);
+  return d === 0;
+}
+
+function checkKey(request, apiKey) {
+  if (!apiKey) return;
+  const h = request.headers.get("authorization") || "";
+  const m = /^Bearer\s+(.+)$/i.exec(h.trim());
+  if (!m) throw new ApiError(401, "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).", {code: "missing_api_key"});
+  if (!sameKey(m[1].trim(), apiKey)) {
+    const k = m[1].trim();
+    const shown = k.length > 8 ? `${k.slice(0, 3)}...${k.slice(-4)}` : "***";
+    throw new ApiError(401, `Incorrect API key provided: ${shown}.`, {code: "invalid_api_key"});
+  }
+}
+
+// ---- request validation ----------------------------------------------------------------
+
+const bad = (message, param, code = null) => new ApiError(400, message, {param, code});
+
+function num(body, name, {min = -Infinity, max = Infinity, int = false, dflt} = {}) {
+  const v = body[name];
+  if (v === undefined || v === null) return dflt;
+  if (typeof v !== "number" || !Number.isFinite(v) || (int && !Number.isInteger(v)))
+    throw bad(`'${name}' must be ${int ? "an integer" : "a number"}, got ${JSON.stringify(v)}`, name, "invalid_type");
+  if (v < min || v > max) throw bad(`'${name}' must be in [${min}, ${max}], got ${v}`, name, "invalid_value");
+  return v;
+}
+
+// Fields OpenAI defines that this server cannot honour: refused by name, never ignored.
+function refuseUnsupported(body, kind) {
+  const refused = [];
+  if (body.n !== undefined && body.n !== null && body.n !== 1) refused.push(`n=${JSON.stringify(body.n)} (only n=1)`);
+  for (const f of ["tools", "functions"]) if (Array.isArray(body[f]) ? body[f].length : body[f] != null) refused.push(f);
+  for (const f of ["tool_choice", "function_call"]) if (body[f] != null && body[f] !== "none") refused.push(f);
+  if (body.logit_bias != null && Object.keys(body.logit_bias).length) refused.push("logit_bias");
+  if (body.response_format != null && body.response_format?.type !== "text") refused.push("response_format");
+  if (body.audio != null) refused.push("audio");
+  if (Array.isArray(body.modalities) && body.modalities.some((m) => m !== "text")) refused.push("modalities");
+  if (body.prediction != null) refused.push("prediction");
+  if (kind === "completion") {
+    if (body.best_of != null && body.best_of !== 1) refused.push("best_of");
+    if (body.echo) refused.push("echo");
+    if (body.suffix != null) refused.push("suffix");
+  }
+  if (refused.length)
+    throw bad(`unsupported: ${refused.join(", ")}. knotwork generates one choice of plain text per request.`,
+              refused[0].split("=")[0], "unsupported_parameter");
+}
+
+function textContent(content, i) {
+  if (typeof content === "string") return content;
+  if (content === null || content === undefined) return "";
+  if (Array.isArray(content)) {
+    return content.map((p, j) => {
+      if (p?.type === "text" && typeof p.text === "string") return p.text;
+      throw bad(`messages[${i}].content[${j}]: only text parts are supported, got type ${JSON.stringify(p?.type)}`, `messages[${i}].content`);
+    }).join("");
+  }
+  throw bad(`messages[${i}].content must be a string or an array of text parts`, `messages[${i}].content`);
+}
+
+/** Check an OpenAI request body; returns the backend request. */
+export function parseRequest(body, kind) {
+  if (body === null || typeof body !== "object" || Array.isArray(body)) throw bad("the request body must be a JSON object", null);
+  if (typeof body.model !== "string" || !body.model) throw bad("you must provide a model parameter", "model");
+  refuseUnsupported(body, kind);
+  const req = {kind, model: body.model};
+  if (kind === "chat") {
+    if (!Array.isArray(body.messages) || body.messages.length === 0) throw bad("'messages' must be a non-empty array", "messages");
+    req.messages = body.messages.map((m, i) => {
+      if (!m || typeof m !== "object" || typeof m.role !== "string")
+        throw bad(`messages[${i}] must be an object with a string 'role'`, `messages[${i}]`);
+      if (!["system", "developer", "user", "assistant"].includes(m.role))
+        throw bad(`messages[${i}].role ${JSON.stringify(m.role)} is not supported (system, developer, user, assistant)`, `messages[${i}].role`);
+      return {role: m.role === "developer" ? "system" : m.role, content: textContent(m.content, i)};
+    });
+  } else {
+    let p = body.prompt;
+    if (Array.isArray(p) && p.length === 1 && (typeof p[0] === "string" || Array.isArray(p[0]))) p = p[0];
+    if (typeof p === "string") req.prompt = p;
+    else if (Array.isArray(p) && p.length > 0 && p.every((x) => Number.isInteger(x) && x >= 0)) req.prompt = p;
+    else if (Array.isArray(p) && p.length > 1) throw bad("a batch of prompts is not supported: send one prompt per request", "prompt", "unsupported_parameter");
+    else throw bad("'prompt' must be a string or an array of token ids", "prompt");
+  }
+  const maxName = kind === "chat" && body.max_completion_tokens != null ? "max_completion_tokens" : "max_tokens";
+  req.maxTokens = num(body, maxName, {min: 0, max: 1 << 20, int: true});
+  req.temperature = num(body, "temperature", {min: 0, max: 2, dflt: 1});
+  req.topP = num(body, "top_p", {min: 0, max: 1, dflt: 1});
+  if (req.topP === 0) req.temperature = 0;  // only the most likely token survives
+  // llama-server extensions
+  req.topK = num(body, "top_k", {min: 0, int: true});
+  req.minP = num(body, "min_p", {min: 0, max: 1});
+  req.repeatPenalty = num(body, "repeat_penalty", {min: Number.MIN_VALUE});
+  req.seed = num(body, "seed", {min: 0, max: Number.MAX_SAFE_INTEGER, int: true});
+  if (body.ignore_eos != null && typeof body.ignore_eos !== "boolean") throw bad("'ignore_eos' must be a boolean", "ignore_eos");
+  req.ignoreEos = body.ignore_eos === true;
+  req.presencePenalty = num(body, "presence_penalty", {min: -2, max: 2, dflt: 0});
+  req.frequencyPenalty = num(body, "frequency_penalty", {min: -2, max: 2, dflt: 0});
+  const stop = body.stop;
+  if (stop == null) req.stop = [];
+  else if (typeof stop === "string") req.stop = [stop];
+  else if (Array.isArray(stop) && stop.length <= 4 && stop.every((s) => typeof s === "string")) req.stop = stop;
+  else throw bad("'stop' must be a string or an array of up to 4 strings", "stop");
+  if (req.stop.some((s) => s === "")) throw bad("'stop' strings must not be empty", "stop");
+  req.logprobs = -1;
+  if (kind === "chat") {
+    if (body.logprobs != null && typeof body.logprobs !== "boolean") throw bad("'logprobs' must be a boolean", "logprobs");
+    const top = num(body, "top_logprobs", {min: 0, max: 20, int: true});
+    if (top !== undefined && !body.logprobs) throw bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (body.logprobs) req.logprobs = top ?? 0;
+  } else {
+    const lp = num(body, "logprobs", {min: 0, max: 5, int: true});
+    if (lp !== undefined) req.logprobs = lp;
+  }
+  req.stream = body.stream === true;
+  req.includeUsage = body.stream_options?.include_usage === true;
+  return req;
+}
+
+// ---- responses -------------------------------------------------------------------------
+
+const FINISH = {eog: "stop", stop: "stop", length: "length", context: "length"};
+const finishReason = (r) => FINISH[r] ?? "stop";
+
+let idCounter = 0;
+function newId(prefix) {
+  const r = Math.random().toString(36).slice(2, 10);
+  return `${prefix}-${Date.now().toString(36)}${(idCounter++).toString(36)}${r}`;
+}
+
+const utf8 = new TextDecoder("utf-8", {fatal: false});
+
+function tokenEntry(backend, model, id, logprob) {
+  const b = backend.tokenBytes?.(model, id) ?? new Uint8Array();
+  return {token: utf8.decode(b), logprob, bytes: Array.from(b)};
+}
+
+// Chat logprobs of one token: {token, logprob, bytes, top_logprobs: [...]}
+function chatLogprob(backend, model, ev) {
+  return {...tokenEntry(backend, model, ev.id, ev.logprob),
+          top_logprobs: (ev.top ?? []).map((t) => tokenEntry(backend, model, t.token, t.logprob))};
+}
+
+// Legacy completions logprobs, accumulated: {tokens, token_logprobs, top_logprobs, text_offset}
+function addCompletionLogprob(acc, backend, model, ev, offset) {
+  acc.tokens.push(tokenEntry(backend, model, ev.id, ev.logprob).token);
+  acc.token_logprobs.push(ev.logprob);
+  const top = {};
+  for (const t of ev.top ?? []) top[tokenEntry(backend, model, t.token, t.logprob).token] ??= t.logprob;
+  acc.top_logprobs.push(top);
+  acc.text_offset.push(offset);
+}
+
+const usageOf = (done) => ({prompt_tokens: done.promptTokens, completion_tokens: done.completionTokens,
+                            total_tokens: done.promptTokens + done.completionTokens});
+
+// Rolling tokens/s over the last `window` tokens.
+class Rate {
+  constructor(window = 16) { this.t = []; this.window = window; }
+  tick(now) { this.t.push(now); if (this.t.length > this.window + 1) this.t.shift(); }
+  get tokS() {
+    const n = this.t.length - 1;
+    return n > 0 ? n / ((this.t[n] - this.t[0]) / 1000 || 1e-9) : 0;
+  }
+}
+
+/**
+ * Pull events from the backend until "accepted" (errors before that are HTTP errors).
+ * Returns {it, accepted, pending: events that came before accepted}.
+ */
+async function start(backend, req, signal) {
+  const it = backend.generate(req, {signal})[Symbol.asyncIterator]();
+  const pending = [];
+  try {
+    for (;;) {
+      const r = await it.next();
+      if (r.done) throw new Error("backend ended before accepting the request");
+      if (r.value.type === "accepted") return {it, accepted: r.value, pending};
+      pending.push(r.value);
+    }
+  } catch (e) {
+    await it.return?.();
+    throw e;
+  }
+}
+
+async function complete(backend, req, signal) {
+  const {it, accepted} = await start(backend, req, signal);
+  const chat = req.kind === "chat";
+  let text = "", done = null;
+  const lpChat = [], lpComp = {tokens: [], token_logprobs: [], top_logprobs: [], text_offset: []};
+  try {
+    for (let r = await it.next(); !r.done; r = await it.next()) {
+      const ev = r.value;
+      if (ev.type === "token") {
+        if (req.logprobs >= 0 && ev.logprob !== undefined) {
+          if (chat) lpChat.push(chatLogprob(backend, req.model, ev));
+          else addCompletionLogprob(lpComp, backend, req.model, ev, text.length);
+        }
+        text += ev.text;
+      } else if (ev.type === "done") done = ev;
+    }
+  } finally { await it.return?.(); }
+  if (!done) throw new Error("backend ended without a done event");
+  const created = Math.floor(Date.now() / 1000);
+  const knotwork = {promptTokens: accepted.promptTokens, ...done.telemetry, reason: done.reason};
+  const choice = chat
+    ? {index: 0, message: {role: "assistant", content: text, refusal: null},
+       logprobs: req.logprobs >= 0 ? {content: lpChat, refusal: null} : null, finish_reason: finishReason(done.reason)}
+    : {index: 0, text, logprobs: req.logprobs >= 0 ? lpComp : null, finish_reason: finishReason(done.reason)};
+  return jsonResponse({id: newId(chat ? "chatcmpl" : "cmpl"), object: chat ? "chat.completion" : "text_completion",
+                       created, model: req.model, system_fingerprint: null, choices: [choice], usage: usageOf(done), knotwork});
+}
+
+function stream(backend, req, signal) {
+  const chat = req.kind === "chat";
+  const id = newId(chat ? "chatcmpl" : "cmpl");
+  const created = Math.floor(Date.now() / 1000);
+  const object = chat ? "chat.completion.chunk" : "text_completion";
+  const chunk = (choice, extra = {}) => ({id, object, created, model: req.model, system_fingerprint: null,
+                                          choices: choice ? [choice] : [], ...extra});
+  const data = (obj) => te.encode(`data: ${JSON.stringify(obj)}\n\n`);
+  const tele = (obj) => te.encode(`: knotwork ${JSON.stringify({...obj, t: Date.now()})}\n\n`);
+  let it = null, closed = false;
+  const rate = new Rate();
+  let n = 0, t0 = 0, offset = 0;
+
+  return (async () => {
+    const s = await start(backend, req, signal);  // throws: an HTTP error status
+    it = s.it;
+    const body = new ReadableStream({
+      async start(controller) {
+        controller.enqueue(tele({...s.accepted, model: req.model, maxTokens: req.maxTokens ?? null}));
+        for (const ev of s.pending) controller.enqueue(tele(ev));
+        if (chat) controller.enqueue(data(chunk({index: 0, delta: {role: "assistant", content: ""}, logprobs: null, finish_reason: null})));
+      },
+      async pull(controller) {
+        if (closed) return;
+        let r;
+        try {
+          r = await it.next();
+        } catch (e) {
+          if (closed) return;
+          controller.enqueue(data(errorBody(e instanceof ApiError ? e : new ApiError(500, e?.message || String(e), {type: "server_error"}))));
+          controller.enqueue(te.encode("data: [DONE]\n\n"));
+          closed = true;
+          controller.close();
+          return;
+        }
+        if (closed) return;  // cancelled while the backend worked
+        if (r.done) { closed = true; controller.close(); return; }
+        const ev = r.value;
+        if (ev.type === "token") {
+          const now = performance.now();
+          if (n++ === 0) { t0 = now; controller.enqueue(tele({type: "decode", phase: "started"})); }
+          rate.tick(now);
+          let lp = null;
+          if (req.logprobs >= 0 && ev.logprob !== undefined) {
+            if (chat) lp = {content: [chatLogprob(backend, req.model, ev)], refusal: null};
+            else {
+              lp = {tokens: [], token_logprobs: [], top_logprobs: [], text_offset: []};
+              addCompletionLogprob(lp, backend, req.model, ev, offset);
+            }
+          }
+          offset += ev.text.length;
+          if (ev.text || lp)
+            controller.enqueue(data(chunk(chat ? {index: 0, delta: {content: ev.text}, logprobs: lp, finish_reason: null}
+                                               : {index: 0, text: ev.text, logprobs: lp, finish_reason: null})));
+          controller.enqueue(tele({type: "tokens", n, tokS: rate.tokS, elapsedMs: now - t0, ...ev.telemetry}));
+        } else if (ev.type === "done") {
+          const fin = finishReason(ev.reason);
+          controller.enqueue(data(chunk(chat ? {index: 0, delta: {}, logprobs: null, finish_reason: fin}
+                                             : {index: 0, text: "", logprobs: null, finish_reason: fin})));
+          if (req.includeUsage) controller.enqueue(data(chunk(null, {usage: usageOf(ev)})));
+          controller.enqueue(tele({type: "done", reason: ev.reason, usage: usageOf(ev), ...ev.telemetry}));
+          controller.enqueue(te.encode("data: [DONE]\n\n"));
+        } else {
+          controller.enqueue(tele(ev));
+        }
+      },
+      async cancel() {
+        // the client went away: end the generation now, which frees the session
+        closed = true;
+        await it.return?.();
+      },
+    }, {highWaterMark: 0});
+    return new Response(body, {status: 200, headers: {"content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache", "x-accel-buffering": "no", ...CORS}});
+  })();
+}
+
+// ---- routing ---------------------------------------------------------------------------
+
+async function readJson(request) {
+  let text;
+  try { text = await request.text(); } catch (e) { throw bad(`could not read the request body: ${e.message}`, null); }
+  try { return JSON.parse(text); } catch (e) {
+    throw bad(`We could not parse the JSON body of your request. (${e.message})`, null, "invalid_json");
+  }
+}
+
+async function findModel(backend, id) {
+  const models = await backend.models();
+  const card = models.find((m) => m.id === id);
+  if (!card) throw new ApiError(404, `The model '${id}' does not exist (this server has: ${models.map((m) => m.id).join(", ")})`,
+                                {param: "model", code: "model_not_found"});
+  return card;
+}
+
+const modelCard = (m) => ({object: "model", created: 0, owned_by: "knotwork", ...m});
+
+/**
+ * @param {object} backend  see the interface at the top of this file
+ * @param {{apiKey?: string, page?: string|null}} [options]  page: HTML at GET / (null: none)
+ * @returns {(request: Request) => Promise<Response>}
+ */
+export function createHandler(backend, {apiKey, page = CHAT_PAGE_HTML} = {}) {
+  return async function handle(request) {
+    try {
+      const url = new URL(request.url);
+      const path = url.pathname.replace(/\/+$/, "") || "/";
+      const method = request.method;
+      if (method === "OPTIONS")
+        return new Response(null, {status: 204, headers: {...CORS, "access-control-allow-methods": "GET, POST, OPTIONS",
+          "access-control-allow-headers": "authorization, content-type", "access-control-max-age": "86400"}});
+      if (path === "/" && page !== null) {
+        if (method !== "GET" && method !== "HEAD") throw new ApiError(405, `${method} / is not allowed (GET)`);
+        return new Response(method === "HEAD" ? null : page, {headers: {"content-type": "text/html; charset=utf-8"}});
+      }
+      const route = {
+        "/v1/models": ["GET", async () => jsonResponse({object: "list", data: (await backend.models()).map(modelCard)})],
+        "/v1/chat/completions": ["POST", () => generateRoute(request, "chat")],
+        "/v1/completions": ["POST", () => generateRoute(request, "completion")],
+        "/health": ["GET", async () => jsonResponse({status: "ok", ...(await backend.health?.())})],
+      }[path];
+      const modelRoute = /^\/v1\/models\/(.+)$/.exec(path);
+      if (!route && !modelRoute) throw new ApiError(404, `Unknown request URL: ${method} ${url.pathname}`, {code: "unknown_url"});
+      checkKey(request, apiKey);
+      if (modelRoute) {
+        if (method !== "GET") throw new ApiError(405, `${method} ${url.pathname} is not allowed (GET)`);
+        return jsonResponse(modelCard(await findModel(backend, decodeURIComponent(modelRoute[1]))));
+      }
+      if (method !== route[0]) throw new ApiError(405, `${method} ${url.pathname} is not allowed (${route[0]})`);
+      return await route[1]();
+    } catch (e) {
+      return errorResponse(e);
+    }
+  };
+
+  async function generateRoute(request, kind) {
+    const body = await readJson(request);
+    const req = parseRequest(body, kind);
+    await findModel(backend, req.model);
+    const signal = request.signal;
+    return req.stream ? stream(backend, req, signal) : complete(backend, req, signal);
+  }
+}

@@ -1,0 +1,80 @@
+// The chat page of `knotwork serve` (GET /) in headless Chromium: send a message, see the
+// reply's tokens arrive and the telemetry move (phase, prefill, tokens, tok/s, topology).
+// Screenshot: build/serve-chat.png (a test artifact, not committed).
+import {test} from "node:test";
+import assert from "node:assert/strict";
+import {existsSync, mkdirSync} from "node:fs";
+import {join} from "node:path";
+
+import {ROOT, sharedModel, startServe, tmpDir} from "./helpers.mjs";
+
+const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
+
+test("serve chat page in Chromium: a message streams a reply with live telemetry (API key set)", {timeout: 120_000}, async (t) => {
+  const model = sharedModel(t, "stories260K.gguf");
+  if (!model) return;
+  if (!existsSync(CHROMIUM)) {
+    if (process.env.CI) throw new Error(`${CHROMIUM} missing (CI is set: not skipping)`);
+    t.skip(`no chromium at ${CHROMIUM}`);
+    return;
+  }
+  const {chromium} = await import("playwright-core");
+  const srv = await startServe(model, ["--api-key", "page-key", "--ctx", "512"]);
+  t.after(() => srv.stop());
+  const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-chat-"), {
+    executablePath: CHROMIUM, headless: true, viewport: {width: 1200, height: 800},
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--no-first-run"],
+  });
+  t.after(() => ctx.close());
+  const page = await ctx.newPage();
+  const logs = [];
+  page.on("console", (m) => logs.push(`${m.type()}: ${m.text()}`));
+  page.on("pageerror", (e) => logs.push(`pageerror: ${e.message}`));
+  await page.goto(srv.url + "/");
+  // without the key the API refuses, and the page says so
+  await page.waitForSelector(".msg.error", {timeout: 10_000});
+  assert.match(await page.textContent(".msg.error"), /API key/);
+  await page.fill("#key", "page-key");
+  await page.dispatchEvent("#key", "change");
+  await page.waitForFunction(() => document.querySelector("#model").options.length === 1, null, {timeout: 10_000});
+  assert.equal(await page.inputValue("#model"), srv.id);
+  await page.fill("#max", "120");
+  await page.fill("#temp", "0.8");
+  await page.fill("#input", "Tell me a story about a cat.");
+  await page.press("#input", "Enter");
+  // tokens arrive: the reply grows while the phase says decoding
+  await page.waitForFunction(() => (document.querySelector(".msg.assistant")?.textContent.length ?? 0) > 0, null, {timeout: 30_000});
+  await page.waitForFunction(() => document.querySelector("#phase").textContent.startsWith("done"), null, {timeout: 60_000});
+  const r = await page.evaluate(() => ({
+    reply: document.querySelector(".msg.assistant").textContent,
+    tokens: Number(document.querySelector("#tokens").textContent),
+    tps: Number(document.querySelector("#tps").textContent),
+    phase: document.querySelector("#phase").textContent,
+    quant: document.querySelector("#tquant").textContent,
+    topology: document.querySelector("#topology").textContent,
+    tele: window.knotTelemetry,
+  }));
+  assert.ok(r.reply.length > 10, `reply: ${JSON.stringify(r.reply)}\n${logs.join("\n")}`);
+  assert.ok(r.tokens > 1, `${r.tokens} tokens`);
+  assert.ok(r.tps > 0);
+  assert.match(r.phase, /^done \((eog|length|stop)\)$/);
+  assert.notEqual(r.quant, "–");
+  assert.match(r.topology, /single-process/);
+  assert.match(r.topology, /ready/);
+  const types = r.tele.map((e) => e.type);
+  assert.equal(types[0], "accepted");
+  assert.ok(types.includes("prefill") && types.includes("decode") && types.includes("done"));
+  const ns = r.tele.filter((e) => e.type === "tokens").map((e) => e.n);
+  assert.equal(ns.length, r.tokens, "the token counter moved once per token");
+  assert.ok(new Set(r.tele.filter((e) => e.type === "tokens").map((e) => e.tokS.toFixed(3))).size > 1, "tok/s moved");
+  // a second turn carries the history
+  await page.fill("#input", "And then?");
+  await page.press("#input", "Enter");
+  await page.waitForFunction(() => document.querySelectorAll(".msg.assistant").length === 2 &&
+    document.querySelector("#phase").textContent.startsWith("done"), null, {timeout: 60_000});
+  const second = r.tele.length;
+  assert.ok((await page.evaluate(() => window.knotTelemetry.length)) > second);
+  mkdirSync(join(ROOT, "build"), {recursive: true});
+  await page.screenshot({path: join(ROOT, "build/serve-chat.png"), fullPage: true});
+});
