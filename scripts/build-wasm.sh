@@ -47,7 +47,8 @@ for f in "$ROOT"/wasm/*.cpp; do SRCS+=("$f"); done
 
 # Flags fingerprint: a change of flags rebuilds everything.
 STAMP="$OBJ/flags.stamp"
-FLAGS_NOW="$(em++ --version | head -1) ${CXXFLAGS_COMMON[*]}"
+# sed, not head: head closes the pipe early and em++ (python) fails with EPIPE under pipefail
+FLAGS_NOW="$(em++ --version | sed -n 1p) ${CXXFLAGS_COMMON[*]}"
 if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$FLAGS_NOW" ]]; then
   rm -f "$OBJ"/*.o "$OBJ"/*.d
   printf '%s' "$FLAGS_NOW" > "$STAMP"
