@@ -71,7 +71,8 @@ const headers = () => ({"content-type": "application/json", ...(key.value ? {aut
 async function loadModels() {
   const r = await fetch("/v1/models", {headers: headers()});
   const j = await r.json();
-  if (!r.ok) { note("error", j.error?.message || r.statusText); return; }
+  if (!r.ok) { note("error api", j.error?.message || r.statusText); return; }
+  document.querySelectorAll(".msg.error.api").forEach((e) => e.remove());  // the key works now
   $("model").innerHTML = "";
   for (const m of j.data) $("model").append(new Option(m.id, m.id));
 }

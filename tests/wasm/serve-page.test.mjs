@@ -39,6 +39,7 @@ test("serve chat page in Chromium: a message streams a reply with live telemetry
   await page.dispatchEvent("#key", "change");
   await page.waitForFunction(() => document.querySelector("#model").options.length === 1, null, {timeout: 10_000});
   assert.equal(await page.inputValue("#model"), srv.id);
+  assert.equal(await page.locator(".msg.error").count(), 0, "the key error is gone once the key works");
   await page.fill("#max", "120");
   await page.fill("#temp", "0.8");
   await page.fill("#input", "Tell me a story about a cat.");
