@@ -103,7 +103,8 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
       queued++;
       let waiting = true;
       try {
-        if (queued > 1) yield {type: "queue", ahead: queued - 1};
+        const ahead = queued - 1 + active;  // waiting before this one, plus the one running
+        if (ahead > 0) yield {type: "queue", ahead};
         await prev;
         queued--;
         waiting = false;
@@ -120,7 +121,9 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
           });
           for await (const ev of gen) {
             if (ev.type === "token") {
-              const out = {type: "token", id: ev.token, text: ev.text};
+              const mem = ev.telemetry?.memory ?? await memoryStats();
+              const out = {type: "token", id: ev.token, text: ev.text,
+                           telemetry: {memory: {linear: mem.linear, heap: mem.heap}}};
               if (ev.logprob !== undefined) { out.logprob = ev.logprob; out.top = ev.top; }
               yield out;
             } else if (ev.type === "prefill") {

@@ -30,7 +30,7 @@
 //           in the stream (`data: {"error": ...}`).
 //       {type: "telemetry", ...}    anything worth showing (prefill progress, topology,
 //                                   per-shard health, retries); forwarded as is
-//       {type: "token", text, id, logprob?, top?: [{token: id, logprob}], telemetry?}
+//       {type: "token", text, id, logprob?, top?: [{token: id, logprob}], telemetry?: {memory?}}
 //           text: the complete UTF-8 this token released ("" while a character or a
 //           possible stop string is pending); logprob/top when req.logprobs >= 0
 //       {type: "done", reason: "eog"|"stop"|"length"|"context", promptTokens,
@@ -49,7 +49,8 @@
 //   {type:"accepted", model, promptTokens, nCtx, maxTokens, ...backend fields}
 //   {type:"prefill", done, total, elapsedMs}       started (done 0), progress, completed
 //   {type:"decode", phase:"started"}
-//   {type:"tokens", n, tokS, elapsedMs}            tokens so far, rolling tok/s (last 16)
+//   {type:"tokens", n, tokS, elapsedMs, memory?}   tokens so far, rolling tok/s (last 16),
+//                                                  memory {linear, heap} when the backend says
 //   {type:"shard"|"station"|"topology"|"retry"|"queue", ...}   backend-defined
 //   {type:"done", reason, usage, prefillTokS, decodeTokS}
 // Each also carries t: the server's Date.now() when it was sent.
@@ -357,7 +358,8 @@ function stream(backend, req, signal) {
           if (ev.text || lp)
             controller.enqueue(data(chunk(chat ? {index: 0, delta: {content: ev.text}, logprobs: lp, finish_reason: null}
                                                : {index: 0, text: ev.text, logprobs: lp, finish_reason: null})));
-          controller.enqueue(tele({type: "tokens", n, tokS: rate.tokS, elapsedMs: now - t0, ...ev.telemetry}));
+          controller.enqueue(tele({type: "tokens", n, tokS: rate.tokS, elapsedMs: now - t0,
+                                   ...(ev.telemetry?.memory && {memory: ev.telemetry.memory})}));
         } else if (ev.type === "done") {
           const fin = finishReason(ev.reason);
           controller.enqueue(data(chunk(chat ? {index: 0, delta: {}, logprobs: null, finish_reason: fin}

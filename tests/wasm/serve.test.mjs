@@ -317,6 +317,7 @@ test("serve: telemetry rides the stream as SSE comments; the first bytes leave b
     const toks = tele.filter((t) => t.type === "tokens");
     assert.deepEqual(toks.map((t) => t.n), toks.map((_, i) => i + 1), "tokens so far, one event per token");
     assert.ok(toks.at(-1).tokS > 0);
+    assert.ok(toks.every((t) => t.memory.linear >= t.memory.heap && t.memory.heap > 0), "memory with every token");
     const done = tele.at(-1);
     assert.equal(done.type, "done");
     assert.equal(done.usage.completion_tokens, toks.length);
@@ -406,4 +407,23 @@ test("bindings: generate() with prefill progress gives the same ids; logprobs ar
     for (const t of toks[0].top) assert.ok(Math.abs(t.logprob - (lg[t.token] - lse)) < 1e-5, `${t.logprob} vs ${lg[t.token] - lse}`);
     assert.ok(Math.abs(toks[0].logprob - (lg[toks[0].token] - lse)) < 1e-5);
   } finally { s.free(); }
+});
+
+test("serve: concurrent requests queue (and say so in their telemetry) and both get their own exact text", async () => {
+  const want = await cliText(modelPath(MODEL), PROMPT, ["-n", "200", "--temp", "0", "--ignore-eos"]);
+  const ask = () => fetch(`${srv.url}/v1/completions`, {method: "POST", headers: {"content-type": "application/json"},
+    body: JSON.stringify({model: srv.id, prompt: PROMPT, max_tokens: 200, ignore_eos: true, temperature: 0, stream: true})});
+  // B is sent once A streams its first token: A holds the model for 200 tokens
+  const a = await ask();
+  let bDone;
+  const ea = readSSE(a, (ev) => { if (ev.kind === "data" && !bDone) bDone = ask().then(readSSE); });
+  const [evA, evB] = [await ea, await bDone];
+  const text = (evs) => evs.filter((e) => e.kind === "data" && e.value !== "[DONE]").map((e) => e.value.choices[0]?.text ?? "").join("");
+  assert.equal(text(evA), want);
+  assert.equal(text(evB), want);
+  const queue = (evs) => evs.filter((e) => e.kind === "telemetry" && e.value.type === "queue").map((e) => e.value);
+  assert.deepEqual(queue(evA), []);
+  assert.deepEqual(queue(evB).map((q) => q.ahead), [1], "B waited behind A and said so");
+  const tB = evB.filter((e) => e.kind === "telemetry").map((e) => e.value.type);
+  assert.ok(tB.indexOf("queue") < tB.indexOf("prefill"));
 });
