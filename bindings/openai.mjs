@@ -52,6 +52,8 @@
 //   {type:"tokens", n, tokS, elapsedMs, memory?}   tokens so far, rolling tok/s (last 16),
 //                                                  memory {linear, heap} when the backend says
 //   {type:"shard"|"station"|"topology"|"retry"|"queue", ...}   backend-defined
+//   {type:"failure", reason, status}              the generation failed after it started;
+//                                                  then `data: {"error": {...}}` and [DONE]
 //   {type:"done", reason, usage, prefillTokS, decodeTokS}
 // Each also carries t: the server's Date.now() when it was sent.
 // Non-streamed responses carry the summary in an extra `knotwork` field.
@@ -333,7 +335,9 @@ function stream(backend, req, signal) {
           r = await it.next();
         } catch (e) {
           if (closed) return;
-          controller.enqueue(data(errorBody(e instanceof ApiError ? e : new ApiError(500, e?.message || String(e), {type: "server_error"}))));
+          const err = e instanceof ApiError ? e : new ApiError(500, e?.message || String(e), {type: "server_error"});
+          controller.enqueue(tele({type: "failure", reason: err.message, status: err.status}));
+          controller.enqueue(data(errorBody(err)));  // OpenAI clients raise it as an APIError
           controller.enqueue(te.encode("data: [DONE]\n\n"));
           closed = true;
           controller.close();
