@@ -252,6 +252,9 @@ async function serve(args) {
       if (pct >= last + 10 || done === total) { last = pct; process.stderr.write(`knotwork: loading ${model}: ${pct}%\n`); }
     }});
   } finally { await src.close?.(); }
+  const trained = m.info.config?.n_ctx_train;
+  if (o.nCtx !== undefined && trained > 0 && o.nCtx > trained)
+    process.stderr.write(`knotwork: warning: --ctx ${o.nCtx} is larger than the model's trained context (${trained})\n`);
   const id = o.name ?? model.replace(/[?#].*$/, "").split("/").pop().replace(/\.(gguf|knot)$/i, "");
   const backend = localBackend(m, {id, nCtx: o.nCtx, chunk: o.chunk, reference: o.reference});
   const server = await serveHandler(createHandler(backend, {apiKey: o.apiKey}), {port: o.port, host: o.host});

@@ -6,11 +6,11 @@ import {createServer} from "node:http";
 
 /**
  * @param {(request: Request) => Promise<Response>} handle
- * @param {{port?: number, host?: string}} [o]
+ * @param {{port?: number, host?: string, maxBody?: number}} [o]  maxBody: larger request bodies get a 413
  * @returns {Promise<import("node:http").Server>} listening
  */
-export async function serveHandler(handle, {port = 8080, host = "127.0.0.1"} = {}) {
-  const server = createServer((req, res) => { onRequest(handle, req, res).catch(() => res.destroy()); });
+export async function serveHandler(handle, {port = 8080, host = "127.0.0.1", maxBody = 16 << 20} = {}) {
+  const server = createServer((req, res) => { onRequest(handle, req, res, maxBody).catch(() => res.destroy()); });
   await new Promise((ok, fail) => {
     server.once("error", fail);
     server.listen(port, host, () => { server.off("error", fail); ok(); });
@@ -18,13 +18,23 @@ export async function serveHandler(handle, {port = 8080, host = "127.0.0.1"} = {
   return server;
 }
 
-async function onRequest(handle, req, res) {
+async function onRequest(handle, req, res, maxBody) {
   req.socket.setNoDelay(true);  // small SSE events go out at once
   const ac = new AbortController();
   let gone = false;
   res.on("close", () => { if (!res.writableFinished) { gone = true; ac.abort(); } });
   const chunks = [];
-  for await (const c of req) chunks.push(c);
+  let size = 0;
+  for await (const c of req) {  // past maxBody: read on (so the client gets the answer), keep nothing
+    size += c.length;
+    if (size <= maxBody) chunks.push(c);
+  }
+  if (size > maxBody) {
+    res.writeHead(413, {"content-type": "application/json"});
+    res.end(JSON.stringify({error: {message: `request body larger than ${maxBody} bytes`, type: "invalid_request_error",
+                                    param: null, code: "request_too_large"}}));
+    return;
+  }
   const headers = new Headers();
   for (const [k, v] of Object.entries(req.headers)) headers.set(k, Array.isArray(v) ? v.join(", ") : v);
   const hasBody = req.method !== "GET" && req.method !== "HEAD";

@@ -258,6 +258,7 @@ test("serve: errors carry OpenAI's error object and status", async () => {
   const chatLong = await post("/v1/chat/completions", JSON.stringify({model: srv.id, stream: true, messages: [{role: "user", content: long}]}));
   await expectError(chatLong, 400, /maximum context length is 256 tokens/, {code: "context_length_exceeded", param: "messages"});
 
+  await expectError(await post("/v1/completions", JSON.stringify({model: srv.id, prompt: "x".repeat(17 << 20)})), 413, /request body larger than 16777216 bytes/);
   const get = await fetch(`${srv.url}/v1/chat/completions`);
   await expectError(get, 405, /GET \/v1\/chat\/completions is not allowed \(POST\)/);
   await expectError(await fetch(`${srv.url}/v2/nothing`), 404, /Unknown request URL: GET \/v2\/nothing/);
