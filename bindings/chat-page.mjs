@@ -96,7 +96,7 @@ const mib = (b) => (b / 1048576).toFixed(1) + " MiB";
 function topology(t) {
   if (!t) return;
   const rows = (list, kind, range) => (list || []).map((s) =>
-    "<tr><td>" + kind + "</td><td>" + esc(s.name ?? "") + "</td><td>" + esc(JSON.stringify(s[range] ?? "")) +
+    "<tr><td>" + kind + "</td><td>" + esc(s.name ?? (s.members || []).join(", ")) + "</td><td>" + esc(JSON.stringify(s[range] ?? "")) +
     "</td><td class=st-" + esc(s.state ?? "") + ">" + esc(s.state ?? "") + "</td></tr>").join("");
   $("topology").innerHTML = "<div>" + esc(t.kind ?? "") + "</div><table><tr><th></th><th>name</th><th>range</th><th>state</th></tr>" +
     rows(t.stations, "station", "layers") + rows(t.shards, "shard", "vocab") + "</table>";
@@ -140,6 +140,7 @@ function telemetry(ev) {
       if (ev.peakLinearBytes) $("tmem").textContent = "peak " + mib(ev.peakLinearBytes);
       break;
     case "retry": case "failure": $("phase").textContent = ev.type + ": " + (ev.reason ?? ""); break;
+    case "route": $("tmodel").textContent += " · " + (ev.stations ?? "?") + " stations, " + (ev.shards ?? "?") + " shards"; break;
   }
   log(JSON.stringify(ev));
 }

@@ -28,8 +28,11 @@
 //           tokenized and fits: the handler then commits to 200 and (streaming) sends the
 //           headers. An error thrown before it becomes the HTTP status; after it, an error
 //           in the stream (`data: {"error": ...}`).
-//       {type: "telemetry", ...}    anything worth showing (prefill progress, topology,
-//                                   per-shard health, retries); forwarded as is
+//       {type: NAME, ...}           anything worth showing, in the stream's vocabulary below
+//                                   (prefill progress, topology, per-shard health, retries);
+//       {type: "telemetry", event: NAME, ...}   the coordinator's names, mapped by the
+//                                   TELEMETRY table (prefill_started/progress/completed,
+//                                   reprefill -> retry, abstain -> shard failed)
 //       {type: "token", text, id, logprob?, top?: [{token: id, logprob}], telemetry?: {memory?}}
 //           text: the complete UTF-8 this token released ("" while a character or a
 //           possible stop string is pending); logprob/top when req.logprobs >= 0
@@ -245,6 +248,26 @@ function addCompletionLogprob(acc, backend, model, ev, offset) {
   acc.text_offset.push(offset);
 }
 
+// Backend telemetry in the coordinator's words ({type: "telemetry", event: NAME, ...}, as
+// workers/coordinator/mesh.mjs emits it) -> this stream's vocabulary (header). Unlisted
+// names pass through as {type: NAME, ...}.
+const TELEMETRY = {
+  prefill_started: (e) => ({type: "prefill", done: 0, total: e.tokens}),
+  prefill_progress: (e) => ({type: "prefill", done: e.done, total: e.total}),
+  prefill_completed: (e) => ({type: "prefill", done: e.tokens, total: e.tokens, elapsedMs: e.ms}),
+  decode_started: () => null,  // the handler says so at the first token
+  reprefill: (e) => ({type: "retry", what: "re-prefill", reason: e.reason, tokens: e.tokens}),
+  abstain: (e) => ({type: "shard", name: e.shard, state: "failed", phase: e.phase, slice: e.slice, reason: e.reason,
+                    tokens: e.tokens}),
+};
+
+export function normalizeTelemetry(ev) {
+  if (ev.type !== "telemetry") return ev;
+  const {type, event, kind, ...rest} = ev;
+  const name = event ?? kind ?? "telemetry";
+  return TELEMETRY[name] ? TELEMETRY[name](rest) : {...rest, type: name};
+}
+
 const usageOf = (done) => ({prompt_tokens: done.promptTokens, completion_tokens: done.completionTokens,
                             total_tokens: done.promptTokens + done.completionTokens});
 
@@ -315,65 +338,73 @@ function stream(backend, req, signal) {
                                           choices: choice ? [choice] : [], ...extra});
   const data = (obj) => te.encode(`data: ${JSON.stringify(obj)}\n\n`);
   const tele = (obj) => te.encode(`: knotwork ${JSON.stringify({...obj, t: Date.now()})}\n\n`);
-  let it = null, closed = false;
   const rate = new Rate();
-  let n = 0, t0 = 0, offset = 0;
+  let it = null, closed = false, n = 0, t0 = 0, offset = 0;
+
+  // One backend event -> SSE chunks (out.push); false when the stream ended.
+  async function step(out) {
+    let r;
+    try {
+      r = await it.next();
+    } catch (e) {
+      if (closed) return false;
+      const err = e instanceof ApiError ? e : new ApiError(500, e?.message || String(e), {type: "server_error"});
+      out.push(tele({type: "failure", reason: err.message, status: err.status}));
+      out.push(data(errorBody(err)));  // OpenAI clients raise it as an APIError
+      out.push(te.encode("data: [DONE]\n\n"));
+      return false;
+    }
+    if (closed || r.done) return false;
+    const ev = r.value;
+    if (ev.type === "token") {
+      const now = performance.now();
+      if (n++ === 0) { t0 = now; out.push(tele({type: "decode", phase: "started"})); }
+      rate.tick(now);
+      let lp = null;
+      if (req.logprobs >= 0 && ev.logprob !== undefined) {
+        if (chat) lp = {content: [chatLogprob(backend, req.model, ev)], refusal: null};
+        else {
+          lp = {tokens: [], token_logprobs: [], top_logprobs: [], text_offset: []};
+          addCompletionLogprob(lp, backend, req.model, ev, offset);
+        }
+      }
+      offset += ev.text.length;
+      if (ev.text || lp)
+        out.push(data(chunk(chat ? {index: 0, delta: {content: ev.text}, logprobs: lp, finish_reason: null}
+                                 : {index: 0, text: ev.text, logprobs: lp, finish_reason: null})));
+      out.push(tele({type: "tokens", n, tokS: rate.tokS, elapsedMs: now - t0,
+                     ...(ev.telemetry?.memory && {memory: ev.telemetry.memory})}));
+    } else if (ev.type === "done") {
+      const fin = finishReason(ev.reason);
+      out.push(data(chunk(chat ? {index: 0, delta: {}, logprobs: null, finish_reason: fin}
+                               : {index: 0, text: "", logprobs: null, finish_reason: fin})));
+      if (req.includeUsage) out.push(data(chunk(null, {usage: usageOf(ev)})));
+      out.push(tele({type: "done", reason: ev.reason, usage: usageOf(ev), ...ev.telemetry}));
+      out.push(te.encode("data: [DONE]\n\n"));
+    } else {
+      const t = normalizeTelemetry(ev);
+      if (t) out.push(tele(t));
+    }
+    return true;
+  }
 
   return (async () => {
     const s = await start(backend, req, signal);  // throws: an HTTP error status
     it = s.it;
     const body = new ReadableStream({
-      async start(controller) {
+      start(controller) {
         controller.enqueue(tele({...s.accepted, model: req.model, maxTokens: req.maxTokens ?? null}));
-        for (const ev of s.pending) controller.enqueue(tele(ev));
+        for (const ev of s.pending.map(normalizeTelemetry)) if (ev) controller.enqueue(tele(ev));
         if (chat) controller.enqueue(data(chunk({index: 0, delta: {role: "assistant", content: ""}, logprobs: null, finish_reason: null})));
       },
       async pull(controller) {
-        if (closed) return;
-        let r;
-        try {
-          r = await it.next();
-        } catch (e) {
-          if (closed) return;
-          const err = e instanceof ApiError ? e : new ApiError(500, e?.message || String(e), {type: "server_error"});
-          controller.enqueue(tele({type: "failure", reason: err.message, status: err.status}));
-          controller.enqueue(data(errorBody(err)));  // OpenAI clients raise it as an APIError
-          controller.enqueue(te.encode("data: [DONE]\n\n"));
-          closed = true;
-          controller.close();
-          return;
-        }
-        if (closed) return;  // cancelled while the backend worked
-        if (r.done) { closed = true; controller.close(); return; }
-        const ev = r.value;
-        if (ev.type === "token") {
-          const now = performance.now();
-          if (n++ === 0) { t0 = now; controller.enqueue(tele({type: "decode", phase: "started"})); }
-          rate.tick(now);
-          let lp = null;
-          if (req.logprobs >= 0 && ev.logprob !== undefined) {
-            if (chat) lp = {content: [chatLogprob(backend, req.model, ev)], refusal: null};
-            else {
-              lp = {tokens: [], token_logprobs: [], top_logprobs: [], text_offset: []};
-              addCompletionLogprob(lp, backend, req.model, ev, offset);
-            }
-          }
-          offset += ev.text.length;
-          if (ev.text || lp)
-            controller.enqueue(data(chunk(chat ? {index: 0, delta: {content: ev.text}, logprobs: lp, finish_reason: null}
-                                               : {index: 0, text: ev.text, logprobs: lp, finish_reason: null})));
-          controller.enqueue(tele({type: "tokens", n, tokS: rate.tokS, elapsedMs: now - t0,
-                                   ...(ev.telemetry?.memory && {memory: ev.telemetry.memory})}));
-        } else if (ev.type === "done") {
-          const fin = finishReason(ev.reason);
-          controller.enqueue(data(chunk(chat ? {index: 0, delta: {}, logprobs: null, finish_reason: fin}
-                                             : {index: 0, text: "", logprobs: null, finish_reason: fin})));
-          if (req.includeUsage) controller.enqueue(data(chunk(null, {usage: usageOf(ev)})));
-          controller.enqueue(tele({type: "done", reason: ev.reason, usage: usageOf(ev), ...ev.telemetry}));
-          controller.enqueue(te.encode("data: [DONE]\n\n"));
-        } else {
-          controller.enqueue(tele(ev));
-        }
+        // a pull must enqueue or close: the stream does not call it again on its own
+        const out = [];
+        let more = true;
+        while (more && out.length === 0) more = await step(out);
+        if (closed) return;  // cancelled meanwhile
+        for (const c of out) controller.enqueue(c);
+        if (!more) { closed = true; controller.close(); }
       },
       async cancel() {
         // the client went away: end the generation now, which frees the session

@@ -57,3 +57,33 @@ test("openai handler: an ApiError thrown before `accepted` is the HTTP status, s
     assert.deepEqual(await res.json(), {error: {message: "no station reachable", type: "server_error", param: null, code: "unavailable"}});
   }
 });
+
+test("openai handler: coordinator telemetry ({type: telemetry, event}) is mapped to the stream's vocabulary", async () => {
+  const handle = createHandler({
+    async models() { return [{id: "m"}]; },
+    async *generate() {
+      yield {type: "accepted", promptTokens: 70, nCtx: 128};
+      yield {type: "telemetry", event: "route", stations: 2, shards: 4};
+      yield {type: "telemetry", event: "prefill_started", tokens: 70};
+      yield {type: "telemetry", kind: "prefill_progress", done: 64, total: 70};
+      yield {type: "telemetry", event: "abstain", phase: "lm-head", shard: "v2", slice: [256, 384], reason: "timeout", tokens: []};
+      yield {type: "telemetry", event: "reprefill", reason: "station s1 lost the session", tokens: 70};
+      yield {type: "telemetry", event: "prefill_completed", tokens: 70, ms: 12};
+      yield {type: "telemetry", event: "decode_started"};
+      yield {type: "token", id: 5, text: "x"};
+      yield {type: "done", reason: "length", promptTokens: 70, completionTokens: 1};
+    },
+  });
+  const res = await handle(new Request("http://x/v1/completions", {method: "POST", body: JSON.stringify({model: "m", prompt: "a", stream: true})}));
+  const tele = [...(await res.text()).matchAll(/^: knotwork (.*)$/gm)].map((m) => JSON.parse(m[1]));
+  const strip = ({t, ...e}) => e;
+  assert.deepEqual(tele.slice(1, 7).map(strip), [
+    {type: "route", stations: 2, shards: 4},
+    {type: "prefill", done: 0, total: 70},
+    {type: "prefill", done: 64, total: 70},
+    {type: "shard", name: "v2", state: "failed", phase: "lm-head", slice: [256, 384], reason: "timeout", tokens: []},
+    {type: "retry", what: "re-prefill", reason: "station s1 lost the session", tokens: 70},
+    {type: "prefill", done: 70, total: 70, elapsedMs: 12},
+  ]);
+  assert.deepEqual(tele.slice(7).map((e) => e.type), ["decode", "tokens", "done"]);
+});
