@@ -177,7 +177,7 @@ export async function loadTensor(w, source, handle, t, chunkBytes = 4 << 20) {
   w.call("kw_model_tensor_loaded", handle, t.i);
 }
 
-export {resolveSource as _resolveSource, withOut as _withOut};
+export {resolveSource as _resolveSource, withOut as _withOut, parsePrefix as _parsePrefix, nameArgs as _nameArgs};
 
 /** Run the SIMD-vs-scalar kernel checks inside wasm; returns the core's report. */
 export async function kernelSelftest({seed = 1} = {}) {

@@ -7,6 +7,12 @@ int cmd_inspect(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
 int cmd_verify(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
+#include <string>
+// cli/wrangler.cpp: one wrangler config per isolate of a plan (planner JSON) into dir,
+// plus the coordinator's; `main` paths point into workers_dir. Returns files written.
+int write_wrangler_configs(const std::string& plan_json, const std::string& dir, const std::string& workers_dir,
+                           const std::string& model_key);
 // Implemented in cli/generate.cpp; knot.cpp carries a weak fallback so the CLI links
 // without it.
 int cmd_generate(int argc, char** argv);

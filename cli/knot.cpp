@@ -6,7 +6,9 @@
 
 #include <charconv>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
+#include <memory>
 #include <map>
 #include <string>
 #include <string_view>
@@ -21,6 +23,7 @@
 #include "container/knot.h"
 #include "container/model_io.h"
 #include "container/synth.h"
+#include "infer/planner.h"
 
 using namespace knot;
 
@@ -43,8 +46,15 @@ static const char* USAGE =
     "  verify FILE                    layout, stale check, tensor set and shapes vs config,\n"
     "                                 every hash, NaN/Inf scales\n"
     "  synth --arch llama|qwen2 --hidden N --layers N --heads N --kv-heads N --ffn N\n"
-    "        --vocab N [--vocab-tensor N] [--type T] [--seed S] [--tied] [--ctx N] OUT(.gguf|.knot)\n"
-    "                                 deterministic random-weight model\n"
+    "        --vocab N [--vocab-tensor N] [--type T] [--seed S] [--tied] [--ctx N] [--fast]\n"
+    "        [--header-only] OUT(.gguf|.knot)\n"
+    "                                 deterministic random-weight model (--fast: rows drawn\n"
+    "                                 from a pool of quantized blocks, seconds for a 7B shape;\n"
+    "                                 --header-only: .gguf header + sparse zero payload)\n"
+    "  plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
+    "       [--shards N] [--stations N] [--wrangler DIR [--workers DIR] [--key KEY]]\n"
+    "                                 mesh topology for a per-isolate memory budget, as JSON\n"
+    "                                 (--wrangler: write one Worker config per isolate)\n"
     "  generate MODEL (-p TEXT | --prompt-file FILE) [options]\n"
     "                                 run a model (see `knot generate --help`)\n"
     "  help                           this text\n";
@@ -313,6 +323,8 @@ int cmd_synth(int argc, char** argv) {
   o.type = take_opt(args, "--type", o.type);
   o.seed = (uint64_t)parse_int(take_opt(args, "--seed", "1"), "--seed", 0, INT64_MAX);
   o.tied = has_flag(args, "--tied");
+  o.fast = has_flag(args, "--fast");
+  o.header_only = has_flag(args, "--header-only");
   no_unknown_flags(args);
   if (args.size() != 1) fail("usage: knot synth --arch llama|qwen2 --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N [--type T] [--seed S] OUT");
   o.progress = progress_bar("synth");
@@ -320,6 +332,52 @@ int cmd_synth(int argc, char** argv) {
   std::printf("%s: synthetic %s, hidden %d, %d layers, %d/%d heads, ffn %d, vocab %d, %s, seed %llu\n", args[0].c_str(), o.arch.c_str(),
               o.hidden, o.layers, o.heads, o.kv_heads, o.ffn, o.vocab, o.type.c_str(), (unsigned long long)o.seed);
   return 0;
+}
+
+// Reads the header only (growing the prefix as the parser asks), plans, prints JSON.
+int cmd_plan(int argc, char** argv) {
+  auto args = rest(argc, argv);
+  PlanOptions o;
+  o.budget = parse_bytes(take_opt(args, "--budget", "128MB"), "--budget");
+  o.mode = take_opt(args, "--mode", o.mode);
+  o.context = (int)parse_int(take_opt(args, "--context", "0"), "--context", 0, 1 << 20);
+  o.chunk = (int)parse_int(take_opt(args, "--chunk", "0"), "--chunk", 0, 4096);
+  o.shards = (int)parse_int(take_opt(args, "--shards", "0"), "--shards", 0, 1 << 24);
+  o.stations = (int)parse_int(take_opt(args, "--stations", "0"), "--stations", 0, 1 << 16);
+  const std::string wrangler = take_opt(args, "--wrangler", "");
+  const std::string workers = take_opt(args, "--workers", "workers");
+  std::string key = take_opt(args, "--key", "");
+  no_unknown_flags(args);
+  if (args.size() != 1) fail("usage: knot plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N] [--shards N] [--stations N] [--wrangler DIR]");
+  const std::string path = args[0];
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!fp) fail(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (fstat(fileno(fp.get()), &st) != 0 || S_ISDIR(st.st_mode)) fail(path + ": is a directory or unreadable");
+  const uint64_t size = (uint64_t)st.st_size;
+  std::vector<uint8_t> buf;
+  uint64_t want = std::min<uint64_t>(size, 256 * 1024);
+  const std::string name = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  for (;;) {
+    buf.resize((size_t)want);
+    if (std::fseek(fp.get(), 0, SEEK_SET) != 0 || std::fread(buf.data(), 1, buf.size(), fp.get()) != buf.size())
+      fail(path + ": short read of the header (" + std::to_string(want) + " bytes)");
+    uint64_t need = 0;
+    PlanModel m = plan_model_from_header(buf.data(), buf.size(), size, name, &need);
+    if (need) {
+      if (need <= want) fail(path + ": header parser asked for " + std::to_string(need) + " bytes after " + std::to_string(want));
+      want = std::min(need, size);
+      continue;
+    }
+    const std::string plan = plan_json(m, o);
+    if (!wrangler.empty()) {
+      if (key.empty()) key = name;
+      const int n = write_wrangler_configs(plan, wrangler, workers, key);
+      std::fprintf(stderr, "knot: wrote %d Worker configurations to %s\n", n, wrangler.c_str());
+    }
+    std::fputs(plan.c_str(), stdout);
+    return std::fflush(stdout) == 0 ? 0 : 1;
+  }
 }
 
 int main(int argc, char** argv) {
@@ -339,6 +397,7 @@ int main(int argc, char** argv) {
     if (cmd == "convert") return cmd_convert(argc - 1, argv + 1);
     if (cmd == "verify") return cmd_verify(argc - 1, argv + 1);
     if (cmd == "synth") return cmd_synth(argc - 1, argv + 1);
+    if (cmd == "plan") return cmd_plan(argc - 1, argv + 1);
     if (cmd == "generate") return cmd_generate(argc - 1, argv + 1);
     std::fprintf(stderr, "knot: error: unknown command '%s'\n%s", cmd.c_str(), USAGE);
     return 1;

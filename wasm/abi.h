@@ -108,4 +108,10 @@ int kw_output_norm(int32_t model, const float* x, int32_t ntok, float* out);
 int kw_lm_head(int32_t model, const float* xn, int32_t ntok, int32_t v0, int32_t v1, float* logits, float softcap,
                int32_t reference);
 int kw_topk_lse(const float* logits, int32_t v0, int32_t v1, int32_t k);
+
+// ---- planner (abi_plan.cpp) ----
+// Header-prefix protocol of kw_parse_header; opts JSON {"budget": "128MB", "context",
+// "chunk", "shards", "stations", "mode"}; result: the plan JSON (core/infer/planner.h).
+int kw_plan(const uint8_t* prefix, uint32_t len, double file_size, const char* name, uint32_t name_len,
+            const char* opts, uint32_t opts_len);
 }

@@ -141,6 +141,43 @@ void gen_row(const Spec& s, uint64_t seed, int64_t row, float* out) {
   }
 }
 
+// `fast` mode: the first rows of a tensor (about 1M elements), quantized as usual, serve
+// as a pool of encoded blocks; every row is then a seeded draw of blocks from the pool.
+// The weights are iid, so a block is as good at any column: same distribution and
+// scales as the default path, at memcpy speed.
+struct BlockPool {
+  std::vector<uint8_t> bytes;  // pool_rows encoded rows
+  int64_t blocks = 0;          // blocks in the pool
+  size_t block_bytes = 0;
+  int64_t row_blocks = 0;      // blocks per row
+};
+
+BlockPool make_pool(const Spec& s, DType t, uint64_t seed, int64_t rows) {
+  const int64_t n = s.shape[0];
+  const TypeTraits& tt = type_traits(t);
+  BlockPool p;
+  p.row_blocks = n / tt.block_elems;
+  p.block_bytes = (size_t)tt.block_bytes;
+  const int64_t pool_rows = std::min<int64_t>(rows, std::max<int64_t>(1, (1 << 20) / n));
+  const size_t rb = row_bytes(t, n);
+  p.bytes.resize((size_t)pool_rows * rb);
+  std::vector<float> row((size_t)n);
+  for (int64_t r = 0; r < pool_rows; r++) {
+    gen_row(s, seed, r, row.data());
+    quantize_row(t, row.data(), p.bytes.data() + (size_t)r * rb, n);
+  }
+  p.blocks = pool_rows * p.row_blocks;
+  return p;
+}
+
+void pool_row(const BlockPool& p, const Spec& s, uint64_t seed, int64_t row, uint8_t* out) {
+  uint64_t st = seed ^ hash64(s.gguf_name.data(), s.gguf_name.size(), 0xb10c) ^ ((uint64_t)row * 0xD1B54A32D192ED03ull);
+  for (int64_t b = 0; b < p.row_blocks; b++) {
+    const uint64_t k = splitmix(st) % (uint64_t)p.blocks;
+    std::memcpy(out + (size_t)b * p.block_bytes, p.bytes.data() + (size_t)k * p.block_bytes, p.block_bytes);
+  }
+}
+
 std::vector<Spec> synth_specs(const ModelConfig& c) {
   const float k3 = std::sqrt(3.f);  // uniform(-a, a) has std a/sqrt(3)
   auto w = [&](int64_t fan_in) { return k3 / std::sqrt((float)fan_in); };
@@ -176,6 +213,16 @@ bool ends_with(const std::string& s, const char* suf) {
 }
 }  // namespace
 
+std::vector<KnotTensorDesc> synth_tensors(const SynthOptions& o) {
+  check_target_type(o.type);
+  const ModelConfig c = synth_config(o);
+  std::vector<KnotTensorDesc> out;
+  for (const auto& s : synth_specs(c))
+    out.push_back({knot_tensor_name(s.gguf_name),
+                   choose_tensor_type(o.type, knot_tensor_name(s.gguf_name), DType::F32, s.shape, c.n_layer, false, nullptr), s.shape});
+  return out;
+}
+
 void synth_model(const SynthOptions& o, const std::string& path) {
   check_target_type(o.type);
   ModelConfig c = synth_config(o);
@@ -208,16 +255,30 @@ void synth_model(const SynthOptions& o, const std::string& path) {
       kw = std::make_unique<KnotWriter>(fp.get(), c, tok, descs,
                                         std::vector<std::pair<std::string, std::string>>{{"source", "synth seed " + std::to_string(o.seed)}});
     }
+    if (o.header_only) {
+      if (!as_gguf) fail("synth: --header-only writes a .gguf (a .knot header carries content hashes)");
+      const auto& ts = gw.tensors();
+      const uint64_t end = gw.header().size() + (ts.empty() ? 0 : ts.back().offset + ts.back().size);
+      // sparse: seek to the last byte and write it
+      if (end > 0 && (fseeko(fp.get(), (off_t)(end - 1), SEEK_SET) != 0 || std::fputc(0, fp.get()) == EOF))
+        fail(tmp + ": cannot extend to " + std::to_string(end) + " bytes: " + std::strerror(errno));
+    }
     uint64_t done = 0;
-    for (size_t i = 0; i < specs.size(); i++) {
+    for (size_t i = 0; i < specs.size() && !o.header_only; i++) {
       const Spec& s = specs[i];
       if (o.progress) o.progress(done, total, s.gguf_name);
       const int64_t n = s.shape[0], rows = s.shape.size() > 1 ? s.shape[1] : 1;
       std::vector<float> row((size_t)n);                  // [ne0]
       std::vector<uint8_t> q(row_bytes(types[i], n));      // one encoded row
+      BlockPool pool;
+      if (o.fast && rows > 1 && s.scale != 0) pool = make_pool(s, types[i], o.seed, rows);
       for (int64_t r = 0; r < rows; r++) {
-        gen_row(s, o.seed, r, row.data());
-        quantize_row(types[i], row.data(), q.data(), n);
+        if (!pool.bytes.empty()) {
+          pool_row(pool, s, o.seed, r, q.data());
+        } else {
+          gen_row(s, o.seed, r, row.data());
+          quantize_row(types[i], row.data(), q.data(), n);
+        }
         if (as_gguf) gw.write_data(fp.get(), q.data(), q.size());
         else kw->append(q.data(), q.size());
       }

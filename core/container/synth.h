@@ -4,12 +4,14 @@
 // O(1) through the stack; norms are 1. The tokenizer is an SPM-style vocab (<unk> <s>
 // </s>, 256 byte tokens, then pieces whose every prefix is also a piece, so BPE merges
 // reach them). Tensors are generated and quantized row by row and streamed to disk, so a
-// qwen2.5-7b-shaped layer never needs more than one row in memory.
+// qwen2.5-7b-shaped layer never needs more than one row in memory (plus, with `fast`, a
+// block pool of ~1M elements).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
 
+#include "container/knot.h"
 #include "container/model.h"
 
 namespace knot {
@@ -22,11 +24,22 @@ struct SynthOptions {
   uint64_t seed = 1;
   bool tied = false;  // no output.weight
   int ctx = 2048;
+  // fast: rows of 2-D weights are assembled from a seeded pool of blocks quantized from
+  // the same distribution (about 1M elements per tensor) instead of quantizing every row:
+  // a qwen2.5-7b-shaped layer takes well under a second. Same statistics, different
+  // bytes from the default, still deterministic per (seed, tensor, row).
+  bool fast = false;
+  // header_only (.gguf only): the header, then a sparse all-zero payload of the right
+  // size — a multi-GB tensor table in no time, for `knot plan` / header tests.
+  bool header_only = false;
   std::function<void(uint64_t done, uint64_t total, const std::string& name)> progress;
 };
 
 ModelConfig synth_config(const SynthOptions& o);  // throws on inconsistent dims
 TokenizerData synth_tokenizer(int vocab);         // vocab >= 260
+
+// The tensor table synth_model writes: knot names, types chosen for o.type, shapes.
+std::vector<KnotTensorDesc> synth_tensors(const SynthOptions& o);
 
 // Writes GGUF when path ends in .gguf, .knot otherwise.
 void synth_model(const SynthOptions& o, const std::string& path);

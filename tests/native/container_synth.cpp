@@ -179,3 +179,53 @@ TEST(Synth, SevenBShapedLayerStreamsInBoundedMemory) {
   read_knot_rows(src, h, up, 1000, 1002, rows.data());  // no chunk hashes: whole-tensor verify
   std::filesystem::remove(p);
 }
+
+// --fast: rows drawn from a pool of quantized blocks. Deterministic, every block finite,
+// the same weight statistics as the default path (dequantized std within 5%), distinct
+// rows (no row is the pool repeated), and the default path's bytes are unchanged by it.
+TEST(Synth, FastRowsKeepTheStatisticsAndDeterminism) {
+  SynthOptions o = small("qwen2", "Q4_K_M", 9);
+  o.hidden = 512, o.ffn = 4096, o.heads = 4, o.kv_heads = 2, o.layers = 1;  // 2M-element FFN tensors: pool < rows
+  SynthOptions f = o;
+  f.fast = true;
+  auto a = synth_bytes(f, ".knot"), b = synth_bytes(f, ".knot"), slow = synth_bytes(o, ".knot");
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, slow);
+  std::string pf = ctest::tmp_path("fast.knot"), ps = ctest::tmp_path("slow.knot");
+  synth_model(f, pf);
+  synth_model(o, ps);
+  Model mf = load_model_file(pf), ms = load_model_file(ps);  // verifies hashes and scales
+  for (const char* name : {"blk_0_ffn_gate_weight", "blk_0_ffn_down_weight", "token_embd_weight"}) {
+    auto stats = [&](const Tensor& t, std::set<std::vector<float>>* rows) {
+      std::vector<float> r((size_t)t.ne0());
+      const size_t rb = row_bytes(t.type, t.ne0());
+      double s2 = 0;
+      int64_t bad = 0;
+      for (int64_t i = 0; i < t.nrows(); i++) {
+        dequantize_row(t.type, t.data() + i * rb, r.data(), t.ne0());
+        for (float v : r) bad += !std::isfinite(v), s2 += (double)v * v;
+        if (rows) rows->insert(r);
+      }
+      EXPECT_EQ(bad, 0) << t.name;
+      return std::sqrt(s2 / ((double)t.nrows() * t.ne0()));
+    };
+    std::set<std::vector<float>> rows;
+    const double sf = stats(mf.get(name), &rows), ss = stats(ms.get(name), nullptr);
+    EXPECT_NEAR(sf, ss, 0.05 * ss) << name;
+    if (std::string(name) == "blk_0_ffn_down_weight") {  // 16 blocks a row: no two rows alike
+      EXPECT_EQ((int64_t)rows.size(), mf.get(name).nrows()) << name << ": repeated rows";
+    }
+  }
+}
+
+// --header-only: a .gguf whose header is complete and whose payload is a sparse hole.
+TEST(Synth, HeaderOnlyIsASparseGguf) {
+  SynthOptions o = small("qwen2", "Q4_K_M", 3);
+  o.header_only = true;
+  std::string p = ctest::tmp_path("hdr.gguf");
+  synth_model(o, p);
+  gguf::File g = gguf::parse_file(p);
+  const auto& last = g.tensors.back();
+  EXPECT_EQ(std::filesystem::file_size(p), g.data_offset + last.offset + last.size);
+  EXPECT_TRUE(contains(error_of([&] { synth_model(o, ctest::tmp_path("hdr.knot")); }), "--header-only writes a .gguf"));
+}

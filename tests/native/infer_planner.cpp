@@ -1,0 +1,236 @@
+// infer_planner.cpp — the mesh planner on a qwen2.5-coder-7b-shaped tensor table
+// (Q4_K_M type mix, no tensor data): every isolate within budget with its items summing
+// to the total, every layer covered exactly once (whole or by slices that partition the
+// heads and FFN columns), vocab ranges meeting end to end with the padding owned by none,
+// fluid phases as large as the largest phase of the table, per-token counts, refusals
+// that give the reason.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "container/convert.h"
+#include "container/synth.h"
+#include "infer/planner.h"
+
+using namespace knot;
+using json = nlohmann::json;
+
+namespace {
+SynthOptions qwen7b(int layers = 28) {
+  SynthOptions o;
+  o.arch = "qwen2";
+  o.hidden = 3584, o.layers = layers, o.heads = 28, o.kv_heads = 4, o.ffn = 18944;
+  o.vocab = 151936, o.vocab_tensor = 152064, o.type = "Q4_K_M", o.ctx = 32768;
+  return o;
+}
+PlanModel table_of(const SynthOptions& o) {
+  PlanModel m;
+  m.name = "qwen7b-shaped";
+  m.config = synth_config(o);
+  for (const auto& d : synth_tensors(o)) {
+    uint64_t rows = 1;
+    for (size_t i = 1; i < d.shape.size(); i++) rows *= (uint64_t)d.shape[i];
+    m.tensors.push_back({d.name, d.type, d.shape, row_bytes(d.type, d.shape[0], d.name) * rows});
+  }
+  return m;
+}
+json plan(const PlanModel& m, PlanOptions o = {}) { return json::parse(plan_json(m, o)); }
+std::string error_of(const PlanModel& m, const PlanOptions& o) {
+  try {
+    plan_json(m, o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+uint64_t sum_items(const json& mem) {
+  return mem["resident_weights"].get<uint64_t>() + mem["largest_phase"].get<uint64_t>() + mem["kv"].get<uint64_t>() +
+         mem["activations"].get<uint64_t>() + mem["module"].get<uint64_t>() + mem["js_heap"].get<uint64_t>();
+}
+void check_common(const json& p, const ModelConfig& c, uint64_t budget) {
+  // every isolate fits, items add up
+  for (const char* k : {"stations", "shards"})
+    for (const auto& s : p[k]) {
+      EXPECT_EQ(sum_items(s["memory"]), s["memory"]["total"].get<uint64_t>()) << s["id"];
+      EXPECT_LE(s["memory"]["total"].get<uint64_t>(), budget) << s["id"];
+    }
+  // every layer exactly once: whole, or slices partitioning heads and FFN columns
+  std::vector<int> whole(c.n_layer, 0), heads(c.n_layer, 0), cols(c.n_layer, 0);
+  for (const auto& s : p["stations"]) {
+    const int l0 = s["layers"][0], l1 = s["layers"][1];
+    ASSERT_LT(l0, l1);
+    if (s.contains("slice")) {
+      ASSERT_EQ(l1, l0 + 1);
+      heads[l0] += s["heads"][1].get<int>() - s["heads"][0].get<int>();
+      cols[l0] += s["ffn_cols"][1].get<int>() - s["ffn_cols"][0].get<int>();
+      EXPECT_EQ(s["heads"][0].get<int>() % (c.n_head / c.n_head_kv), 0) << "head cut inside a GQA group";
+    } else {
+      for (int l = l0; l < l1; l++) whole[l]++;
+    }
+  }
+  for (int l = 0; l < c.n_layer; l++) {
+    if (whole[l]) {
+      EXPECT_EQ(whole[l], 1) << "layer " << l;
+      EXPECT_EQ(heads[l] + cols[l], 0) << "layer " << l;
+    } else {
+      EXPECT_EQ(heads[l], c.n_head) << "layer " << l;
+      EXPECT_EQ(cols[l], c.n_ff) << "layer " << l;
+    }
+  }
+  // vocab shards meet end to end over the tokenizer's vocabulary
+  int64_t v = 0;
+  for (const auto& s : p["shards"]) {
+    EXPECT_EQ(s["vocab"][0].get<int64_t>(), v);
+    v = s["vocab"][1].get<int64_t>();
+    EXPECT_GT(v, s["vocab"][0].get<int64_t>());
+  }
+  EXPECT_EQ(v, c.n_vocab);
+  EXPECT_EQ(p["padding_rows"], json::array({c.n_vocab, c.n_vocab_tensor}));
+  EXPECT_EQ(p["isolates"].get<size_t>(), p["stations"].size() + p["shards"].size());
+  EXPECT_GT(p["context"].get<int>(), 0);
+  EXPECT_GT(p["chunk"].get<int>(), 0);
+}
+}  // namespace
+
+TEST(Planner, Qwen7bResidentSplitsEveryLayerIntoAlignedHalves) {
+  const SynthOptions so = qwen7b();
+  const PlanModel m = table_of(so);
+  const json p = plan(m);
+  check_common(p, m.config, 128ull << 20);
+  EXPECT_EQ(p["mode"], "resident");
+  // A Q4_K_M qwen7b layer is ~150-170 MB: two slices of 14 heads (1792 = 7 x 256 columns)
+  // and 9472 FFN columns (37 x 256) each.
+  ASSERT_EQ(p["stations"].size(), 56u);
+  for (const auto& s : p["stations"]) {
+    EXPECT_EQ(s["slice"][1], 2);
+    EXPECT_TRUE(s["aligned"].get<bool>());
+    EXPECT_EQ(s["mode"], "resident");
+    EXPECT_EQ(s["memory"]["largest_phase"], 0);
+    EXPECT_EQ(s["heads"][1].get<int>() - s["heads"][0].get<int>(), 14);
+    EXPECT_EQ(s["ffn_cols"][1].get<int>() - s["ffn_cols"][0].get<int>(), 9472);
+  }
+  EXPECT_EQ(p["stations"][0]["role"], "entry");
+  EXPECT_EQ(p["stations"][55]["role"], "exit");
+  EXPECT_GE(p["context"].get<int>(), 4096);
+  // per token: embed (1) + two rounds of 2 slices per layer + lm_head at every shard
+  const int shards = (int)p["shards"].size();
+  EXPECT_EQ(p["per_token"]["subrequests"], 1 + 28 * 4 + shards);
+  EXPECT_EQ(p["per_token"]["hops"], 1 + 28 * 2 + 1);
+  EXPECT_EQ(p["per_token"]["simultaneous_connections"], std::max(2, shards));
+  EXPECT_FALSE(p["per_token"]["generation_4096"]["within_subrequest_cap"].get<bool>());
+}
+
+TEST(Planner, Qwen7bFluidTwoStationsHoldOnePhaseAndTheLargestContext) {
+  const SynthOptions so = qwen7b();
+  const PlanModel m = table_of(so);
+  PlanOptions o;
+  o.mode = "fluid";
+  o.stations = 2;
+  const json p = plan(m, o);
+  check_common(p, m.config, o.budget);
+  ASSERT_EQ(p["stations"].size(), 2u);
+  EXPECT_EQ(p["stations"][0]["layers"], json::array({0, 14}));
+  EXPECT_EQ(p["stations"][1]["layers"], json::array({14, 28}));
+  // the largest phase is the largest non-resident tensor group of one layer in the table
+  uint64_t largest = 0;
+  for (const auto& t : m.tensors)
+    if (t.name.find("ffn_down") != std::string::npos) largest = std::max(largest, t.size);
+  for (const auto& s : p["stations"]) {
+    EXPECT_EQ(s["mode"], "fluid");
+    EXPECT_EQ(s["memory"]["largest_phase"].get<uint64_t>(), largest);
+    // the residency rule (DESIGN §2): norms, biases, anything under 1 MiB (here attn_k)
+    uint64_t floor = 0;
+    const int l0 = s["layers"][0], l1 = s["layers"][1];
+    for (const auto& t : m.tensors) {
+      const bool small = t.name.find("norm") != std::string::npos || t.name.find("bias") != std::string::npos || t.size < (1u << 20);
+      int layer = -1;
+      if (std::sscanf(t.name.c_str(), "blk_%d_", &layer) == 1 ? layer >= l0 && layer < l1 : (t.name == "output_norm_weight" && l1 == 28))
+        if (small) floor += t.size;
+    }
+    EXPECT_EQ(s["memory"]["resident_weights"].get<uint64_t>(), floor);
+    EXPECT_LT(floor, 32ull << 20);
+    // KV at the plan's context: 2 x 14 layers x 4 KV heads x 128 x 2 B per position
+    EXPECT_EQ(s["memory"]["kv"].get<uint64_t>(), 28672ull * p["context"].get<uint64_t>());
+  }
+  // largest context: one more position would not fit the fuller station
+  const int ctx = p["context"];
+  EXPECT_GT(ctx, 256);
+  o.context = ctx + 1;
+  o.chunk = p["chunk"];
+  EXPECT_NE(error_of(m, o).find("cannot be met"), std::string::npos) << error_of(m, o);
+  o.context = ctx;
+  EXPECT_EQ(error_of(m, o), "");
+}
+
+TEST(Planner, FluidWithoutAStationCountTakesAsFewAsHoldTheContext) {
+  const PlanModel m = table_of(qwen7b());
+  PlanOptions o;
+  o.mode = "fluid";
+  o.context = 4096;
+  const json p = plan(m, o);
+  check_common(p, m.config, o.budget);
+  EXPECT_EQ(p["context"], 4096);
+  const size_t n = p["stations"].size();
+  EXPECT_GT(n, 2u);
+  o.stations = (int)n - 1;
+  EXPECT_NE(error_of(m, o).find("KV at context 4096"), std::string::npos) << error_of(m, o);
+}
+
+TEST(Planner, SmallModelIsOneResidentStationAndOneShard) {
+  SynthOptions so;
+  so.hidden = 256, so.layers = 4, so.heads = 8, so.kv_heads = 2, so.ffn = 512, so.vocab = 1000, so.type = "Q8_0";
+  const PlanModel m = table_of(so);
+  const json p = plan(m);
+  check_common(p, m.config, 128ull << 20);
+  ASSERT_EQ(p["stations"].size(), 1u);
+  EXPECT_EQ(p["stations"][0]["role"], "entry-exit");
+  EXPECT_EQ(p["shards"].size(), 1u);
+  EXPECT_EQ(p["context"], so.ctx);  // capped by the training context
+}
+
+TEST(Planner, ShardCountAndBudgetAreHonoured) {
+  const PlanModel m = table_of(qwen7b(2));
+  PlanOptions o;
+  o.shards = 8;
+  const json p = plan(m, o);
+  ASSERT_EQ(p["shards"].size(), 8u);
+  EXPECT_EQ(p["shards"][0]["vocab"], json::array({0, 18992}));  // DESIGN §1's reference cluster
+  EXPECT_EQ(p["shards"][7]["vocab"], json::array({132944, 151936}));
+  o.shards = 2;
+  EXPECT_NE(error_of(m, o).find("vocab shard of 75968 rows"), std::string::npos) << error_of(m, o);
+}
+
+TEST(Planner, ImpossibleBudgetsAreRefusedWithTheReason) {
+  const PlanModel m = table_of(qwen7b(2));
+  PlanOptions o;
+  o.budget = 16ull << 20;
+  EXPECT_NE(error_of(m, o).find("does not even hold the module"), std::string::npos) << error_of(m, o);
+  o.budget = 40ull << 20;
+  const std::string e = error_of(m, o);
+  EXPECT_NE(e.find("cannot be met"), std::string::npos) << e;
+  EXPECT_NE(e.find("layer 0"), std::string::npos) << e;
+  o = {};
+  o.context = 40000;
+  EXPECT_NE(error_of(m, o).find("training context 32768"), std::string::npos) << error_of(m, o);
+  o = {};
+  o.mode = "sideways";
+  EXPECT_NE(error_of(m, o).find("resident or fluid"), std::string::npos);
+  PlanModel broken = m;
+  broken.tensors.erase(std::remove_if(broken.tensors.begin(), broken.tensors.end(),
+                                      [](const PlanTensor& t) { return t.name == "blk_1_ffn_up_weight"; }),
+                       broken.tensors.end());
+  EXPECT_NE(error_of(broken, {}).find("missing tensor blk_1_ffn_up_weight (layer 1, phase ffn_up)"), std::string::npos);
+}
+
+TEST(Planner, SizesAndOptionsParse) {
+  EXPECT_EQ(parse_bytes("128MB", "b"), 128ull << 20);
+  EXPECT_EQ(parse_bytes("1.5GiB", "b"), 3ull << 29);
+  EXPECT_EQ(parse_bytes("4096", "b"), 4096u);
+  EXPECT_THROW(parse_bytes("12XB", "b"), Error);
+  EXPECT_THROW(parse_bytes("MB", "b"), Error);
+  const PlanOptions o = plan_options_from_json(R"({"budget":"64MB","mode":"fluid","stations":3,"context":100})");
+  EXPECT_EQ(o.budget, 64ull << 20);
+  EXPECT_EQ(o.stations, 3);
+  EXPECT_THROW(plan_options_from_json(R"({"budjet":1})"), Error);
+  EXPECT_THROW(plan_options_from_json(R"({"context":-1})"), Error);
+}
