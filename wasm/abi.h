@@ -109,6 +109,13 @@ int kw_lm_head(int32_t model, const float* xn, int32_t ntok, int32_t v0, int32_t
                int32_t reference);
 int kw_topk_lse(const float* logits, int32_t v0, int32_t v1, int32_t k);
 
+// ---- streamed slice loads (abi_slice.cpp): rows or whole-block columns of a matrix ----
+// begin: result {offset, size} = the file range to stream; feed it in order in chunks of
+// any size; end verifies (chunk / tensor hash, finite scales) and installs the slice.
+int kw_model_slice_begin(int32_t h, uint32_t i, int32_t axis, double a, double b);
+int kw_model_slice_feed(int32_t h, uint32_t i, const uint8_t* p, uint32_t n);
+int kw_model_slice_end(int32_t h, uint32_t i);
+
 // ---- planner (abi_plan.cpp) ----
 // Header-prefix protocol of kw_parse_header; opts JSON {"budget": "128MB", "context",
 // "chunk", "shards", "stations", "mode"}; result: the plan JSON (core/infer/planner.h).
