@@ -33,7 +33,7 @@ aside h2{font-size:13px;text-transform:uppercase;letter-spacing:.04em;color:#667
 .bar div{height:100%;width:0;background:#2f6fed;transition:width .15s}
 table{border-collapse:collapse;width:100%;font-size:12px}
 td,th{text-align:left;padding:2px 4px;border-bottom:1px solid #eef0f3}
-.st-ready,.st-ok{color:#197a3a}.st-busy,.st-retry{color:#b26a00}.st-failed,.st-down{color:#c0262d}
+.st-ready,.st-ok{color:#197a3a}.st-busy{color:#2f6fed}.st-retry{color:#b26a00}.st-failed,.st-down{color:#c0262d}
 #log{font:11px/1.35 ui-monospace,monospace;color:#556;max-height:180px;overflow:auto;white-space:pre-wrap}
 </style></head>
 <body>
@@ -101,6 +101,13 @@ function topology(t) {
   $("topology").innerHTML = "<div>" + esc(t.kind ?? "") + "</div><table><tr><th></th><th>name</th><th>range</th><th>state</th></tr>" +
     rows(t.stations, "station", "layers") + rows(t.shards, "shard", "vocab") + "</table>";
 }
+// Member state when the backend does not report it: a generation that runs or ends
+// without naming a member means that member answered (a failed one stays failed).
+function members(state) {
+  if (!topo) return;
+  for (const m of [...(topo.stations || []), ...(topo.shards || [])]) if (m.state !== "failed") m.state = state;
+  topology(topo);
+}
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
 let topo = null;
 
@@ -121,7 +128,7 @@ function telemetry(ev) {
       $("pbar").style.width = (100 * ev.done / Math.max(1, ev.total)) + "%";
       $("tprefill").textContent = ev.done + "/" + ev.total + " in " + (ev.elapsedMs / 1000).toFixed(2) + " s";
       break;
-    case "decode": $("phase").textContent = "decoding"; break;
+    case "decode": $("phase").textContent = "decoding"; members("busy"); break;
     case "tokens":
       $("tokens").textContent = ev.n;
       $("tps").textContent = ev.tokS.toFixed(1);
@@ -136,6 +143,7 @@ function telemetry(ev) {
     }
     case "done":
       $("phase").textContent = "done (" + ev.reason + ")";
+      members("ok");
       if (ev.decodeTokS) $("tps").textContent = ev.decodeTokS.toFixed(1);
       if (ev.peakLinearBytes) $("tmem").textContent = "peak " + mib(ev.peakLinearBytes);
       break;
