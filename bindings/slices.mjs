@@ -13,7 +13,7 @@
  * @param {string} name  knot tensor name
  * @param {{rows?: [number, number], cols?: [number, number]}} cut
  */
-export async function loadSlice(parts, name, cut, {chunkBytes = 4 << 20} = {}) {
+export async function loadSlice(parts, name, cut, {chunkBytes = 1 << 20} = {}) {
   const w = parts.w, t = parts.entries.get(name);
   if (!t) throw new Error(`${parts.source.name}: no tensor ${name}`);
   const [axis, [a, b]] = cut.rows ? [0, cut.rows] : cut.cols ? [1, cut.cols] : [-1, []];

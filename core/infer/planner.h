@@ -63,7 +63,7 @@ struct PlanOptions {
   int stations = 0;                     // fluid: 0 = as few as fit the target context
   std::string mode = "resident";        // resident | fluid
   uint64_t module_bytes = 6ull << 20;   // see bindings/planner.mjs / README: measured
-  uint64_t js_heap_bytes = 10ull << 20; // loader + one 4 MiB read chunk in flight
+  uint64_t js_heap_bytes = 16ull << 20; // loader, read chunks in flight, activation copies (measured: bench/mesh-memory.mjs)
 };
 
 // Header bytes -> PlanModel. GGUF or .knot; *need > 0 (and an empty model) when the
