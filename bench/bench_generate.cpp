@@ -1,6 +1,8 @@
-// bench_generate MODEL [--prompt N] [--gen N] [--runs N] [--reference] [--chunk N]
+// bench_generate MODEL [--prompt N] [--gen N] [--runs N] [--reference] [--chunk N] [--prompt-file F]
 // Single-thread prefill and decode tokens/s of the Engine (fast mode by default):
-// an N-token prompt (default 128) then N greedy tokens (default 128), EOS ignored.
+// an N-token prompt (default 128: BOS + the first tokens of bench/prompt.txt, the same ids
+// bench/generate.mjs times in wasm; both print the ids' FNV-1a hash) then N greedy decode
+// steps (default 128; N + 1 tokens sampled), EOS ignored.
 // Median of --runs (default 3) after one warm-up. Prints one JSON object.
 #include <algorithm>
 #include <chrono>
@@ -13,7 +15,7 @@
 #include "container/model_io.h"
 
 int main(int argc, char** argv) {
-  std::string path;
+  std::string path, prompt_file;
   int n_prompt = 128, n_gen = 128, runs = 3, chunk = 64;
   knot::Mode mode = knot::Mode::Fast;
   for (int i = 1; i < argc; i++) {
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
     else if (a == "--runs") runs = next();
     else if (a == "--chunk") chunk = next();
     else if (a == "--reference") mode = knot::Mode::Reference;
+    else if (a == "--prompt-file" && i + 1 < argc) prompt_file = argv[++i];
     else path = a;
   }
   if (path.empty() || n_prompt <= 0 || n_gen <= 0 || runs <= 0 || chunk <= 0) {
@@ -39,18 +42,35 @@ int main(int argc, char** argv) {
     knot::EngineOptions eo;
     eo.mode = mode;
     eo.chunk = chunk;
-    eo.n_ctx = n_prompt + n_gen;
+    eo.n_ctx = n_prompt + n_gen + 8;
     knot::Engine engine(model, eo);
 
-    // Deterministic prompt of ordinary tokens: BOS (when the vocab has one) then ids
-    // spread over the vocabulary.
-    std::vector<int32_t> prompt;
-    if (tok.bos() >= 0) prompt.push_back(tok.bos());
-    const int nv = engine.n_logits();
-    for (int i = (int)prompt.size(); i < n_prompt; i++) prompt.push_back((int32_t)((7 + 131 * i) % nv));
+    // The prompt: bench/prompt.txt repeated, tokenized with BOS, first n_prompt ids.
+    if (prompt_file.empty()) {
+      std::string exe = argv[0];
+      const size_t slash = exe.find_last_of('/');
+      prompt_file = (slash == std::string::npos ? std::string(".") : exe.substr(0, slash)) + "/../../bench/prompt.txt";
+    }
+    std::string text;
+    {
+      std::FILE* f = std::fopen(prompt_file.c_str(), "rb");
+      if (!f) throw knot::Error(prompt_file + ": cannot open the benchmark prompt (--prompt-file)");
+      char buf[4096];
+      for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+      std::fclose(f);
+      while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    }
+    std::string all;
+    for (int k = 0; k < 8; k++) all += text;
+    std::vector<int32_t> prompt = tok.encode(all, true, false);
+    if ((int)prompt.size() < n_prompt) throw knot::Error("the benchmark text gives only " + std::to_string(prompt.size()) + " tokens");
+    prompt.resize((size_t)n_prompt);
+    uint32_t ids_hash = 0x811c9dc5u;
+    for (int32_t id : prompt)
+      for (int k = 0; k < 4; k++) ids_hash = (ids_hash ^ (((uint32_t)id >> (8 * k)) & 255u)) * 0x01000193u;
 
     knot::GenerateParams gp;
-    gp.n_predict = n_gen;
+    gp.n_predict = n_gen + 1;  // n_gen decode steps after the token prefill samples
     gp.sampling.temperature = 0;
     gp.ignore_eos = true;
 
@@ -71,11 +91,11 @@ int main(int argc, char** argv) {
         "\"n_head_kv\":%d,\"n_ff\":%d,\"n_vocab\":%d,\"mode\":\"%s\",\"kernel\":\"%s\","
         "\"kv\":\"%s\",\"threads\":1,\"chunk\":%d,\"prompt_tokens\":%d,\"decode_tokens\":%d,"
         "\"runs\":%d,\"load_s\":%.3f,\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,"
-        "\"peak_kv_act_bytes\":%zu}\n",
+        "\"peak_kv_act_bytes\":%zu,\"prompt_ids_hash\":\"%08x\"}\n",
         path.c_str(), c.arch.c_str(), c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.n_ff,
         c.n_vocab, knot::mode_name(mode), knot::kernel_name(engine.forward_options().kernel),
-        knot::kv_type_name(engine.forward_options().kv_type), chunk, n_prompt, n_gen - 1, runs,
-        load_s, pre[pre.size() / 2], dec[dec.size() / 2], peak);
+        knot::kv_type_name(engine.forward_options().kv_type), chunk, n_prompt, n_gen, runs,
+        load_s, pre[pre.size() / 2], dec[dec.size() / 2], peak, ids_hash);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_generate: error: %s\n", e.what());

@@ -4,11 +4,12 @@
 //   node bench/generate.mjs [MODEL] [--prompt-tokens N] [--decode N] [--runs R] [--reference]
 //
 // Defaults follow the peer benchmark (/work/shared/peers): a 128-token prompt (BOS + the
-// first 127 tokens of a fixed English text), 128 greedy single-token decode steps with
+// first 127 tokens of bench/prompt.txt, exactly the ids bench_generate uses natively —
+// both print promptIdsHash), 128 greedy single-token decode steps with
 // EOS ignored, a warm-up (>= 1 run and >= 3 s, V8 tiers wasm up during the first runs),
 // then the median of R runs (default 3). prefill tok/s = prompt / prefill time; decode
 // tok/s = decode steps / their time (each step samples and runs one forward pass).
-import {existsSync} from "node:fs";
+import {existsSync, readFileSync} from "node:fs";
 import {fileURLToPath} from "node:url";
 import {dirname, resolve, basename} from "node:path";
 import * as kw from "../bindings/knotwork.mjs";
@@ -25,15 +26,14 @@ if (!existsSync(model)) {
   process.exit(2);
 }
 
-const TEXT = "The old lighthouse keeper climbed the spiral stairs every evening, counting each of the " +
-  "one hundred and twelve steps out loud. At the top he wiped the great lens with a soft cloth, trimmed " +
-  "the wick, and watched the ships pass far out on the grey water. Some nights the fog rolled in so thick " +
-  "that he could not see his own hands, and on those nights he rang the bell until morning. The village " +
-  "children said he never slept, but the truth was simpler: he loved the quiet hours, the smell of salt " +
-  "and oil, and the steady turning of the light. One winter a small boat lost its way among the rocks, " +
-  "and the keeper rowed out alone through the waves to guide it home. The fishermen never forgot it, and " +
-  "every spring they left a basket of bread and apples at his door. When he grew too old to climb the " +
-  "stairs, his granddaughter took his place, and she counted the steps out loud just as he had done.";
+const TEXT = readFileSync(resolve(root, "bench/prompt.txt"), "utf8").trimEnd();  // shared with bench_generate
+
+// FNV-1a over the ids as little-endian u32 (bench_generate prints the same).
+function idsHash(ids) {
+  let h = 0x811c9dc5;
+  for (const id of ids) for (let k = 0; k < 4; k++) { h ^= (id >>> (8 * k)) & 255; h = Math.imul(h, 0x01000193) >>> 0; }
+  return h.toString(16).padStart(8, "0");
+}
 
 const t0 = performance.now();
 const m = await kw.openModel(model);
@@ -61,7 +61,7 @@ console.log(JSON.stringify({
   prefillTokS: +med((x) => x.prefillTokS).toFixed(1), decodeTokS: +med((x) => x.decodeTokS).toFixed(1),
   prefillTokSRuns: res.map((x) => +x.prefillTokS.toFixed(1)), decodeTokSRuns: res.map((x) => +x.decodeTokS.toFixed(1)),
   warmupRuns: warm, runs, loadMs: +loadMs.toFixed(1), tensorBytes: m.info.tensor_bytes,
-  peakLinearBytes: mem.peakLinear, peakHeapBytes: mem.peakHeap, engineBytes: s.engine.engine_bytes,
+  promptIdsHash: idsHash(prompt), peakLinearBytes: mem.peakLinear, peakHeapBytes: mem.peakHeap, engineBytes: s.engine.engine_bytes,
   sameIdsAcrossRuns: res.every((x) => x.ids.join() === s.ids.join()),
 }));
 m.close();

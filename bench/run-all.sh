@@ -5,7 +5,10 @@
 #   3. prefill/decode tok/s, native and wasm, on 85M-shape random llamas made by `knot synth`
 #      (hidden 768, 12 layers, 12 heads, 4 KV heads, FFN 2048, vocab 512) at Q4_K_M and Q8_0
 #   4. with --peers DIR (installed by ../shared/peers/setup.sh): the same tok/s figures of our
-#      engine and of llama.cpp native + wllama on the peers' own bench GGUFs, same session.
+#      engine (native, Node, and headless Chromium — wllama's browser) and of llama.cpp
+#      native + wllama on the peers' own bench GGUFs, same session.
+# Native and wasm time the same prompt ids (bench/prompt.txt; promptIdsHash / prompt_ids_hash)
+# and the same number of decode steps.
 # Usage: bash bench/run-all.sh [--peers /tmp/peers] [--models /tmp/bench-models]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +46,8 @@ if [ -n "$peers" ]; then
     echo "bench: ours on peers' $f.gguf" >&2
     build/bin/bench_generate "$models/$f.gguf"
     node bench/generate.mjs "$models/$f.gguf"
+    echo "bench: ours in headless Chromium on $f.gguf" >&2
+    node bench/chromium.mjs "$models/$f.gguf"
     echo "bench: peers (llama.cpp native + wllama) on $f.gguf" >&2
     ../shared/peers/bench.sh "$models/$f.gguf" --peers "$peers"
   done

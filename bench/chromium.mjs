@@ -1,0 +1,53 @@
+#!/usr/bin/env node
+// bench/chromium.mjs — our wasm module's prefill/decode tok/s inside headless Chromium
+// (the browser wllama runs in: ../shared/peers/bench.sh), on the same model file, with
+// bench/generate.mjs's protocol. One JSON object.
+//
+//   node bench/chromium.mjs MODEL.gguf|.knot [--prompt-tokens 128] [--decode 128] [--runs 3]
+import {existsSync} from "node:fs";
+import {execFileSync} from "node:child_process";
+import {basename, dirname, join, resolve} from "node:path";
+import {fileURLToPath} from "node:url";
+import {serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
+const args = process.argv.slice(2);
+const flag = (k, d) => { const i = args.indexOf(k); return i >= 0 ? Number(args.splice(i, 2)[1]) : d; };
+const nPrompt = flag("--prompt-tokens", 128), nDecode = flag("--decode", 128), runs = flag("--runs", 3);
+const model = args[0];
+if (!model || !existsSync(model)) {
+  console.error("usage: node bench/chromium.mjs MODEL [--prompt-tokens N] [--decode N] [--runs R]");
+  process.exit(2);
+}
+const {chromium} = await import("playwright-core");
+const server = await serveFiles({
+  "/bench/chromium-page.html": join(ROOT, "bench/chromium-page.html"),
+  "/bench/prompt.txt": join(ROOT, "bench/prompt.txt"),
+  "/bindings/knotwork.mjs": join(ROOT, "bindings/knotwork.mjs"),
+  "/bindings/loader.mjs": join(ROOT, "bindings/loader.mjs"),
+  "/bindings/sources.mjs": join(ROOT, "bindings/sources.mjs"),
+  "/build/wasm/knotwork.wasm": join(ROOT, "build/wasm/knotwork.wasm"),
+  "/model": resolve(model),
+});
+const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-bench-chromium-"), {
+  executablePath: CHROMIUM, headless: true,
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run"],
+});
+try {
+  const page = await ctx.newPage();
+  const logs = [];
+  page.on("console", (m) => logs.push(m.text()));
+  page.on("pageerror", (e) => logs.push(`pageerror: ${e.message}`));
+  await page.goto(`${server.url}/bench/chromium-page.html?prompt=${nPrompt}&decode=${nDecode}&runs=${runs}`);
+  await page.waitForFunction(() => window.knotResult, null, {timeout: 600_000, polling: 500});
+  const r = await page.evaluate(() => window.knotResult);
+  if (r.error) throw new Error(`${r.error}\n${logs.join("\n")}`);
+  if (r.decodeTokens !== nDecode) throw new Error(`expected ${nDecode} decode steps, ran ${r.decodeTokens}`);
+  const browser = execFileSync(CHROMIUM, ["--version"], {encoding: "utf8"}).trim();
+  console.log(JSON.stringify({model: basename(model), runtime: `wasm (knotwork.wasm, headless ${browser})`, ...r}));
+} finally {
+  await ctx.close();
+  await server.close();
+}
