@@ -24,8 +24,26 @@ let runtime = null;
  * @param {WebAssembly.Module|ArrayBuffer|ArrayBufferView|URL|string} [wasmSource]
  */
 export function init(wasmSource) {
-  runtime ??= loadWasm(wasmSource).catch((e) => { runtime = null; throw e; });  // a failed load may be retried
+  runtime ??= loadWasm(wasmSource).then((w) => { readTypeTraits(w); return w; })
+    .catch((e) => { runtime = null; throw e; });  // a failed load may be retried
   return runtime;
+}
+
+/**
+ * The core's type-traits table (kw_type_traits), filled by init(): name -> {id, name,
+ * block_elems, block_bytes, storage, k_quant, vec_dot_type, act_format, max_rel_rms}.
+ * DTYPES maps the weight (storage) type names to their ggml ids.
+ */
+export const TYPES = {};
+export const DTYPES = {};
+function readTypeTraits(w) {
+  w.call("kw_type_traits");
+  for (const t of w.resultJSON()) {
+    TYPES[t.name] = Object.freeze(t);
+    if (t.storage) DTYPES[t.name] = t.id;
+  }
+  Object.freeze(TYPES);
+  Object.freeze(DTYPES);
 }
 
 /** Current and peak linear memory and malloc'd bytes, from the module. */
@@ -187,7 +205,6 @@ export async function kernelSelftest({seed = 1} = {}) {
 }
 
 export const KERNELS = Object.freeze({reference: 0, scalar: 1, simd: 2});
-export const DTYPES = Object.freeze({F32: 0, F16: 1, Q4_0: 2, Q8_0: 8, Q4_K: 12, Q5_K: 13, Q6_K: 14, BF16: 30});
 
 /**
  * Time the core's matvec on a rows x cols matrix of `type` with a kernel path.
@@ -208,10 +225,10 @@ export async function benchMatvec(type, rows, cols, {kernel = "simd", minMs = 50
   } finally { w.exports.kw_bench_free(h); }
 }
 
-/** Bytes of a row of n elements of a type (ggml block layouts). */
+/** Bytes of a row of n elements of a type (the core's type table; after init()). */
 export function rowBytes(type, n) {
-  const [be, bb] = {F32: [1, 4], F16: [1, 2], BF16: [1, 2], Q4_0: [32, 18], Q8_0: [32, 34],
-                    Q4_K: [256, 144], Q5_K: [256, 176], Q6_K: [256, 210]}[type] ?? [];
+  if (!Object.isFrozen(TYPES)) throw new Error("knotwork: rowBytes needs the type table: await init() first");
+  const {block_elems: be, block_bytes: bb} = TYPES[type] ?? {};
   if (!be) throw new Error(`knotwork: unknown type ${type}`);
   if (n % be) throw new Error(`knotwork: a ${type} row of ${n} elements is not a multiple of ${be}`);
   return n / be * bb;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "abi_internal.h"
 #include "kernels/common.h"
 #include "kernels/kernels.h"
@@ -164,6 +166,28 @@ int kw_kernel_selftest(uint32_t seed) {
       else out += c;
     }
     set_result(out + "\"}");
+  });
+}
+
+// ---- the type-traits table ------------------------------------------------------------------
+// result: JSON array, one object per type of knot::all_types() (ids ascending):
+// {id, name, block_elems, block_bytes, storage, k_quant, vec_dot_type, act_format,
+//  max_rel_rms}. bindings/ reads sizes and ids from here instead of restating them.
+KW_EXPORT(kw_type_traits)
+int kw_type_traits() {
+  return guard([&] {
+    nlohmann::json out = nlohmann::json::array();
+    for (const knot::TypeTraits& t : knot::all_types())
+      out.push_back({{"id", (uint32_t)t.type},
+                     {"name", t.name},
+                     {"block_elems", t.block_elems},
+                     {"block_bytes", t.block_bytes},
+                     {"storage", t.storage},
+                     {"k_quant", t.k_quant},
+                     {"vec_dot_type", knot::dtype_name(t.vec_dot_type)},
+                     {"act_format", knot::act_format_name(t.act)},
+                     {"max_rel_rms", t.max_rel_rms}});
+    set_result(out.dump());
   });
 }
 

@@ -45,6 +45,10 @@ int kw_bench_matvec_prepare(uint32_t type_id, int32_t rows, int32_t cols, uint32
 int kw_bench_matvec_run(int32_t h, int32_t kernel, int32_t iters);
 int kw_bench_free(int32_t h);
 
+// result: JSON array of the type-traits table, one object per type: {id, name,
+// block_elems, block_bytes, storage, k_quant, vec_dot_type, act_format, max_rel_rms}.
+int kw_type_traits();
+
 // Raw kernels over caller buffers (type = ggml id; unknown types are errors, never zeros).
 int kw_dequantize_row(uint32_t type_id, const void* src, float* dst, int32_t n);
 int kw_quantize_row(uint32_t type_id, const float* src, void* dst, int32_t n);

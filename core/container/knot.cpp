@@ -299,49 +299,18 @@ KnotHeader read_knot_header(ByteSource& src, size_t probe) {
 
 // ---- scales --------------------------------------------------------------------------
 
-static bool finite16(const uint8_t* p) {
-  fp16_t h;
-  std::memcpy(&h, p, 2);
-  return ((h >> 10) & 0x1F) != 0x1F;  // exponent all ones = Inf/NaN
-}
-
+// Whole blocks of `size` bytes; the type table says where each block's scales are.
 int64_t first_nonfinite_block(DType t, const uint8_t* data, uint64_t size) {
   const TypeTraits& tt = type_traits(t);
-  const uint64_t bb = (uint64_t)tt.block_bytes, nb = size / bb;
-  // hot loop over blocks: only the scale fields are inspected
-  for (uint64_t b = 0; b < nb; b++) {
-    const uint8_t* p = data + b * bb;
-    bool ok = true;
-    switch (t) {
-      case DType::F32: {
-        float f;
-        std::memcpy(&f, p, 4);
-        ok = std::isfinite(f);
-        break;
-      }
-      case DType::F16: ok = finite16(p); break;
-      case DType::BF16: {
-        uint16_t v;
-        std::memcpy(&v, p, 2);
-        ok = ((v >> 7) & 0xFF) != 0xFF;
-        break;
-      }
-      case DType::Q4_0: case DType::Q8_0: ok = finite16(p); break;
-      case DType::Q4_K: case DType::Q5_K: ok = finite16(p) && finite16(p + 2); break;
-      case DType::Q6_K: ok = finite16(p + offsetof(block_q6_K, d)); break;
-      default: ok = true;
-    }
-    if (!ok) return (int64_t)b;
-  }
-  return -1;
+  const int64_t nb = (int64_t)(size / (uint64_t)tt.block_bytes);
+  const int64_t e = first_nonfinite(t, data, nb * tt.block_elems);
+  return e < 0 ? -1 : e / tt.block_elems;
 }
-
-static bool is_kquant(DType t) { return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K; }
 
 void check_knot_scales(ByteSource& src, const KnotHeader& h) {
   uint8_t blk[256];
   for (auto& t : h.tensors) {
-    if (!is_kquant(t.type) || t.size == 0) continue;
+    if (!type_traits(t.type).k_quant || t.size == 0) continue;
     const int bb = type_traits(t.type).block_bytes;
     src.read(h.payload_offset + t.offset, (uint64_t)bb, blk);
     if (first_nonfinite_block(t.type, blk, (uint64_t)bb) == 0)

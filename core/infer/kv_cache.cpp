@@ -5,50 +5,10 @@
 #include <string>
 
 #include "kernels/common.h"
+#include "kernels/fp16.h"
 #include "kernels/quant.h"
 
 namespace knot {
-
-namespace {
-
-// IEEE half -> float, branch-free. The half's exponent+mantissa placed in a float's bit
-// positions reads as value * 2^-112 (subnormals included), so one multiply by 2^112
-// rebiases; Inf/NaN (all-ones exponent) are patched by a select. Written with GCC/clang
-// vector extensions: SSE2 natively, simd128 in wasm, no intrinsics or CPU checks.
-typedef uint32_t v4u __attribute__((vector_size(16)));
-typedef float v4f __attribute__((vector_size(16)));
-typedef uint16_t v4h __attribute__((vector_size(8)));
-
-inline float half_to_float(uint16_t h) {
-  const uint32_t em = (uint32_t)(h & 0x7fff) << 13;
-  float f;
-  std::memcpy(&f, &em, 4);
-  f *= 0x1p112f;
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  bits = em >= 0x0f800000u ? (em | 0x7f800000u) : bits;
-  bits |= (uint32_t)(h & 0x8000) << 16;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-void half_to_float_row(const uint16_t* src, float* dst, size_t n) {
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {  // hot loop: attention reads of the F16 cache
-    v4h h16;
-    std::memcpy(&h16, src + i, 8);
-    const v4u h = __builtin_convertvector(h16, v4u);  // zero-extend 16 -> 32 bits
-    const v4u em = (h & 0x7fffu) << 13;
-    const v4f f = (v4f)em * 0x1p112f;
-    const v4u inf = (v4u)(em >= 0x0f800000u);  // all-ones lanes where Inf/NaN
-    v4u bits = (inf & (em | 0x7f800000u)) | (~inf & (v4u)f);
-    bits |= (h & 0x8000u) << 16;
-    std::memcpy(dst + i, &bits, 16);
-  }
-  for (; i < n; i++) dst[i] = half_to_float(src[i]);
-}
-
-}  // namespace
 
 const char* kv_type_name(KvType t) { return t == KvType::F16 ? "F16" : "F32"; }
 size_t kv_elem_bytes(KvType t) { return t == KvType::F16 ? 2 : 4; }

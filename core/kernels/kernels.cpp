@@ -70,28 +70,17 @@ const DotKernels& dot_kernels(Kernel k) {
   return kDotGeneric;
 }
 
-DType vec_dot_type(DType wtype) {
-  switch (wtype) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16: return DType::F32;
-    case DType::Q4_0:
-    case DType::Q8_0: return DType::Q8_0;
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K: return DType::Q8_K;
-    case DType::Q8_K: fail("Q8_K is an activation format, not a weight type");
-  }
-  fail("unsupported weight type id " + std::to_string((uint32_t)wtype));
+// Weight types only (the table's storage rows); the traits say which activations.
+static const TypeTraits& weight_traits(DType wtype) {
+  const TypeTraits* tt = type_traits((uint32_t)wtype);
+  if (!tt) fail("unsupported weight type id " + std::to_string((uint32_t)wtype));
+  if (!tt->storage) fail(std::string(tt->name) + " is an activation format, not a weight type");
+  return *tt;
 }
 
-ActFormat act_format(DType wtype) {
-  switch (vec_dot_type(wtype)) {  // throws for non-weight types
-    case DType::F32: return ActFormat::F32;
-    case DType::Q8_K: return ActFormat::Q8_K;
-    default: return ActFormat::Q16_0;  // Q4_0, Q8_0
-  }
-}
+DType vec_dot_type(DType wtype) { return weight_traits(wtype).vec_dot_type; }
+
+ActFormat act_format(DType wtype) { return weight_traits(wtype).act; }
 
 static DType act_dtype(ActFormat f) {  // formats quant.cpp knows
   return f == ActFormat::F32 ? DType::F32 : (f == ActFormat::Q8_0 ? DType::Q8_0 : DType::Q8_K);
@@ -131,7 +120,7 @@ void quantize_act_row(ActFormat f, const float* x, void* dst, int64_t n) {
 }
 
 void quantize_act_row(const DotKernels& k, ActFormat f, const float* x, void* dst, int64_t n) {
-  const act_q_fn q = f == ActFormat::Q8_K ? k.quant_q8_K : (f == ActFormat::Q16_0 ? k.quant_q16_0 : nullptr);
+  const act_q_fn q = k.quant_act[(int)f];
   if (!q) return quantize_act_row(f, x, dst, n);
   act_row_bytes(f, n);  // length check
   q(x, dst, n);
@@ -146,8 +135,7 @@ void dequantize_act_row(ActFormat f, const void* src, float* dst, int64_t n) {
 }
 
 dot_fn pick_mm_dot(const DotKernels& k, DType wtype) {
-  if (wtype == DType::Q4_0) return k.q4_0_q16;
-  if (wtype == DType::Q8_0) return k.q8_0_q16;
+  if (act_format(wtype) == ActFormat::Q16_0) return k.dot_q16[type_index(wtype)];
   return pick_dot(k, wtype);
 }
 

@@ -464,13 +464,26 @@ KNOT_NT_DISPATCH(dot_q6_K_avx2, q6_K_avx2)
 KNOT_NT_DISPATCH(dot_q4_0_q16_avx2, q4_0_q16_avx2)
 KNOT_NT_DISPATCH(dot_q8_0_q16_avx2, q8_0_q16_avx2)
 
-const DotKernels kDotAvx2 = {
-    dot_f32_avx2,  dot_f16_avx2,  dot_bf16_avx2, dot_q4_0_avx2,
-    dot_q8_0_avx2, dot_q4_K_avx2, dot_q5_K_avx2, dot_q6_K_avx2,
-    dot_q4_0_q16_avx2, dot_q8_0_q16_avx2,
-    mm_q4_0_avx2, mm_q8_0_avx2, nullptr, nullptr, nullptr,  // K-quants: maddubs dots are faster
-    nullptr, nullptr,  // scalar activation quantizers
-};
+// K-quants have no batched kernel here: the maddubs dots are faster. Scalar activation
+// quantizers.
+static constexpr DotKernels make_avx2_table() {
+  DotKernels k;
+  k.dot[type_index(DType::F32)] = dot_f32_avx2;
+  k.dot[type_index(DType::F16)] = dot_f16_avx2;
+  k.dot[type_index(DType::BF16)] = dot_bf16_avx2;
+  k.dot[type_index(DType::Q4_0)] = dot_q4_0_avx2;
+  k.dot[type_index(DType::Q8_0)] = dot_q8_0_avx2;
+  k.dot[type_index(DType::Q4_K)] = dot_q4_K_avx2;
+  k.dot[type_index(DType::Q5_K)] = dot_q5_K_avx2;
+  k.dot[type_index(DType::Q6_K)] = dot_q6_K_avx2;
+  k.dot_q16[type_index(DType::Q4_0)] = dot_q4_0_q16_avx2;
+  k.dot_q16[type_index(DType::Q8_0)] = dot_q8_0_q16_avx2;
+  k.mm[type_index(DType::Q4_0)] = mm_q4_0_avx2;
+  k.mm[type_index(DType::Q8_0)] = mm_q8_0_avx2;
+  return k;
+}
+
+const DotKernels kDotAvx2 = make_avx2_table();
 
 }  // namespace knot
 

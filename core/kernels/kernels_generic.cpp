@@ -212,12 +212,22 @@ static void dot_q6_K_generic(int64_t n, const void* w, const void* const* act, i
   for (int t = 0; t < nt; t++) out[t] = acc[t];
 }
 
-const DotKernels kDotGeneric = {
-    dot_f32_generic,  dot_f16_generic,  dot_bf16_generic, dot_q4_0_generic,
-    dot_q8_0_generic, dot_q4_K_generic, dot_q5_K_generic, dot_q6_K_generic,
-    dot_q4_0_q16_generic, dot_q8_0_q16_generic,
-    nullptr, nullptr, nullptr, nullptr, nullptr,  // no batched kernels: tiled dot loop
-    nullptr, nullptr,  // scalar activation quantizers
-};
+// No batched kernels (matmul_rows tiles the dot) and the scalar activation quantizers.
+static constexpr DotKernels make_generic_table() {
+  DotKernels k;
+  k.dot[type_index(DType::F32)] = dot_f32_generic;
+  k.dot[type_index(DType::F16)] = dot_f16_generic;
+  k.dot[type_index(DType::BF16)] = dot_bf16_generic;
+  k.dot[type_index(DType::Q4_0)] = dot_q4_0_generic;
+  k.dot[type_index(DType::Q8_0)] = dot_q8_0_generic;
+  k.dot[type_index(DType::Q4_K)] = dot_q4_K_generic;
+  k.dot[type_index(DType::Q5_K)] = dot_q5_K_generic;
+  k.dot[type_index(DType::Q6_K)] = dot_q6_K_generic;
+  k.dot_q16[type_index(DType::Q4_0)] = dot_q4_0_q16_generic;
+  k.dot_q16[type_index(DType::Q8_0)] = dot_q8_0_q16_generic;
+  return k;
+}
+
+const DotKernels kDotGeneric = make_generic_table();
 
 }  // namespace knot

@@ -48,28 +48,27 @@ typedef void (*mm_fn)(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, con
 // A SIMD one must equal the scalar one byte for byte (nullptr: use the scalar one).
 typedef void (*act_q_fn)(const float* x, void* dst, int64_t n);
 
+// One back end's kernels, as arrays indexed by type id (type_index) — ggml's
+// type_traits_cpu[] shape: a new type fills its slots, nothing else changes.
+//   dot[t]       weights t x vec_dot_type(t) activations (every storage type)
+//   dot_q16[t]   weights t x Q16_0 activations, for types whose act format is Q16_0
+//   mm[t]        batched prefill kernel (may be nullptr: matmul_rows tiles the dot)
+//   quant_act[f] SIMD activation quantizer of format f (may be nullptr: scalar one)
 struct DotKernels {
-  dot_fn f32, f16, bf16, q4_0, q8_0, q4_K, q5_K, q6_K;
-  dot_fn q4_0_q16, q8_0_q16;  // Q4_0 / Q8_0 weights x block_q16_0 activations
-  mm_fn mm_q4_0, mm_q8_0, mm_q4_K, mm_q5_K, mm_q6_K;  // batched, may be nullptr
-  act_q_fn quant_q8_K, quant_q16_0;                    // may be nullptr
+  dot_fn dot[kDTypeSlots] = {};
+  dot_fn dot_q16[kDTypeSlots] = {};
+  mm_fn mm[kDTypeSlots] = {};
+  act_q_fn quant_act[kActFormats] = {};
 };
 
 inline mm_fn pick_mm_batch(const DotKernels& k, DType t) {
-  switch (t) {
-    case DType::Q4_0: return k.mm_q4_0;
-    case DType::Q8_0: return k.mm_q8_0;
-    case DType::Q4_K: return k.mm_q4_K;
-    case DType::Q5_K: return k.mm_q5_K;
-    case DType::Q6_K: return k.mm_q6_K;
-    default: return nullptr;
-  }
+  const int i = type_index(t);
+  return i >= 0 && i < kDTypeSlots ? k.mm[i] : nullptr;
 }
 
-// Activation format matvec/matmul feed the kernels for weight type wtype:
-// Q16_0 (block_q16_0) for Q4_0/Q8_0, else vec_dot_type(wtype). vec_dot() keeps
-// vec_dot_type (the llama.cpp-compatible Q8_0 activations).
-enum class ActFormat { F32, Q8_0, Q8_K, Q16_0 };
+// Activation format matvec/matmul feed the kernels for weight type wtype (the traits'
+// `act`): Q16_0 (block_q16_0) for Q4_0/Q8_0, else vec_dot_type(wtype). vec_dot() keeps
+// vec_dot_type (the llama.cpp-compatible Q8_0 activations). Throws for non-weight types.
 ActFormat act_format(DType wtype);
 size_t act_row_bytes(ActFormat f, int64_t n);
 void quantize_act_row(ActFormat f, const float* x, void* dst, int64_t n);
@@ -100,17 +99,8 @@ const DotKernels& dot_kernels(Kernel k);
 void set_simd_kernels_for_test(const DotKernels* k);
 
 inline dot_fn pick_dot(const DotKernels& k, DType t) {
-  switch (t) {
-    case DType::F32: return k.f32;
-    case DType::F16: return k.f16;
-    case DType::BF16: return k.bf16;
-    case DType::Q4_0: return k.q4_0;
-    case DType::Q8_0: return k.q8_0;
-    case DType::Q4_K: return k.q4_K;
-    case DType::Q5_K: return k.q5_K;
-    case DType::Q6_K: return k.q6_K;
-    default: return nullptr;
-  }
+  const int i = type_index(t);
+  return i >= 0 && i < kDTypeSlots ? k.dot[i] : nullptr;
 }
 
 // Q4_K/Q5_K packed 6-bit scale and min of sub-block j (0..7) from the 12 scale bytes:
@@ -146,39 +136,6 @@ inline float block_accum_kmin(float acc, float dw, float dminw, float da, int32_
 inline float block_accum(float acc, float dw, float da, int32_t sumi) {
   const float d = dw * da;
   return acc + d * (float)sumi;
-}
-
-// Scalar fp16 -> fp32 exact (defined in quant.cpp; inline copy for hot loops).
-inline float half_to_float(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F;
-  uint32_t mant = h & 0x3FF;
-  uint32_t bits;
-  if (exp == 0x1F) {
-    bits = sign | 0x7F800000u | (mant << 13);  // inf / nan (payload kept)
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {
-    // subnormal half: normalise into an f32 normal
-    int e = -1;
-    do {
-      e++;
-      mant <<= 1;
-    } while ((mant & 0x400) == 0);
-    bits = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3FF) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-inline float bf16_bits_to_float(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 }  // namespace knot

@@ -656,13 +656,29 @@ KNOT_NT_DISPATCH(dot_q6_K_wasm, q6_K_wasm)
 KNOT_NT_DISPATCH(dot_q4_0_q16_wasm, q4_0_q16_wasm)
 KNOT_NT_DISPATCH(dot_q8_0_q16_wasm, q8_0_q16_wasm)
 
-const DotKernels kDotWasm = {
-    dot_f32_wasm,  dot_f16_wasm,  dot_bf16_wasm, dot_q4_0_wasm,
-    dot_q8_0_wasm, dot_q4_K_wasm, dot_q5_K_wasm, dot_q6_K_wasm,
-    dot_q4_0_q16_wasm, dot_q8_0_q16_wasm,
-    mm_q4_0_wasm, mm_q8_0_wasm, mm_q4_K_wasm, mm_q5_K_wasm, mm_q6_K_wasm,
-    quant_q8_K_wasm, quant_q16_0_wasm,
-};
+static constexpr DotKernels make_wasm_table() {
+  DotKernels k;
+  k.dot[type_index(DType::F32)] = dot_f32_wasm;
+  k.dot[type_index(DType::F16)] = dot_f16_wasm;
+  k.dot[type_index(DType::BF16)] = dot_bf16_wasm;
+  k.dot[type_index(DType::Q4_0)] = dot_q4_0_wasm;
+  k.dot[type_index(DType::Q8_0)] = dot_q8_0_wasm;
+  k.dot[type_index(DType::Q4_K)] = dot_q4_K_wasm;
+  k.dot[type_index(DType::Q5_K)] = dot_q5_K_wasm;
+  k.dot[type_index(DType::Q6_K)] = dot_q6_K_wasm;
+  k.dot_q16[type_index(DType::Q4_0)] = dot_q4_0_q16_wasm;
+  k.dot_q16[type_index(DType::Q8_0)] = dot_q8_0_q16_wasm;
+  k.mm[type_index(DType::Q4_0)] = mm_q4_0_wasm;
+  k.mm[type_index(DType::Q8_0)] = mm_q8_0_wasm;
+  k.mm[type_index(DType::Q4_K)] = mm_q4_K_wasm;
+  k.mm[type_index(DType::Q5_K)] = mm_q5_K_wasm;
+  k.mm[type_index(DType::Q6_K)] = mm_q6_K_wasm;
+  k.quant_act[(int)ActFormat::Q8_K] = quant_q8_K_wasm;
+  k.quant_act[(int)ActFormat::Q16_0] = quant_q16_0_wasm;
+  return k;
+}
+
+const DotKernels kDotWasm = make_wasm_table();
 
 }  // namespace knot
 

@@ -14,62 +14,7 @@
 namespace knot {
 
 // ---------------------------------------------------------------------------------------
-// type table
-
-static const TypeTraits kTypes[] = {
-    {DType::F32, "F32", 1, 4, true},
-    {DType::F16, "F16", 1, 2, true},
-    {DType::Q4_0, "Q4_0", QK4_0, (int)sizeof(block_q4_0), true},
-    {DType::Q8_0, "Q8_0", QK8_0, (int)sizeof(block_q8_0), true},
-    {DType::Q4_K, "Q4_K", QK_K, (int)sizeof(block_q4_K), true},
-    {DType::Q5_K, "Q5_K", QK_K, (int)sizeof(block_q5_K), true},
-    {DType::Q6_K, "Q6_K", QK_K, (int)sizeof(block_q6_K), true},
-    {DType::Q8_K, "Q8_K", QK_K, (int)sizeof(block_q8_K), false},
-    {DType::BF16, "BF16", 1, 2, true},
-};
-
-const TypeTraits* type_traits(uint32_t id) {
-  for (const TypeTraits& t : kTypes)
-    if ((uint32_t)t.type == id) return &t;
-  return nullptr;
-}
-
-const TypeTraits& type_traits(DType t) {
-  const TypeTraits* tt = type_traits((uint32_t)t);
-  if (!tt) fail("unsupported tensor type id " + std::to_string((uint32_t)t));
-  return *tt;
-}
-
-const char* dtype_name(DType t) {
-  const TypeTraits* tt = type_traits((uint32_t)t);
-  return tt ? tt->name : "unknown";
-}
-
-DType dtype_from_id(uint32_t id, std::string_view what) {
-  const TypeTraits* tt = type_traits(id);
-  if (!tt) {
-    std::string msg = "unsupported tensor type id " + std::to_string(id);
-    if (!what.empty()) msg += " for " + std::string(what);
-    fail(msg);
-  }
-  return tt->type;
-}
-
-DType dtype_from_name(std::string_view name) {
-  for (const TypeTraits& t : kTypes) {
-    const char* n = t.name;
-    size_t len = std::strlen(n);
-    if (len != name.size()) continue;
-    bool eq = true;
-    for (size_t i = 0; i < len && eq; i++) {
-      char c = name[i];
-      if (c >= 'a' && c <= 'z') c = (char)(c - 'a' + 'A');
-      eq = c == n[i];
-    }
-    if (eq) return t.type;
-  }
-  fail("unknown tensor type name '" + std::string(name) + "'");
-}
+// row sizing
 
 size_t row_bytes(DType t, int64_t n, std::string_view what) {
   const TypeTraits& tt = type_traits(t);
@@ -136,7 +81,7 @@ static void check_row(DType t, int64_t n, const char* op) {
          tt.name + " block size " + std::to_string(tt.block_elems));
 }
 
-static void dequant_q4_0(const block_q4_0* b, float* y, int64_t nb) {
+static void dequant_block_q4_0(const block_q4_0* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++, y += QK4_0) {
     const float d = half_to_float(b[i].d);
     for (int j = 0; j < QK4_0 / 2; j++) {
@@ -146,7 +91,7 @@ static void dequant_q4_0(const block_q4_0* b, float* y, int64_t nb) {
   }
 }
 
-static void dequant_q8_0(const block_q8_0* b, float* y, int64_t nb) {
+static void dequant_block_q8_0(const block_q8_0* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++, y += QK8_0) {
     const float d = half_to_float(b[i].d);
     for (int j = 0; j < QK8_0; j++) y[j] = (float)b[i].qs[j] * d;
@@ -155,7 +100,7 @@ static void dequant_q8_0(const block_q8_0* b, float* y, int64_t nb) {
 
 // Q4_K: 4 chunks of 64; chunk c: low nibbles of qs[32c..32c+32) are sub-block 2c,
 // high nibbles sub-block 2c+1. y = d*sc*q - dmin*m.
-static void dequant_q4_K(const block_q4_K* b, float* y, int64_t nb) {
+static void dequant_block_q4_K(const block_q4_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++) {
     const float d = half_to_float(b[i].d);
     const float dmin = half_to_float(b[i].dmin);
@@ -172,7 +117,7 @@ static void dequant_q4_K(const block_q4_K* b, float* y, int64_t nb) {
 }
 
 // Q5_K: as Q4_K plus a fifth bit: qh[l] bit 2c for sub-block 2c, bit 2c+1 for 2c+1.
-static void dequant_q5_K(const block_q5_K* b, float* y, int64_t nb) {
+static void dequant_block_q5_K(const block_q5_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++) {
     const float d = half_to_float(b[i].d);
     const float dmin = half_to_float(b[i].dmin);
@@ -196,7 +141,7 @@ static void dequant_q5_K(const block_q5_K* b, float* y, int64_t nb) {
 //   q(l+64) = ql[l] high | qh[l] bits 4-5      (sub-block 8h + 4 + l/16)
 //   q(l+96) = ql[l+32] high | qh[l] bits 6-7   (sub-block 8h + 6 + l/16)
 // y = d * scale * (q - 32).
-static void dequant_q6_K(const block_q6_K* b, float* y, int64_t nb) {
+static void dequant_block_q6_K(const block_q6_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++) {
     const float d = half_to_float(b[i].d);
     const uint8_t* ql = b[i].ql;
@@ -218,74 +163,58 @@ static void dequant_q6_K(const block_q6_K* b, float* y, int64_t nb) {
   }
 }
 
-static void dequant_q8_K(const block_q8_K* b, float* y, int64_t nb) {
+static void dequant_block_q8_K(const block_q8_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++, y += QK_K)
     for (int j = 0; j < QK_K; j++) y[j] = b[i].d * (float)b[i].qs[j];
 }
 
+static void f32_to_float(const void* src, float* dst, int64_t n) { std::memcpy(dst, src, (size_t)n * 4); }
+static void f16_to_float(const void* src, float* dst, int64_t n) {
+  const uint16_t* s = (const uint16_t*)src;
+  for (int64_t i = 0; i < n; i++) dst[i] = half_to_float(s[i]);
+}
+static void bf16_to_float(const void* src, float* dst, int64_t n) {
+  const uint16_t* s = (const uint16_t*)src;
+  for (int64_t i = 0; i < n; i++) dst[i] = bf16_bits_to_float(s[i]);
+}
+// Block dequantizers in the table's to_float shape (n elements).
+template <typename B, void (*F)(const B*, float*, int64_t), int QK>
+static void blocks_to_float(const void* src, float* dst, int64_t n) {
+  F((const B*)src, dst, n / QK);
+}
+
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   check_row(t, n, "dequantize_row");
-  switch (t) {
-    case DType::F32: std::memcpy(dst, src, (size_t)n * 4); return;
-    case DType::F16: {
-      const uint16_t* s = (const uint16_t*)src;
-      for (int64_t i = 0; i < n; i++) dst[i] = half_to_float(s[i]);
-      return;
-    }
-    case DType::BF16: {
-      const uint16_t* s = (const uint16_t*)src;
-      for (int64_t i = 0; i < n; i++) dst[i] = bf16_bits_to_float(s[i]);
-      return;
-    }
-    case DType::Q4_0: dequant_q4_0((const block_q4_0*)src, dst, n / QK4_0); return;
-    case DType::Q8_0: dequant_q8_0((const block_q8_0*)src, dst, n / QK8_0); return;
-    case DType::Q4_K: dequant_q4_K((const block_q4_K*)src, dst, n / QK_K); return;
-    case DType::Q5_K: dequant_q5_K((const block_q5_K*)src, dst, n / QK_K); return;
-    case DType::Q6_K: dequant_q6_K((const block_q6_K*)src, dst, n / QK_K); return;
-    case DType::Q8_K: dequant_q8_K((const block_q8_K*)src, dst, n / QK_K); return;
-  }
-  fail("dequantize_row: unsupported type id " + std::to_string((uint32_t)t));
+  const TypeTraits& tt = type_traits(t);
+  if (!tt.to_float) fail("dequantize_row: unsupported type id " + std::to_string((uint32_t)t));
+  tt.to_float(src, dst, n);
 }
 
 // Scales only: a block with finite scales dequantizes to finite values (quants are ints).
 int64_t first_nonfinite(DType t, const void* src, int64_t n) {
   check_row(t, n, "first_nonfinite");
   const uint8_t* p = (const uint8_t*)src;
-  auto h_bad = [](const uint8_t* q) {
-    fp16_t h;
-    std::memcpy(&h, q, 2);
-    return (h & 0x7C00) == 0x7C00;
-  };
   const TypeTraits& tt = type_traits(t);
+  // one value at offset off: an fp16/bf16 (size 2) or f32 (size 4) is Inf/NaN
+  auto bad_at = [&](const uint8_t* b, int size) {
+    if (size == 4) {
+      float f;
+      std::memcpy(&f, b, 4);
+      return !std::isfinite(f);
+    }
+    uint16_t h;
+    std::memcpy(&h, b, 2);
+    return t == DType::BF16 ? (h & 0x7F80) == 0x7F80 : (h & 0x7C00) == 0x7C00;
+  };
   const int64_t nb = n / tt.block_elems;
   for (int64_t i = 0; i < nb; i++) {
     const uint8_t* b = p + (size_t)i * tt.block_bytes;
     bool bad = false;
-    switch (t) {
-      case DType::F32: {
-        float f;
-        std::memcpy(&f, b, 4);
-        bad = !std::isfinite(f);
-        break;
-      }
-      case DType::F16: bad = h_bad(b); break;
-      case DType::BF16: {
-        uint16_t h;
-        std::memcpy(&h, b, 2);
-        bad = (h & 0x7F80) == 0x7F80;
-        break;
-      }
-      case DType::Q4_0:
-      case DType::Q8_0: bad = h_bad(b); break;                    // d at offset 0
-      case DType::Q4_K:
-      case DType::Q5_K: bad = h_bad(b) || h_bad(b + 2); break;    // d, dmin
-      case DType::Q6_K: bad = h_bad(b + offsetof(block_q6_K, d)); break;
-      case DType::Q8_K: {
-        float f;
-        std::memcpy(&f, b, 4);
-        bad = !std::isfinite(f);
-        break;
-      }
+    if (tt.scale_size == 0) {
+      bad = bad_at(b, tt.block_bytes);  // float types: the element itself
+    } else {
+      for (int off : tt.scale_off)
+        if (off >= 0) bad = bad || bad_at(b + off, tt.scale_size);
     }
     if (bad) return i * tt.block_elems;
   }
@@ -313,7 +242,7 @@ static void check_finite(const float* x, int64_t n, const char* tname) {
            std::to_string(x[i]) + " at index " + std::to_string(i));
 }
 
-static void quant_q4_0(const float* x, block_q4_0* y, int64_t nb) {
+static void quant_block_q4_0(const float* x, block_q4_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++, x += QK4_0) {
     float amax = 0.f, vmax = 0.f;  // vmax: the value with the largest magnitude, signed
     for (int j = 0; j < QK4_0; j++)
@@ -333,7 +262,7 @@ static void quant_q4_0(const float* x, block_q4_0* y, int64_t nb) {
 }
 
 // d = amax/127, q = round(x/d) (round half away from zero, as roundf).
-static void quant_q8_0(const float* x, block_q8_0* y, int64_t nb) {
+static void quant_block_q8_0(const float* x, block_q8_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++, x += QK8_0) {
     float amax = 0.f;
     for (int j = 0; j < QK8_0; j++) amax = std::max(amax, std::fabs(x[j]));
@@ -345,7 +274,7 @@ static void quant_q8_0(const float* x, block_q8_0* y, int64_t nb) {
 }
 
 // Q8_K: scale from the signed extreme so it maps to -127 exactly; bsums per 16.
-static void quant_q8_K(const float* x, block_q8_K* y, int64_t nb) {
+static void quant_block_q8_K(const float* x, block_q8_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; i++, x += QK_K) {
     float amax = 0.f, vmax = 0.f;
     for (int j = 0; j < QK_K; j++)
@@ -536,7 +465,7 @@ static void quant_k_asym(const float* x, int nmax, float rmin, int nstep, bool s
   }
 }
 
-static void quant_q4_K(const float* x, block_q4_K* y, int64_t nb) {
+static void quant_block_q4_K(const float* x, block_q4_K* y, int64_t nb) {
   uint8_t L[QK_K];
   for (int64_t i = 0; i < nb; i++, x += QK_K) {
     quant_k_asym(x, 15, -1.f, 20, true, y[i].scales, &y[i].d, &y[i].dmin, L);
@@ -546,7 +475,7 @@ static void quant_q4_K(const float* x, block_q4_K* y, int64_t nb) {
   }
 }
 
-static void quant_q5_K(const float* x, block_q5_K* y, int64_t nb) {
+static void quant_block_q5_K(const float* x, block_q5_K* y, int64_t nb) {
   uint8_t L[QK_K];
   for (int64_t i = 0; i < nb; i++, x += QK_K) {
     quant_k_asym(x, 31, -0.5f, 15, false, y[i].scales, &y[i].d, &y[i].dmin, L);
@@ -560,7 +489,7 @@ static void quant_q5_K(const float* x, block_q5_K* y, int64_t nb) {
   }
 }
 
-static void quant_q6_K(const float* x, block_q6_K* y, int64_t nb) {
+static void quant_block_q6_K(const float* x, block_q6_K* y, int64_t nb) {
   int8_t L[QK_K];
   float sub_scale[16];
   for (int64_t i = 0; i < nb; i++, x += QK_K) {
@@ -600,33 +529,97 @@ static void quant_q6_K(const float* x, block_q6_K* y, int64_t nb) {
   }
 }
 
+static void f32_from_float(const float* src, void* dst, int64_t n) { std::memcpy(dst, src, (size_t)n * 4); }
+static void f16_from_float(const float* src, void* dst, int64_t n) {
+  uint16_t* d = (uint16_t*)dst;
+  for (int64_t i = 0; i < n; i++) d[i] = fp32_to_fp16(src[i]);
+}
+static void bf16_from_float(const float* src, void* dst, int64_t n) {
+  uint16_t* d = (uint16_t*)dst;
+  for (int64_t i = 0; i < n; i++) d[i] = fp32_to_bf16(src[i]);
+}
+// Block quantizers in the table's from_float shape: refuse non-finite input first.
+template <typename B, void (*F)(const float*, B*, int64_t), int QK, DType T>
+static void blocks_from_float(const float* src, void* dst, int64_t n) {
+  check_finite(src, n, dtype_name(T));
+  F(src, (B*)dst, n / QK);
+}
+
 void quantize_row(DType t, const float* src, void* dst, int64_t n) {
   check_row(t, n, "quantize_row");
-  switch (t) {
-    case DType::F32: std::memcpy(dst, src, (size_t)n * 4); return;
-    case DType::F16: {
-      uint16_t* d = (uint16_t*)dst;
-      for (int64_t i = 0; i < n; i++) d[i] = fp32_to_fp16(src[i]);
-      return;
-    }
-    case DType::BF16: {
-      uint16_t* d = (uint16_t*)dst;
-      for (int64_t i = 0; i < n; i++) d[i] = fp32_to_bf16(src[i]);
-      return;
-    }
-    default: break;
+  const TypeTraits& tt = type_traits(t);
+  if (!tt.from_float_ref) fail("quantize_row: unsupported type id " + std::to_string((uint32_t)t));
+  tt.from_float_ref(src, dst, n);
+}
+
+// ---------------------------------------------------------------------------------------
+// the type table (ggml's type_traits[]): one row per type, ids ascending
+
+#define KNOT_BLOCK(T, B, QK) \
+  blocks_to_float<B, dequant_##B, QK>, blocks_from_float<B, quant_##B, QK, DType::T>
+
+static const TypeTraits kTypes[] = {
+    // type       name    elems  bytes                  store  kq     vec_dot_type  act               scale  offsets                       bound
+    {DType::F32,  "F32",  1,     4,                     true,  false, DType::F32,   ActFormat::F32,   0, {-1, -1},                            0.0,   f32_to_float, f32_from_float},
+    {DType::F16,  "F16",  1,     2,                     true,  false, DType::F32,   ActFormat::F32,   0, {-1, -1},                            4e-4,  f16_to_float, f16_from_float},
+    {DType::Q4_0, "Q4_0", QK4_0, (int)sizeof(block_q4_0), true, false, DType::Q8_0, ActFormat::Q16_0, 2, {0, -1},                             0.12,  KNOT_BLOCK(Q4_0, block_q4_0, QK4_0)},
+    {DType::Q8_0, "Q8_0", QK8_0, (int)sizeof(block_q8_0), true, false, DType::Q8_0, ActFormat::Q16_0, 2, {0, -1},                             0.008, KNOT_BLOCK(Q8_0, block_q8_0, QK8_0)},
+    {DType::Q4_K, "Q4_K", QK_K,  (int)sizeof(block_q4_K), true, true,  DType::Q8_K, ActFormat::Q8_K,  2, {0, 2},                              0.10,  KNOT_BLOCK(Q4_K, block_q4_K, QK_K)},
+    {DType::Q5_K, "Q5_K", QK_K,  (int)sizeof(block_q5_K), true, true,  DType::Q8_K, ActFormat::Q8_K,  2, {0, 2},                              0.05,  KNOT_BLOCK(Q5_K, block_q5_K, QK_K)},
+    {DType::Q6_K, "Q6_K", QK_K,  (int)sizeof(block_q6_K), true, true,  DType::Q8_K, ActFormat::Q8_K,  2, {(int)offsetof(block_q6_K, d), -1}, 0.025, KNOT_BLOCK(Q6_K, block_q6_K, QK_K)},
+    {DType::Q8_K, "Q8_K", QK_K,  (int)sizeof(block_q8_K), false, true, DType::Q8_K, ActFormat::Q8_K,  4, {0, -1},                             0.008, KNOT_BLOCK(Q8_K, block_q8_K, QK_K)},
+    {DType::BF16, "BF16", 1,     2,                     true,  false, DType::F32,   ActFormat::F32,   0, {-1, -1},                            3e-3,  bf16_to_float, bf16_from_float},
+};
+#undef KNOT_BLOCK
+
+const char* act_format_name(ActFormat f) {
+  static const char* const names[kActFormats] = {"F32", "Q8_0", "Q8_K", "Q16_0"};
+  return names[(int)f];
+}
+
+TypeTable all_types() { return {kTypes, kTypes + sizeof kTypes / sizeof kTypes[0]}; }
+
+const TypeTraits* type_traits(uint32_t id) {
+  for (const TypeTraits& t : kTypes)
+    if ((uint32_t)t.type == id) return &t;
+  return nullptr;
+}
+
+const TypeTraits& type_traits(DType t) {
+  const TypeTraits* tt = type_traits((uint32_t)t);
+  if (!tt) fail("unsupported tensor type id " + std::to_string((uint32_t)t));
+  return *tt;
+}
+
+const char* dtype_name(DType t) {
+  const TypeTraits* tt = type_traits((uint32_t)t);
+  return tt ? tt->name : "unknown";
+}
+
+DType dtype_from_id(uint32_t id, std::string_view what) {
+  const TypeTraits* tt = type_traits(id);
+  if (!tt) {
+    std::string msg = "unsupported tensor type id " + std::to_string(id);
+    if (!what.empty()) msg += " for " + std::string(what);
+    fail(msg);
   }
-  check_finite(src, n, dtype_name(t));
-  switch (t) {
-    case DType::Q4_0: quant_q4_0(src, (block_q4_0*)dst, n / QK4_0); return;
-    case DType::Q8_0: quant_q8_0(src, (block_q8_0*)dst, n / QK8_0); return;
-    case DType::Q4_K: quant_q4_K(src, (block_q4_K*)dst, n / QK_K); return;
-    case DType::Q5_K: quant_q5_K(src, (block_q5_K*)dst, n / QK_K); return;
-    case DType::Q6_K: quant_q6_K(src, (block_q6_K*)dst, n / QK_K); return;
-    case DType::Q8_K: quant_q8_K(src, (block_q8_K*)dst, n / QK_K); return;
-    default: break;
+  return tt->type;
+}
+
+DType dtype_from_name(std::string_view name) {
+  for (const TypeTraits& t : kTypes) {
+    const char* n = t.name;
+    size_t len = std::strlen(n);
+    if (len != name.size()) continue;
+    bool eq = true;
+    for (size_t i = 0; i < len && eq; i++) {
+      char c = name[i];
+      if (c >= 'a' && c <= 'z') c = (char)(c - 'a' + 'A');
+      eq = c == n[i];
+    }
+    if (eq) return t.type;
   }
-  fail("quantize_row: unsupported type id " + std::to_string((uint32_t)t));
+  fail("unknown tensor type name '" + std::string(name) + "'");
 }
 
 }  // namespace knot

@@ -1,5 +1,11 @@
-// quant.h — tensor element types with ggml's block layouts, row sizing, dequantize,
-// and reference quantizers (quantize_row_*_ref in the ggml sense).
+// quant.h — tensor element types with ggml's block layouts, the type-traits table
+// (ggml's type_traits[] is the model), row sizing, dequantize, and reference quantizers
+// (quantize_row_*_ref in the ggml sense).
+// Adding a quant type: a DType id (ggml's), its block struct, ONE row in kTypes
+// (quant.cpp: sizes, flags, activation format, scale offsets, error bound, to_float /
+// from_float_ref) and its kernels in each back end's DotKernels table (kernels_*.cpp,
+// arrays indexed by type id). The selftest, the GoogleTest kernel tests and the JS
+// (kw_type_traits) iterate the table, so the new type is tested without new test code.
 // Contract:
 //  * DType values are ggml's type ids, so GGUF type fields map 1:1.
 //  * row_bytes() throws when n is not a multiple of the type's block size, naming the
@@ -12,6 +18,7 @@
 #include <string_view>
 
 #include "kernels/common.h"
+#include "kernels/fp16.h"
 
 namespace knot {
 
@@ -26,14 +33,18 @@ enum class DType : uint32_t {
   Q8_K = 15,  // activation format for K-quant dot products (not a storage type)
   BF16 = 30,
 };
+constexpr int kDTypeSlots = 31;  // type ids are < this: tables indexed by type id
+
+// Activation formats the kernels take: vec_dot_type's Q8_0 / Q8_K / F32, plus Q16_0
+// (int16 per 32-block, kernels_internal.h) that matvec/matmul feed Q4_0/Q8_0 weights.
+enum class ActFormat { F32, Q8_0, Q8_K, Q16_0 };
+constexpr int kActFormats = 4;
+const char* act_format_name(ActFormat f);  // "F32", "Q8_0", "Q8_K", "Q16_0"
 
 constexpr int QK4_0 = 32;
 constexpr int QK8_0 = 32;
 constexpr int QK_K = 256;
 constexpr int K_SCALE_SIZE = 12;
-
-typedef uint16_t fp16_t;  // IEEE half, raw bits
-typedef uint16_t bf16_t;  // bfloat16, raw bits
 
 struct block_q4_0 {
   fp16_t d;
@@ -79,13 +90,35 @@ struct block_q8_K {
 };
 static_assert(sizeof(block_q8_K) == 292, "block_q8_K size");
 
+typedef void (*to_float_fn)(const void* src, float* dst, int64_t n);     // n % block_elems == 0
+typedef void (*from_float_fn)(const float* src, void* dst, int64_t n);  // n % block_elems == 0
+
 struct TypeTraits {
   DType type;
-  const char* name;  // "F32", "Q4_K", ...
+  const char* name;     // "F32", "Q4_K", ...
   int block_elems;
   int block_bytes;
-  bool storage;  // valid as a tensor type in a model file
+  bool storage;         // valid as a tensor (weight) type in a model file
+  bool k_quant;         // 256-element super-blocks (Q4_K, Q5_K, Q6_K, Q8_K)
+  DType vec_dot_type;   // activation type of vec_dot (llama.cpp's); == type when not a weight type
+  ActFormat act;        // activation format matvec/matmul feed the kernels (weights only)
+  int scale_size;       // 2: fp16 block scales, 4: f32; 0: elementwise (float types)
+  int scale_off[2];     // byte offsets of the block's scales (d, dmin) in the block; -1: none
+  double max_rel_rms;   // bound on quantize->dequantize relative RMS error of Gaussian data
+                        // (1.3-2x what the scheme achieves; selftest and tests check it)
+  to_float_fn to_float;
+  from_float_fn from_float_ref;  // checks finiteness itself where the format needs it
 };
+
+// Every supported type, in table order (ids ascending).
+struct TypeTable {
+  const TypeTraits* begin_;
+  const TypeTraits* end_;
+  const TypeTraits* begin() const { return begin_; }
+  const TypeTraits* end() const { return end_; }
+};
+TypeTable all_types();
+constexpr int type_index(DType t) { return (int)t; }  // index into kDTypeSlots-sized tables
 
 // nullptr when the id is not a type we support.
 const TypeTraits* type_traits(uint32_t id);
@@ -106,10 +139,5 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n);
 // element whose block scale (d, dmin) is inf/nan — or, for F32/F16/BF16, the first
 // inf/nan element — or -1 when all are finite. Throws like row_bytes on a misaligned n.
 int64_t first_nonfinite(DType t, const void* src, int64_t n);
-
-float fp16_to_fp32(fp16_t h);
-fp16_t fp32_to_fp16(float f);
-float bf16_to_fp32(bf16_t h);
-bf16_t fp32_to_bf16(float f);
 
 }  // namespace knot

@@ -32,10 +32,26 @@ struct Rng {
   int range(int n) { return (int)(next() % (uint64_t)n); }
 };
 
-const DType kStorage[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
-                          DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+// Float types (F32/F16/BF16): elementwise, no block scales.
+bool is_float_type(DType t) { return type_traits(t).scale_size == 0; }
 
-bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+// Sets every block scale (d, dmin: the traits' scale offsets) of a row of block type t.
+template <typename F>
+void set_block_scales(DType t, int64_t n, uint8_t* dst, F scale) {
+  const TypeTraits& tt = type_traits(t);
+  for (int64_t i = 0; i < n / tt.block_elems; i++)
+    for (int off : tt.scale_off)
+      if (off >= 0) {
+        uint8_t* p = dst + (size_t)i * tt.block_bytes + off;
+        if (tt.scale_size == 2) {
+          const fp16_t h = scale();
+          std::memcpy(p, &h, 2);
+        } else {
+          const float f = half_to_float(scale());
+          std::memcpy(p, &f, 4);
+        }
+      }
+}
 
 struct Ctx {
   int failures = 0;
@@ -89,7 +105,6 @@ fp16_t rand_fp16_finite(Rng& r) {
 void gen_raw(DType t, Rng& r, int64_t n, uint8_t* dst) {
   const size_t bytes = row_bytes(t, n);
   for (size_t i = 0; i < bytes; i++) dst[i] = (uint8_t)r.next();
-  const int64_t nb = n / type_traits(t).block_elems;
   switch (t) {
     case DType::F32: {  // finite floats spanning many exponents
       float* f = (float*)dst;
@@ -106,28 +121,7 @@ void gen_raw(DType t, Rng& r, int64_t n, uint8_t* dst) {
       for (int64_t i = 0; i < n; i++) h[i] = fp32_to_bf16(r.sym() * std::ldexp(1.f, r.range(40) - 20));
       break;
     }
-    case DType::Q4_0:
-      for (int64_t i = 0; i < nb; i++) ((block_q4_0*)dst)[i].d = rand_fp16_finite(r);
-      break;
-    case DType::Q8_0:
-      for (int64_t i = 0; i < nb; i++) ((block_q8_0*)dst)[i].d = rand_fp16_finite(r);
-      break;
-    case DType::Q4_K:
-      for (int64_t i = 0; i < nb; i++) {
-        ((block_q4_K*)dst)[i].d = rand_fp16_finite(r);
-        ((block_q4_K*)dst)[i].dmin = rand_fp16_finite(r);
-      }
-      break;
-    case DType::Q5_K:
-      for (int64_t i = 0; i < nb; i++) {
-        ((block_q5_K*)dst)[i].d = rand_fp16_finite(r);
-        ((block_q5_K*)dst)[i].dmin = rand_fp16_finite(r);
-      }
-      break;
-    case DType::Q6_K:
-      for (int64_t i = 0; i < nb; i++) ((block_q6_K*)dst)[i].d = rand_fp16_finite(r);
-      break;
-    default: break;
+    default: set_block_scales(t, n, dst, [&] { return rand_fp16_finite(r); }); break;
   }
 }
 
@@ -136,7 +130,6 @@ void gen_raw(DType t, Rng& r, int64_t n, uint8_t* dst) {
 void gen_pattern(DType t, int64_t n, uint8_t pattern, fp16_t dval, uint8_t* dst) {
   const size_t bytes = row_bytes(t, n);
   std::memset(dst, pattern, bytes);
-  const int64_t nb = n / type_traits(t).block_elems;
   switch (t) {
     case DType::F32: {
       float* f = (float*)dst;
@@ -150,22 +143,7 @@ void gen_pattern(DType t, int64_t n, uint8_t pattern, fp16_t dval, uint8_t* dst)
         h[i] = t == DType::F16 ? (uint16_t)(dval ^ ((i & 1) << 15)) : fp32_to_bf16(half_to_float(dval));
       break;
     }
-    case DType::Q4_0:
-      for (int64_t i = 0; i < nb; i++) ((block_q4_0*)dst)[i].d = dval;
-      break;
-    case DType::Q8_0:
-      for (int64_t i = 0; i < nb; i++) ((block_q8_0*)dst)[i].d = dval;
-      break;
-    case DType::Q4_K:
-      for (int64_t i = 0; i < nb; i++) ((block_q4_K*)dst)[i].d = ((block_q4_K*)dst)[i].dmin = dval;
-      break;
-    case DType::Q5_K:
-      for (int64_t i = 0; i < nb; i++) ((block_q5_K*)dst)[i].d = ((block_q5_K*)dst)[i].dmin = dval;
-      break;
-    case DType::Q6_K:
-      for (int64_t i = 0; i < nb; i++) ((block_q6_K*)dst)[i].d = dval;
-      break;
-    default: break;
+    default: set_block_scales(t, n, dst, [&] { return dval; }); break;
   }
 }
 
@@ -205,7 +183,7 @@ void gen_act_raw(ActFormat f, int64_t n, int mode, Rng& r, uint8_t* dst) {
   }
 }
 
-ActFormat vec_dot_format(DType t) {
+ActFormat vec_dot_format(DType t) {  // the ActFormat of vec_dot_type(t)
   switch (vec_dot_type(t)) {
     case DType::F32: return ActFormat::F32;
     case DType::Q8_0: return ActFormat::Q8_0;
@@ -386,7 +364,9 @@ void check_known_answer(Ctx& c, DType t) {
         std::memset(b.scales, 1, sizeof b.scales);
       }
       break;
-    default: break;
+    default:  // a type without a hand-built block: its reference quantizer's all-ones row
+      quantize_row(t, ones.data(), w.data(), n);
+      break;
   }
   std::vector<float> wf((size_t)n);
   dequantize_row(t, w.data(), wf.data(), n);
@@ -595,10 +575,11 @@ void check_batched(Ctx& c, DType t, uint64_t seed) {
 void check_act_quant(Ctx& c, uint64_t seed) {
   const DotKernels& kv = dot_kernels(Kernel::Simd);
   Rng r{seed + 5};
-  for (ActFormat f : {ActFormat::Q8_K, ActFormat::Q16_0}) {
-    const act_q_fn q = f == ActFormat::Q8_K ? kv.quant_q8_K : kv.quant_q16_0;
+  for (int fi = 0; fi < kActFormats; fi++) {
+    const ActFormat f = (ActFormat)fi;
+    const act_q_fn q = kv.quant_act[fi];
     if (!q) continue;
-    const char* nm = f == ActFormat::Q8_K ? "Q8_K" : "Q16_0";
+    const char* nm = act_format_name(f);
     const int before = c.failures;
     const int64_t n = 1024;  // 4 Q8_K blocks, 32 Q16_0 blocks
     int cases = 0;
@@ -647,12 +628,6 @@ void check_act_quant(Ctx& c, uint64_t seed) {
 }
 
 void check_roundtrip(Ctx& c, uint64_t seed) {
-  struct B {
-    DType t;
-    double max_rel_rms;
-  } bounds[] = {{DType::F32, 0.0},    {DType::F16, 4e-4},   {DType::BF16, 3e-3},
-                {DType::Q8_0, 0.008}, {DType::Q8_K, 0.008}, {DType::Q6_K, 0.025},
-                {DType::Q5_K, 0.05},  {DType::Q4_K, 0.10},  {DType::Q4_0, 0.12}};
   Rng r{seed + 99};
   const int64_t n = 2048;
   const int before = c.failures;
@@ -662,16 +637,16 @@ void check_roundtrip(Ctx& c, uint64_t seed) {
     for (auto& v : x) v = r.gauss() * scale;
     double s2 = 0;
     for (float v : x) s2 += (double)v * v;
-    for (const B& b : bounds) {
-      std::vector<uint8_t> q(row_bytes(b.t, n));
-      quantize_row(b.t, x.data(), q.data(), n);
-      dequantize_row(b.t, q.data(), y.data(), n);
+    for (const TypeTraits& b : all_types()) {  // bounds: the table's max_rel_rms
+      std::vector<uint8_t> q(row_bytes(b.type, n));
+      quantize_row(b.type, x.data(), q.data(), n);
+      dequantize_row(b.type, q.data(), y.data(), n);
       double e2 = 0;
       for (int64_t i = 0; i < n; i++) e2 += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
       const double rel = std::sqrt(e2 / s2);
       if (!(rel <= b.max_rel_rms))
-        c.fail(std::string(dtype_name(b.t)) + " quantize->dequantize rel rms " + fmt(rel) + " > " + fmt(b.max_rel_rms));
-      if (scale == 1.f) summary += std::string(" ") + dtype_name(b.t) + "=" + fmt(rel);
+        c.fail(std::string(dtype_name(b.type)) + " quantize->dequantize rel rms " + fmt(rel) + " > " + fmt(b.max_rel_rms));
+      if (scale == 1.f) summary += std::string(" ") + dtype_name(b.type) + "=" + fmt(rel);
     }
   }
   if (c.failures == before) c.ok("quantize->dequantize rel rms within bounds:" + summary);
@@ -693,7 +668,9 @@ int kernel_selftest(uint64_t seed, std::string* report) {
       c.fail(what + ": threw " + e.what());
     }
   };
-  for (DType t : kStorage) {
+  for (const TypeTraits& tt : all_types()) {  // every weight type of the table
+    if (!tt.storage) continue;
+    const DType t = tt.type;
     guarded(std::string(dtype_name(t)) + " known-answer", [&] { check_known_answer(c, t); });
     guarded(std::string(dtype_name(t)) + " vec_dot", [&] { check_vec_dot(c, t, vec_dot_format(t), seed); });
     if (act_format(t) == ActFormat::Q16_0)

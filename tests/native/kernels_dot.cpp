@@ -16,11 +16,24 @@ using namespace knot;
 
 namespace {
 
-const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
-                              DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+// Every weight type of the type-traits table: a new type is tested with no new code here.
+std::vector<DType> weight_types() {
+  std::vector<DType> v;
+  for (const TypeTraits& tt : all_types())
+    if (tt.storage) v.push_back(tt.type);
+  return v;
+}
+const std::vector<DType> kWeightTypes = weight_types();
+// Block-quantized weight types (the ones with batched kernels and bit-exact SIMD).
+std::vector<DType> block_weight_types() {
+  std::vector<DType> v;
+  for (const TypeTraits& tt : all_types())
+    if (tt.storage && tt.scale_size) v.push_back(tt.type);
+  return v;
+}
 const Kernel kKernels[] = {Kernel::Reference, Kernel::Scalar, Kernel::Simd};
 
-bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool is_float(DType t) { return type_traits(t).scale_size == 0; }
 
 std::vector<float> gauss(size_t n, uint32_t seed, float sigma = 1.f) {
   std::mt19937 rng(seed);
@@ -57,7 +70,7 @@ TEST(KernelsDot, SelftestPasses) {
     EXPECT_EQ(failures, 0) << report;
     EXPECT_NE(report.find("0 failure(s)"), std::string::npos) << report;
     // with a SIMD path the batched prefill kernels and their checks ran
-    for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (DType t : block_weight_types())
       if (pick_mm_batch(dot_kernels(Kernel::Simd), t)) {
         EXPECT_NE(report.find(std::string("ok   ") + dtype_name(t) + " batched matmul kernel == scalar dot"),
                   std::string::npos)
@@ -73,17 +86,17 @@ TEST(KernelsDot, SelftestPasses) {
 // splat (4x the right answer), and on a kernel that drops part of a row.
 namespace {
 void q4_K_times4(int64_t n, const void* w, const void* const* act, int nt, float* out) {
-  kDotGeneric.q4_K(n, w, act, nt, out);
+  kDotGeneric.dot[type_index(DType::Q4_K)](n, w, act, nt, out);
   for (int t = 0; t < nt; t++) out[t] *= 4.f;
 }
 void f16_drops_tail(int64_t n, const void* w, const void* const* act, int nt, float* out) {
-  kDotGeneric.f16(n - n % 8, w, act, nt, out);
+  kDotGeneric.dot[type_index(DType::F16)](n - n % 8, w, act, nt, out);
 }
 void q6_K_last_token_wrong(int64_t n, const void* w, const void* const* act, int nt, float* out) {
-  kDotGeneric.q6_K(n, w, act, nt, out);
+  kDotGeneric.dot[type_index(DType::Q6_K)](n, w, act, nt, out);
   if (nt > 1) {
     const void* first[1] = {act[0]};
-    kDotGeneric.q6_K(n, w, first, 1, &out[nt - 1]);  // reuses token 0's activations
+    kDotGeneric.dot[type_index(DType::Q6_K)](n, w, first, 1, &out[nt - 1]);  // reuses token 0's activations
   }
 }
 // int16 activation kernel that drops the low byte of every activation quant (what an
@@ -98,7 +111,7 @@ void q8_0_q16_low_byte_lost(int64_t n, const void* w, const void* const* act, in
     }
     p[t] = tr[t].data();
   }
-  kDotGeneric.q8_0_q16(n, w, p, nt, out);
+  kDotGeneric.dot_q16[type_index(DType::Q8_0)](n, w, p, nt, out);
 }
 }  // namespace
 
@@ -108,10 +121,10 @@ TEST(KernelsDot, SelftestCatchesBrokenSimdKernels) {
     DotKernels table;
   } cases[] = {{"Q4_K", kDotGeneric}, {"F16", kDotGeneric}, {"Q6_K", kDotGeneric},
                {"Q8_0 random x Q16_0", kDotGeneric}};
-  cases[0].table.q4_K = q4_K_times4;
-  cases[1].table.f16 = f16_drops_tail;
-  cases[2].table.q6_K = q6_K_last_token_wrong;
-  cases[3].table.q8_0_q16 = q8_0_q16_low_byte_lost;
+  cases[0].table.dot[type_index(DType::Q4_K)] = q4_K_times4;
+  cases[1].table.dot[type_index(DType::F16)] = f16_drops_tail;
+  cases[2].table.dot[type_index(DType::Q6_K)] = q6_K_last_token_wrong;
+  cases[3].table.dot_q16[type_index(DType::Q8_0)] = q8_0_q16_low_byte_lost;
   for (const Case& c : cases) {
     set_simd_kernels_for_test(&c.table);
     std::string report;
@@ -401,7 +414,7 @@ TEST(KernelsDot, Q16ActivationsForQ4_0AndQ8_0) {
 // token count crossing the 64-token chunk, and a row slice starting mid-tile.
 TEST(KernelsDot, BatchedMatmulMatchesScalarOddShapes) {
   const int64_t cols = 512;
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : block_weight_types()) {
     std::vector<uint8_t> W = quant_matrix(t, 37, cols, 31);
     for (int64_t ntok : {2, 3, 65}) {
       std::vector<float> X = gauss((size_t)(ntok * cols), 32 + (uint32_t)ntok);

@@ -293,16 +293,11 @@ TEST(KernelsQuant, DequantQ8_KAndFloats) {
   EXPECT_EQ(f[1], bits_f(0x40490000u));
 }
 
-// Relative RMS error of quantize -> dequantize on Gaussian data, per type.
-// Bounds are 1.3-2x what these schemes achieve (rms of a uniform error of half a step
-// is step/sqrt(12); 4-bit ~0.1, 5-bit ~0.05, 6-bit ~0.025, 8-bit ~0.006 of sigma).
+// Relative RMS error of quantize -> dequantize on Gaussian data, per type of the table.
+// Bounds (the table's max_rel_rms, shared with the selftest) are 1.3-2x what these
+// schemes achieve (rms of a uniform error of half a step is step/sqrt(12); 4-bit ~0.1,
+// 5-bit ~0.05, 6-bit ~0.025, 8-bit ~0.006 of sigma).
 TEST(KernelsQuant, QuantDequantErrorBounds) {
-  struct B {
-    DType t;
-    double max_rel_rms;
-  } bounds[] = {{DType::F32, 0.0},      {DType::F16, 4e-4},   {DType::BF16, 3e-3},
-                {DType::Q8_0, 0.008},   {DType::Q8_K, 0.008}, {DType::Q6_K, 0.025},
-                {DType::Q5_K, 0.05},    {DType::Q4_K, 0.10},  {DType::Q4_0, 0.12}};
   const int64_t n = 4096;
   // (Scales well inside fp16's normal range: far below it the fp16 super-scales of the
   // K-quants go subnormal and lose precision, in ggml's format as here.)
@@ -311,17 +306,17 @@ TEST(KernelsQuant, QuantDequantErrorBounds) {
     double s2 = 0;
     for (float v : x) s2 += (double)v * v;
     const double rms = std::sqrt(s2 / n);
-    for (const B& b : bounds) {
-      std::vector<uint8_t> q(row_bytes(b.t, n));
+    for (const TypeTraits& b : all_types()) {
+      std::vector<uint8_t> q(row_bytes(b.type, n));
       std::vector<float> y(n);
-      quantize_row(b.t, x.data(), q.data(), n);
-      dequantize_row(b.t, q.data(), y.data(), n);
+      quantize_row(b.type, x.data(), q.data(), n);
+      dequantize_row(b.type, q.data(), y.data(), n);
       double e2 = 0;
       for (int64_t i = 0; i < n; i++) e2 += ((double)y[i] - x[i]) * ((double)y[i] - x[i]);
       const double rel = std::sqrt(e2 / n) / rms;
-      EXPECT_LE(rel, b.max_rel_rms) << dtype_name(b.t) << " scale 2^" << scale_exp;
-      if (b.t != DType::F32) {
-        EXPECT_GT(rel, 0.0) << dtype_name(b.t);  // it did quantize
+      EXPECT_LE(rel, b.max_rel_rms) << dtype_name(b.type) << " scale 2^" << scale_exp;
+      if (b.type != DType::F32) {
+        EXPECT_GT(rel, 0.0) << dtype_name(b.type);  // it did quantize
       }
     }
   }
@@ -361,7 +356,9 @@ TEST(KernelsQuant, ActivationFormatsHalfStep) {
 
 TEST(KernelsQuant, ZeroAndNonFinite) {
   std::vector<float> z(256, 0.f), y(256, 1.f);
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_K}) {
+  for (const TypeTraits& tt : all_types()) {
+    if (!tt.scale_size) continue;  // block types
+    const DType t = tt.type;
     std::vector<uint8_t> q(row_bytes(t, 256));
     quantize_row(t, z.data(), q.data(), 256);
     dequantize_row(t, q.data(), y.data(), 256);
@@ -420,8 +417,8 @@ TEST(KernelsQuant, ActivationRoundingByHand) {
 TEST(KernelsQuant, FirstNonFiniteFindsBadScales) {
   std::vector<float> x(512);
   for (int i = 0; i < 512; i++) x[i] = std::sin(0.1f * i);
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q8_0, DType::Q4_K,
-                  DType::Q5_K, DType::Q6_K, DType::Q8_K}) {
+  for (const TypeTraits& tt : all_types()) {
+    const DType t = tt.type;
     std::vector<uint8_t> q(row_bytes(t, 512));
     quantize_row(t, x.data(), q.data(), 512);
     EXPECT_EQ(first_nonfinite(t, q.data(), 512), -1) << dtype_name(t);
