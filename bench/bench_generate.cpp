@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "infer/generate.h"
-#include "container/model_io.h"
+#include "container/loader.h"
 
 int main(int argc, char** argv) {
   std::string path, prompt_file;

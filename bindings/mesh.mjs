@@ -11,13 +11,6 @@
 //   parts.evict(parts.layerTensors(0, "attn"));                  // evict it
 import {init, openTable, loadTensor, _resolveSource as resolveSource, _withOut as withOut} from "./knotwork.mjs";
 
-const PHASE_TENSORS = {
-  attn: ["attn_norm_weight", "attn_q_weight", "attn_k_weight", "attn_v_weight", "attn_output_weight",
-         "attn_q_bias", "attn_k_bias", "attn_v_bias"],
-  ffn_gate: ["ffn_norm_weight", "ffn_gate_weight"],
-  ffn_up: ["ffn_norm_weight", "ffn_up_weight"],
-  ffn_down: ["ffn_down_weight"],
-};
 const FFN_PHASE = {gate: 0, up: 1, down: 2, gate_up: 3};
 
 /**
@@ -38,6 +31,7 @@ export class ModelParts {
     this.handle = handle;
     this.format = table.format;
     this.entries = new Map(table.tensors.map((t) => [t.name, t]));
+    this.arch = table.arch;  // the core's architecture table: tensors per phase (arch.h)
     this.loaded = new Set();
   }
 
@@ -53,9 +47,9 @@ export class ModelParts {
   has(name) { return this.entries.has(name); }
   /** Names of the tensors a phase of a layer uses that exist in this file. */
   layerTensors(layer, phase) {
-    const names = PHASE_TENSORS[phase];
-    if (!names) throw new Error(`unknown phase ${phase}`);
-    return names.map((s) => `blk_${layer}_${s}`).filter((n) => this.entries.has(n));
+    const names = this.arch.phases[phase]?.filter((t) => t.per_layer);
+    if (!names?.length) throw new Error(`unknown phase ${phase}`);
+    return names.map((t) => `blk_${layer}_${t.name}`).filter((n) => this.entries.has(n));
   }
   #entry(name) {
     const t = this.entries.get(name);

@@ -14,7 +14,7 @@
 #include "commands.h"
 #include "kernels/common.h"
 #include "infer/generate.h"
-#include "container/model_io.h"
+#include "container/loader.h"
 #include "text/vocab.h"
 
 namespace {

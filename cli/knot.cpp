@@ -21,7 +21,7 @@
 #include "container/gguf.h"
 #include "container/hash.h"
 #include "container/knot.h"
-#include "container/model_io.h"
+#include "container/loader.h"
 #include "container/synth.h"
 #include "infer/planner.h"
 
@@ -45,9 +45,9 @@ static const char* USAGE =
     "                                 a NaN/Inf in the source is refused)\n"
     "  verify FILE                    layout, stale check, tensor set and shapes vs config,\n"
     "                                 every hash, NaN/Inf scales\n"
-    "  synth --arch llama|qwen2 --hidden N --layers N --heads N --kv-heads N --ffn N\n"
-    "        --vocab N [--vocab-tensor N] [--type T] [--seed S] [--tied] [--ctx N] [--fast]\n"
-    "        [--header-only] OUT(.gguf|.knot)\n"
+    "  synth --arch llama|qwen2|qwen3 --hidden N --layers N --heads N --kv-heads N --ffn N\n"
+    "        --vocab N [--head-dim N] [--vocab-tensor N] [--type T] [--seed S] [--tied] [--ctx N]\n"
+    "        [--fast] [--header-only] OUT(.gguf|.knot)\n"
     "                                 deterministic random-weight model (--fast: rows drawn\n"
     "                                 from a pool of quantized blocks, seconds for a 7B shape;\n"
     "                                 --header-only: .gguf header + sparse zero payload)\n"
@@ -317,6 +317,7 @@ int cmd_synth(int argc, char** argv) {
   o.heads = (int)parse_int(take_opt(args, "--heads", std::to_string(o.heads)), "--heads");
   o.kv_heads = (int)parse_int(take_opt(args, "--kv-heads", std::to_string(o.kv_heads)), "--kv-heads");
   o.ffn = (int)parse_int(take_opt(args, "--ffn", std::to_string(o.ffn)), "--ffn");
+  o.head_dim = (int)parse_int(take_opt(args, "--head-dim", "0"), "--head-dim", 0);
   o.vocab = (int)parse_int(take_opt(args, "--vocab", std::to_string(o.vocab)), "--vocab");
   o.ctx = (int)parse_int(take_opt(args, "--ctx", std::to_string(o.ctx)), "--ctx", 0);
   o.vocab_tensor = (int)parse_int(take_opt(args, "--vocab-tensor", "0"), "--vocab-tensor", 0);
@@ -326,7 +327,7 @@ int cmd_synth(int argc, char** argv) {
   o.fast = has_flag(args, "--fast");
   o.header_only = has_flag(args, "--header-only");
   no_unknown_flags(args);
-  if (args.size() != 1) fail("usage: knot synth --arch llama|qwen2 --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N [--type T] [--seed S] OUT");
+  if (args.size() != 1) fail("usage: knot synth --arch llama|qwen2|qwen3 --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N [--type T] [--seed S] OUT");
   o.progress = progress_bar("synth");
   synth_model(o, args[0]);
   std::printf("%s: synthetic %s, hidden %d, %d layers, %d/%d heads, ffn %d, vocab %d, %s, seed %llu\n", args[0].c_str(), o.arch.c_str(),

@@ -39,13 +39,7 @@ ModelEntry& model_of(int h, const char* fn) { return g_models.get(h, fn); }
 // The layer's tensors, with tensors that are not loaded treated as absent (the phase
 // then names the missing one).
 knot::LayerWeights loaded_layer(const ModelEntry& m, int layer) {
-  knot::LayerWeights w = knot::layer_weights(m.model, layer);
-  const knot::Tensor** all[] = {&w.attn_norm, &w.attn_q, &w.attn_k, &w.attn_v, &w.attn_output,
-                                &w.attn_q_bias, &w.attn_k_bias, &w.attn_v_bias, &w.ffn_norm,
-                                &w.ffn_gate, &w.ffn_up, &w.ffn_down};
-  for (auto p : all)
-    if (*p && !(*p)->bytes) *p = nullptr;
-  return w;
+  return knot::layer_weights(m.model, layer, /*loaded_only=*/true);
 }
 
 const TableEntry& entry(const ModelEntry& m, const std::string& name) {

@@ -18,6 +18,7 @@
 #include "text/chat.h"
 #include "container/gguf.h"
 #include "container/hash.h"
+#include "container/arch.h"
 #include "container/knot.h"
 #include "container/model.h"
 #include "container/model_io.h"
@@ -46,6 +47,26 @@ size_t table_index(const ModelEntry& m, uint32_t i, const char* fn) {
 // One serialisation of the config for files and the ABI alike (model_io.cpp).
 json config_json(const knot::ModelConfig& c) { return json::parse(knot::config_to_json(c)); }
 
+// The architecture's table (arch.h) for the JS: per phase, the per-layer tensor names
+// without their "blk_N_" prefix (and the model-level ones), required or not.
+json arch_json(const knot::ModelConfig& c) {
+  const knot::ArchInfo& a = knot::arch_info(c.arch, "model");
+  json phases = json::object();
+  for (unsigned p : {knot::PHASE_EMBED, knot::PHASE_ATTN, knot::PHASE_FFN_GATE, knot::PHASE_FFN_UP,
+                     knot::PHASE_FFN_DOWN, knot::PHASE_OUTPUT}) {
+    json names = json::array();
+    for (const knot::ArchTensor& at : a.tensors) {
+      const knot::TensorInfo& ti = knot::tensor_info(at.id);
+      if (!(ti.phases & p)) continue;
+      names.push_back({{"name", knot::tensor_knot_name(at.id, 0).substr(ti.per_layer ? 6 : 0)},
+                       {"per_layer", ti.per_layer},
+                       {"required", at.need == knot::Need::Required || (at.need == knot::Need::UnlessTied && !c.tied_embeddings)}});
+    }
+    phases[knot::phase_name(p)] = names;
+  }
+  return json{{"name", a.name}, {"rope_style", a.rope_style == knot::RopeStyle::Neox ? "neox" : "norm"}, {"phases", phases}};
+}
+
 json tensor_json(const knot::Tensor& t) {
   return json{{"name", t.name}, {"type", knot::dtype_name(t.type)}, {"shape", t.shape}, {"size", t.size}};
 }
@@ -61,6 +82,7 @@ json model_info_json(const ModelEntry& m) {
   return json{{"name", m.what},
               {"format", m.format},
               {"config", config_json(m.model.config)},
+              {"arch", arch_json(m.model.config)},
               {"tokenizer", {{"model", td.model}, {"pre", td.pre}, {"n_tokens", td.tokens.size()},
                              {"bos_id", td.bos_id}, {"eos_id", td.eos_id}, {"eot_id", td.eot_id},
                              {"add_bos", td.add_bos}, {"has_chat_template", !td.chat_template.empty()}}},
@@ -156,7 +178,7 @@ int kw_model_open(const uint8_t* prefix, uint32_t len, double file_size, const c
     json tab = json::array();
     for (size_t i = 0; i < e->table.size(); i++)
       tab.push_back({{"i", i}, {"name", e->table[i].name}, {"offset", e->table[i].offset}, {"size", e->table[i].size}});
-    set_result(json{{"format", e->format}, {"tensors", tab}}.dump());
+    set_result(json{{"format", e->format}, {"arch", arch_json(e->model.config)}, {"tensors", tab}}.dump());
     *out_handle = g_models.add(std::move(e));
   });
 }

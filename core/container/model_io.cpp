@@ -1,10 +1,7 @@
-// model_io.cpp — load a Model from GGUF or .knot; GGUF metadata <-> config/tokenizer;
-// JSON forms of config and tokenizer used by the .knot container.
+// model_io.cpp — GGUF metadata <-> config/tokenizer; JSON forms of config and tokenizer
+// used by the .knot container; the tensor-set and finiteness checks both loaders share.
 #include "container/model_io.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -12,8 +9,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "container/arch.h"
 #include "container/hash.h"
-#include "container/knot.h"
 
 namespace knot {
 
@@ -53,8 +50,7 @@ void validate_config(const ModelConfig& c, const std::string& what) {
   pos(c.n_ff, "n_ff");
   pos(c.n_vocab, "n_vocab");
   pos(c.n_vocab_tensor, "n_vocab_tensor");
-  if (c.arch != "llama" && c.arch != "qwen2")
-    fail(what + ": unsupported architecture '" + c.arch + "' (supported: llama, qwen2)");
+  arch_info(c.arch, what);  // throws naming the supported ones
   if (c.n_head % c.n_head_kv != 0)
     fail(what + ": n_head " + std::to_string(c.n_head) + " is not a multiple of n_head_kv " + std::to_string(c.n_head_kv));
   if (c.rope_dims <= 0 || c.rope_dims > c.head_dim || c.rope_dims % 2)
@@ -79,10 +75,14 @@ ModelConfig config_from_gguf(const gguf::File& f, const std::string& what) {
   if (!f.find(a + "attention.key_length") && c.n_embd % c.n_head)
     fail(what + ": embedding_length " + std::to_string(c.n_embd) + " not divisible by head_count " + std::to_string(c.n_head));
   c.rope_dims = opt_int(f, a + "rope.dimension_count", c.head_dim);
+  if (const ArchInfo* ai = find_arch(c.arch)) {  // the table's style and defaults
+    c.rope_style = ai->rope_style;
+    c.rope_theta = ai->rope_theta;
+    c.rms_eps = ai->rms_eps;
+  }
   if (auto* v = f.find(a + "rope.freq_base")) c.rope_theta = (float)v->as_float(a + "rope.freq_base");
   if (auto* v = f.find(a + "attention.layer_norm_rms_epsilon")) c.rms_eps = (float)v->as_float(a + "attention.layer_norm_rms_epsilon");
   c.n_ctx_train = opt_int(f, a + "context_length", 0);
-  c.rope_style = c.arch == "qwen2" ? RopeStyle::Neox : RopeStyle::Norm;
 
   const gguf::Value& toks = need_key(f, "tokenizer.ggml.tokens", what);
   if (toks.type != gguf::VType::ARRAY) fail(what + ": tokenizer.ggml.tokens is not an array");
@@ -456,40 +456,27 @@ std::vector<std::string> check_tensor_set(const ModelConfig& c, const std::vecto
   std::map<std::string, const TensorRef*> by;
   for (auto& t : tensors) by[t.knot_name] = &t;
   std::vector<std::string> problems;
-  const int64_t E = c.n_embd, Q = (int64_t)c.n_head * c.head_dim, KV = (int64_t)c.n_head_kv * c.head_dim, F = c.n_ff,
-                V = c.n_vocab_tensor;
-  // base "attn_q", kind "weight": knot blk_N_attn_q_weight, GGUF blk.N.attn_q.weight
-  auto check = [&](int layer, const char* base, const char* kind, std::vector<int64_t> want, const char* dims, bool required) {
-    const std::string pre = layer < 0 ? "" : "blk_" + std::to_string(layer) + "_";
-    const std::string kn = pre + base + "_" + kind;
-    const std::string gn = (layer < 0 ? "" : "blk." + std::to_string(layer) + ".") + base + "." + kind;
+  const ArchInfo& arch = arch_info(c.arch, what);
+  // each tensor of the architecture's table, at layer `layer` (-1: model-level)
+  auto check = [&](int layer, const ArchTensor& at) {
+    const std::string kn = tensor_knot_name(at.id, layer);
     const std::string lay = layer < 0 ? "" : "layer " + std::to_string(layer) + ": ";
+    const bool required = at.need == Need::Required || (at.need == Need::UnlessTied && !c.tied_embeddings);
     auto it = by.find(kn);
     if (it == by.end()) {
-      if (required) problems.push_back(what + ": " + lay + "missing tensor " + (gguf_names ? gn : kn));
+      if (required) problems.push_back(what + ": " + lay + "missing tensor " + (gguf_names ? tensor_gguf_name(at.id, layer) : kn));
       return;
     }
+    const std::vector<int64_t> want = tensor_shape(at.id, c);
     if (it->second->shape != want)
       problems.push_back(what + ": " + lay + "tensor " + it->second->shown + " has shape " + shape_text(it->second->shape) +
-                         ", the config wants " + shape_text(want) + " (" + dims + ")");
+                         ", the config wants " + shape_text(want) + " (" + tensor_dims_text(at.id) + ")");
   };
-  check(-1, "token_embd", "weight", {E, V}, "n_embd x n_vocab_tensor", true);
-  check(-1, "output_norm", "weight", {E}, "n_embd", true);
-  check(-1, "output", "weight", {E, V}, "n_embd x n_vocab_tensor", !c.tied_embeddings);
-  for (int l = 0; l < c.n_layer; l++) {
-    check(l, "attn_norm", "weight", {E}, "n_embd", true);
-    check(l, "attn_q", "weight", {E, Q}, "n_embd x n_head*head_dim", true);
-    check(l, "attn_k", "weight", {E, KV}, "n_embd x n_head_kv*head_dim", true);
-    check(l, "attn_v", "weight", {E, KV}, "n_embd x n_head_kv*head_dim", true);
-    check(l, "attn_output", "weight", {Q, E}, "n_head*head_dim x n_embd", true);
-    check(l, "attn_q", "bias", {Q}, "n_head*head_dim", false);
-    check(l, "attn_k", "bias", {KV}, "n_head_kv*head_dim", false);
-    check(l, "attn_v", "bias", {KV}, "n_head_kv*head_dim", false);
-    check(l, "ffn_norm", "weight", {E}, "n_embd", true);
-    check(l, "ffn_gate", "weight", {E, F}, "n_embd x n_ff", true);
-    check(l, "ffn_up", "weight", {E, F}, "n_embd x n_ff", true);
-    check(l, "ffn_down", "weight", {F, E}, "n_ff x n_embd", true);
-  }
+  for (const ArchTensor& at : arch.tensors)
+    if (!tensor_info(at.id).per_layer) check(-1, at);
+  for (int l = 0; l < c.n_layer; l++)
+    for (const ArchTensor& at : arch.tensors)
+      if (tensor_info(at.id).per_layer) check(l, at);
   for (auto& t : tensors) {
     if (t.knot_name.rfind("blk_", 0) != 0) continue;
     const long layer = std::strtol(t.knot_name.c_str() + 4, nullptr, 10);
@@ -506,7 +493,10 @@ static bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 
 
 void check_tensor_finite(const Tensor& t, const std::string& what, const std::string& where, const std::string& shown) {
   if (!t.bytes) return;
-  const int64_t bad = first_nonfinite_block(t.type, t.data(), t.size);
+  const TypeTraits& tt = type_traits(t.type);
+  const int64_t nb = (int64_t)(t.size / (size_t)tt.block_bytes);
+  const int64_t e = first_nonfinite(t.type, t.data(), nb * tt.block_elems);
+  const int64_t bad = e < 0 ? -1 : e / tt.block_elems;
   if (bad < 0) return;
   const std::string at = where.empty() ? "" : " " + where;
   const std::string& name = shown.empty() ? t.name : shown;
@@ -518,52 +508,5 @@ void check_tensor_finite(const Tensor& t, const std::string& what, const std::st
   fail(what + ": tensor " + name + at + ": block " + std::to_string(bad) + " has a non-finite scale (stale or corrupt file)");
 }
 
-
-FileFormat detect_format(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail(path + ": is a directory");
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!fp) fail(path + ": cannot open: " + std::strerror(errno));
-  char m[4] = {0};
-  size_t n = std::fread(m, 1, 4, fp.get());
-  if (n == 4 && std::memcmp(m, "GGUF", 4) == 0) return FileFormat::Gguf;
-  if (n == 4 && std::memcmp(m, "KNOT", 4) == 0) return FileFormat::Knot;
-  return FileFormat::Unknown;
-}
-
-static Model load_gguf(const std::string& path, const LoadOptions& opts) {
-  gguf::File f = gguf::parse_file(path);
-  Model m;
-  m.config = config_from_gguf(f, path);
-  m.tokenizer = tokenizer_from_gguf(f, path);
-  FileSource src(path);
-  for (const gguf::TensorInfo& ti : f.tensors) {
-    Tensor t;
-    t.name = knot_tensor_name(ti.name);
-    t.type = ti.type;
-    t.shape = ti.shape;
-    t.size = ti.size;
-    if (opts.load_tensors) {
-      t.bytes = alloc_aligned(ti.size);
-      src.read(f.data_offset + ti.offset, ti.size, t.bytes.get());
-      t.hash = hash64(t.bytes.get(), t.size);
-      check_tensor_finite(t, path, "at offset " + std::to_string(f.data_offset + ti.offset), ti.name);
-    }
-    if (m.tensors.count(t.name)) fail(path + ": two tensors map to the knot name " + t.name);
-    m.tensors.emplace(t.name, std::move(t));
-  }
-  return m;
-}
-
-Model load_model_file(const std::string& path, const LoadOptions& opts) {
-  switch (detect_format(path)) {
-    case FileFormat::Gguf: return load_gguf(path, opts);
-    case FileFormat::Knot: {
-      FileSource src(path);
-      return load_knot(src, opts);
-    }
-    default: fail(path + ": bad magic: neither a GGUF nor a .knot file");
-  }
-}
 
 }  // namespace knot

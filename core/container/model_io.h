@@ -1,5 +1,6 @@
-// model_io.h — load a Model from a .gguf or .knot file (chosen by magic), and map
-// GGUF metadata to ModelConfig / TokenizerData.
+// model_io.h — map GGUF metadata to ModelConfig / TokenizerData and back, their JSON forms
+// for the .knot container, and the checks both loaders share. Loading a file from disk
+// (format by magic) is loader.h, above this and knot.h.
 // Contract: errors name the file and what is wrong; a missing required config key,
 // a tensor whose bytes run past the file, an unknown tensor type all throw knot::Error.
 #pragma once
@@ -16,12 +17,6 @@ struct LoadOptions {
   bool load_tensors = true;   // false: config + tokenizer + tensor table only (no bytes)
   bool verify_hashes = true;  // .knot: check every tensor's content hash on read
 };
-
-// Reads a .gguf or .knot file from disk into a Model (tensor names in knot convention).
-Model load_model_file(const std::string& path, const LoadOptions& opts = {});
-
-enum class FileFormat { Unknown, Gguf, Knot };
-FileFormat detect_format(const std::string& path);  // by magic; throws if unreadable
 
 // GGUF metadata -> config / tokenizer (keys as in llama.cpp). `what` names the file.
 // Config needs the tensor table too (n_vocab_tensor from token_embd rows, tied = no
@@ -46,9 +41,8 @@ TokenizerData tokenizer_from_json(std::string_view json, const std::string& what
 void check_tensor_finite(const Tensor& t, const std::string& what, const std::string& where = "",
                          const std::string& shown = "");
 
-// The tensors a config requires (token_embd, output_norm; per layer attn_norm, attn_q/k/v,
-// attn_output, ffn_norm, ffn_gate/up/down; output optional = tied; q/k/v biases optional)
-// checked against a file's tensor table: returns one problem per missing tensor, wrong
+// The tensors the config's architecture requires (arch.h's table: required ones, output
+// unless tied, optional ones only when present) checked against a file's tensor table: returns one problem per missing tensor, wrong
 // shape or layer past n_layer, naming layer and tensor (GGUF names when gguf_names).
 struct TensorRef {
   std::string knot_name;  // blk_0_attn_q_weight

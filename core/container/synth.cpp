@@ -12,13 +12,15 @@
 #include "container/convert.h"
 #include "container/gguf.h"
 #include "container/hash.h"
+#include "container/arch.h"
 #include "container/knot.h"
 #include "container/model_io.h"
 
 namespace knot {
 
 ModelConfig synth_config(const SynthOptions& o) {
-  if (o.arch != "llama" && o.arch != "qwen2") fail("synth: --arch must be llama or qwen2, got '" + o.arch + "'");
+  const ArchInfo* arch = find_arch(o.arch);
+  if (!arch) fail("synth: --arch must be one of " + supported_archs() + ", got '" + o.arch + "'");
   auto pos = [](int v, const char* n) {
     if (v <= 0) fail(std::string("synth: --") + n + " must be > 0");
   };
@@ -27,9 +29,11 @@ ModelConfig synth_config(const SynthOptions& o) {
   pos(o.heads, "heads");
   pos(o.kv_heads, "kv-heads");
   pos(o.ffn, "ffn");
-  if (o.hidden % o.heads) fail("synth: --hidden " + std::to_string(o.hidden) + " is not a multiple of --heads " + std::to_string(o.heads));
+  if (o.head_dim < 0) fail("synth: --head-dim must be >= 0 (0: hidden / heads)");
+  if (!o.head_dim && o.hidden % o.heads) fail("synth: --hidden " + std::to_string(o.hidden) + " is not a multiple of --heads " + std::to_string(o.heads));
   if (o.heads % o.kv_heads) fail("synth: --heads is not a multiple of --kv-heads");
-  if ((o.hidden / o.heads) % 2) fail("synth: head_dim " + std::to_string(o.hidden / o.heads) + " must be even for RoPE");
+  const int head_dim = o.head_dim ? o.head_dim : o.hidden / o.heads;
+  if (head_dim % 2) fail("synth: head_dim " + std::to_string(head_dim) + " must be even for RoPE");
   if (o.vocab < 260) fail("synth: --vocab must be >= 260 (3 specials + 256 byte tokens + pieces)");
   ModelConfig c;
   c.arch = o.arch;
@@ -37,15 +41,15 @@ ModelConfig synth_config(const SynthOptions& o) {
   c.n_layer = o.layers;
   c.n_head = o.heads;
   c.n_head_kv = o.kv_heads;
-  c.head_dim = o.hidden / o.heads;
+  c.head_dim = head_dim;
   c.n_ff = o.ffn;
   c.n_vocab = o.vocab;
   c.n_vocab_tensor = o.vocab_tensor ? o.vocab_tensor : o.vocab;
   if (c.n_vocab_tensor < o.vocab) fail("synth: --vocab-tensor must be >= --vocab");
   c.rope_dims = c.head_dim;
-  c.rope_style = o.arch == "qwen2" ? RopeStyle::Neox : RopeStyle::Norm;
-  c.rope_theta = o.arch == "qwen2" ? 1000000.f : 10000.f;
-  c.rms_eps = o.arch == "qwen2" ? 1e-6f : 1e-5f;
+  c.rope_style = arch->rope_style;
+  c.rope_theta = arch->rope_theta;
+  c.rms_eps = arch->rms_eps;
   c.n_ctx_train = o.ctx;
   c.tied_embeddings = o.tied;
   validate_config(c, "synth");
@@ -178,32 +182,33 @@ void pool_row(const BlockPool& p, const Spec& s, uint64_t seed, int64_t row, uin
   }
 }
 
+// The architecture's tensors in table order: required ones, output unless tied, and the
+// "expected" optional ones (qwen2's biases).
 std::vector<Spec> synth_specs(const ModelConfig& c) {
   const float k3 = std::sqrt(3.f);  // uniform(-a, a) has std a/sqrt(3)
   auto w = [&](int64_t fan_in) { return k3 / std::sqrt((float)fan_in); };
   const float resid = 1.f / std::sqrt(2.f * (float)c.n_layer);
-  const int64_t E = c.n_embd, Q = (int64_t)c.n_head * c.head_dim, KV = (int64_t)c.n_head_kv * c.head_dim;
+  const ArchInfo& arch = arch_info(c.arch, "synth");
   std::vector<Spec> v;
-  v.push_back({"token_embd.weight", {E, c.n_vocab_tensor}, k3 * 0.5f});
-  v.push_back({"output_norm.weight", {E}, 0});
-  if (!c.tied_embeddings) v.push_back({"output.weight", {E, c.n_vocab_tensor}, w(E)});
-  for (int l = 0; l < c.n_layer; l++) {
-    std::string p = "blk." + std::to_string(l) + ".";
-    v.push_back({p + "attn_norm.weight", {E}, 0});
-    v.push_back({p + "attn_q.weight", {E, Q}, w(E)});
-    v.push_back({p + "attn_k.weight", {E, KV}, w(E)});
-    v.push_back({p + "attn_v.weight", {E, KV}, w(E)});
-    if (c.arch == "qwen2") {
-      v.push_back({p + "attn_q.bias", {Q}, 0.02f});
-      v.push_back({p + "attn_k.bias", {KV}, 0.02f});
-      v.push_back({p + "attn_v.bias", {KV}, 0.02f});
+  auto add = [&](const ArchTensor& at, int layer) {
+    if (at.need == Need::Optional || (at.need == Need::UnlessTied && c.tied_embeddings)) return;
+    const TensorInfo& ti = tensor_info(at.id);
+    const std::vector<int64_t> shape = tensor_shape(at.id, c);
+    float scale = 0;  // 0: ones
+    switch (ti.synth) {
+      case SynthInit::Ones: scale = 0; break;
+      case SynthInit::Embedding: scale = k3 * 0.5f; break;
+      case SynthInit::FanIn: scale = w(shape[0]); break;
+      case SynthInit::FanInResidual: scale = w(shape[0]) * resid; break;
+      case SynthInit::Bias: scale = 0.02f; break;
     }
-    v.push_back({p + "attn_output.weight", {Q, E}, w(Q) * resid});
-    v.push_back({p + "ffn_norm.weight", {E}, 0});
-    v.push_back({p + "ffn_gate.weight", {E, c.n_ff}, w(E)});
-    v.push_back({p + "ffn_up.weight", {E, c.n_ff}, w(E)});
-    v.push_back({p + "ffn_down.weight", {c.n_ff, E}, w(c.n_ff) * resid});
-  }
+    v.push_back({tensor_gguf_name(at.id, layer), shape, scale});
+  };
+  for (const ArchTensor& at : arch.tensors)
+    if (!tensor_info(at.id).per_layer) add(at, -1);
+  for (int l = 0; l < c.n_layer; l++)
+    for (const ArchTensor& at : arch.tensors)
+      if (tensor_info(at.id).per_layer) add(at, l);
   return v;
 }
 

@@ -1,4 +1,4 @@
-// synth.h — deterministic random-weight llama/qwen2 models for tests and benchmarks.
+// synth.h — deterministic random-weight models of any architecture in arch.h for tests and benchmarks.
 // Same options and seed => byte-identical file. Weights are uniform with std
 // 1/sqrt(fan_in) (residual projections further by 1/sqrt(2*layers)) so activations stay
 // O(1) through the stack; norms are 1. The tokenizer is an SPM-style vocab (<unk> <s>
@@ -17,8 +17,9 @@
 namespace knot {
 
 struct SynthOptions {
-  std::string arch = "llama";  // llama | qwen2
+  std::string arch = "llama";  // any architecture of arch.h's table (llama | qwen2 | qwen3)
   int hidden = 64, layers = 2, heads = 4, kv_heads = 2, ffn = 128, vocab = 512;
+  int head_dim = 0;      // 0 = hidden / heads; else written as attention.key_length (qwen3)
   int vocab_tensor = 0;  // rows of token_embd/output; 0 = vocab (more = padding rows, as qwen2.5)
   std::string type = "F32";  // any convert target (Q4_K_M mixes too)
   uint64_t seed = 1;

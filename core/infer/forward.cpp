@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "container/arch.h"
 #include "kernels/common.h"
 #include "kernels/quant.h"
 
@@ -106,32 +107,48 @@ void add_bias(float* y, int ntok, int64_t row, const float* b) {
 
 // ---- weights -----------------------------------------------------------------------
 
-LayerWeights layer_weights(const Model& m, int layer) {
+// The LayerWeights field of each per-layer tensor of the arch table, by TensorId.
+namespace {
+const Tensor* LayerWeights::* const kLayerField[kTensorIds] = {
+    nullptr,                      // TOKEN_EMBD
+    nullptr,                      // OUTPUT_NORM
+    nullptr,                      // OUTPUT
+    &LayerWeights::attn_norm,     // ATTN_NORM
+    &LayerWeights::attn_q,        // ATTN_Q
+    &LayerWeights::attn_k,        // ATTN_K
+    &LayerWeights::attn_v,        // ATTN_V
+    &LayerWeights::attn_output,   // ATTN_OUT
+    &LayerWeights::attn_q_bias,   // ATTN_Q_BIAS
+    &LayerWeights::attn_k_bias,   // ATTN_K_BIAS
+    &LayerWeights::attn_v_bias,   // ATTN_V_BIAS
+    &LayerWeights::attn_q_norm,   // ATTN_Q_NORM
+    &LayerWeights::attn_k_norm,   // ATTN_K_NORM
+    &LayerWeights::ffn_norm,      // FFN_NORM
+    &LayerWeights::ffn_gate,      // FFN_GATE
+    &LayerWeights::ffn_up,        // FFN_UP
+    &LayerWeights::ffn_down,      // FFN_DOWN
+};
+}  // namespace
+
+LayerWeights layer_weights(const Model& m, int layer, bool loaded_only) {
   LayerWeights w;
   w.layer = layer;
-  auto f = [&](const char* s) { return m.find(layer_tensor_name(layer, s)); };
-  w.attn_norm = f("attn_norm_weight");
-  w.attn_q = f("attn_q_weight");
-  w.attn_k = f("attn_k_weight");
-  w.attn_v = f("attn_v_weight");
-  w.attn_output = f("attn_output_weight");
-  w.attn_q_bias = f("attn_q_bias");
-  w.attn_k_bias = f("attn_k_bias");
-  w.attn_v_bias = f("attn_v_bias");
-  w.ffn_norm = f("ffn_norm_weight");
-  w.ffn_gate = f("ffn_gate_weight");
-  w.ffn_up = f("ffn_up_weight");
-  w.ffn_down = f("ffn_down_weight");
+  for (const ArchTensor& at : arch_info(m.config.arch, "model").tensors) {
+    if (!kLayerField[(int)at.id]) continue;
+    const Tensor* t = m.find(tensor_knot_name(at.id, layer));
+    w.*kLayerField[(int)at.id] = loaded_only && t && !t->bytes ? nullptr : t;
+  }
   return w;
 }
 
 void check_layer_tensors(const Model& m, int layer) {
-  static const struct { const char* suffix; const char* phase; } req[] = {
-      {"attn_norm_weight", "attn"}, {"attn_q_weight", "attn"},      {"attn_k_weight", "attn"},
-      {"attn_v_weight", "attn"},    {"attn_output_weight", "attn"}, {"ffn_norm_weight", "ffn_gate"},
-      {"ffn_gate_weight", "ffn_gate"}, {"ffn_up_weight", "ffn_up"}, {"ffn_down_weight", "ffn_down"},
-  };
-  for (const auto& r : req) m.get(layer_tensor_name(layer, r.suffix), layer, r.phase);
+  for (const ArchTensor& at : arch_info(m.config.arch, "model").tensors) {
+    const TensorInfo& ti = tensor_info(at.id);
+    if (ti.per_layer && at.need == Need::Required) {
+      const unsigned first_phase = ti.phases & (~ti.phases + 1);  // lowest bit: the phase that loads it first
+      m.get(tensor_knot_name(at.id, layer), layer, phase_name(first_phase));
+    }
+  }
 }
 
 // ---- workspace ---------------------------------------------------------------------
@@ -373,6 +390,15 @@ void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, 
   bias(w.attn_q_bias, q, qrow, (int64_t)cfg.n_head * hd, (int64_t)h0 * hd);
   bias(w.attn_k_bias, k, kvrow, (int64_t)cfg.n_head_kv * hd, (int64_t)kv0 * hd);
   bias(w.attn_v_bias, v, kvrow, (int64_t)cfg.n_head_kv * hd, (int64_t)kv0 * hd);
+
+  // qwen3: RMSNorm of every query and key head (one [hd] weight shared by all heads)
+  auto head_norm = [&](const Tensor* nw, float* y, int nheads) {
+    if (!nw) return;
+    const float* wf = vec_f32(*nw, hd, ws.tmp, P);
+    for (int i = 0; i < ntok * nheads; i++) rmsnorm(y + (size_t)i * hd, wf, hd, cfg.rms_eps, y + (size_t)i * hd);
+  };
+  head_norm(w.attn_q_norm, q, nh);
+  head_norm(w.attn_k_norm, k, nkv);
 
   const int rd = cfg.rope_dims > 0 ? cfg.rope_dims : hd;
   rope(q, ntok, (int)qrow, nh, hd, rd, pos0, cfg.rope_theta, cfg.rope_style);

@@ -62,14 +62,17 @@ struct LayerWeights {
   const Tensor* attn_q_bias = nullptr;  // [n_head*head_dim]    (qwen2)
   const Tensor* attn_k_bias = nullptr;  // [n_head_kv*head_dim] (qwen2)
   const Tensor* attn_v_bias = nullptr;  // [n_head_kv*head_dim] (qwen2)
+  const Tensor* attn_q_norm = nullptr;  // [head_dim] per-head RMSNorm of q before RoPE (qwen3)
+  const Tensor* attn_k_norm = nullptr;  // [head_dim] per-head RMSNorm of k before RoPE (qwen3)
   const Tensor* ffn_norm = nullptr;     // [n_embd]
   const Tensor* ffn_gate = nullptr;     // rows n_ff x cols n_embd
   const Tensor* ffn_up = nullptr;       // rows n_ff x cols n_embd
   const Tensor* ffn_down = nullptr;     // rows n_embd x cols n_ff
 };
 
-// Looks the layer's tensors up by knot name (find(): absent -> nullptr).
-LayerWeights layer_weights(const Model& m, int layer);
+// Binds the layer's tensors of the model's architecture (arch.h's table) by knot name;
+// absent -> nullptr, and with loaded_only also tensors whose bytes are not loaded.
+LayerWeights layer_weights(const Model& m, int layer, bool loaded_only = false);
 // Throws (Model::get message: tensor, layer, phase) for the first required tensor absent.
 void check_layer_tensors(const Model& m, int layer);
 
@@ -126,7 +129,7 @@ void project_cols(const Tensor& W, int64_t c0, int64_t c1, const float* X, int64
 // ---- per-layer phases --------------------------------------------------------------
 
 // attention phase for heads [h0,h1) (h1 = -1: all heads): attn_norm, q/k/v (+bias),
-// RoPE, append k/v of positions [pos0, pos0+ntok) to kv, causal grouped-query attention
+// per-head q/k RMSNorm when the layer has attn_q_norm/attn_k_norm (qwen3), RoPE, append k/v of positions [pos0, pos0+ntok) to kv, causal grouped-query attention
 // over positions [0, pos0+t], output projection through the matching attn_output columns.
 // kv must hold layer w.layer and exactly KV heads [h0/g, h1/g); kv.n_pos(layer) == pos0.
 // x: [ntok, n_embd] -> out: [ntok, n_embd] (partial residual contribution)

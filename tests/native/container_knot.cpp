@@ -8,6 +8,7 @@
 #include "container_util.h"
 #include "container/hash.h"
 #include "container/knot.h"
+#include "container/loader.h"
 
 using namespace knot;
 using ctest::contains;

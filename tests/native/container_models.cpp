@@ -13,6 +13,7 @@
 #include "container/convert.h"
 #include "container/gguf.h"
 #include "container/knot.h"
+#include "container/loader.h"
 
 using namespace knot;
 using ctest::contains;

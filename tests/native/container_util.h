@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "container/knot.h"
-#include "container/model_io.h"
+#include "container/loader.h"
 #include "container/synth.h"
 
 namespace ctest {

@@ -580,6 +580,23 @@ TEST(SlicedMesh, AlignedQ4KMFastEqualsEngine) {
   check_mesh(m, p, Mode::Fast, 1e-4, "qwen2 Q4_K_M fast aligned");
 }
 
+// Qwen3 (per-head q/k norms, head_dim 128 != hidden / heads, no biases): layer ranges x
+// head slices x FFN slices x vocab shards == the Engine. Fast: cuts on K-quant blocks
+// (2 heads = 256 columns); Reference: unaligned FFN cuts too.
+TEST(SlicedMesh, Qwen3LayerHeadFfnVocabSlicesEqualEngine) {
+  const Model& m = synth(qwen3_wide("Q4_K_M", 4));
+  ASSERT_EQ(m.config.head_dim, 128);
+  MeshPlan p;
+  p.layers = {0, 2, 4};
+  p.heads = {{0, 4}, {0, 2, 4}};
+  p.ffn = {{0, 256, 512}, {0, 256, 512}};
+  p.vocab = {0, 97, 211, 300};
+  check_mesh(m, p, Mode::Fast, 1e-4, "qwen3 Q4_K_M fast aligned");
+  p.layers = {0, 1, 4};
+  p.ffn = {{0, 100, 512}, {0, 300, 301, 512}};
+  check_mesh(m, p, Mode::Reference, 1e-5, "qwen3 Q4_K_M reference unaligned");
+}
+
 // Unaligned cuts (4-head = 128-column slices inside K-quant blocks, odd FFN columns)
 // take the dequantized gather; with the Reference kernels (f32 activations everywhere)
 // the mesh still equals the Engine up to float summation order.

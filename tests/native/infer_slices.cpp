@@ -189,7 +189,7 @@ double min_group_norm(const Tensor& t, int64_t width, bool by_cols) {
 
 TEST(SynthModels, EveryHeadFfnColumnAndVocabRowIsNonZero) {
   for (const SynthOptions& so : {llama_gqa("Q8_0"), qwen_wide("Q4_K"), qwen_wide("Q6_K"),
-                                 llama_tied_padded("Q8_0")}) {
+                                 llama_tied_padded("Q8_0"), qwen3_wide("Q4_K")}) {
     const Model& m = synth(so);
     const ModelConfig& c = m.config;
     SCOPED_TRACE(synth_key(so));
@@ -257,6 +257,16 @@ TEST(HeadSlices, MhaSingleHeadCutsQ8_0) {
   check_head_slices(synth_opts("qwen2", 512, 2, 16, 2, 512, 300, "Q4_K"), Kernel::Simd, {0, 8, 16}, kExactBound);
 }
 
+TEST(HeadSlices, Qwen3HeadDimFromKeyLength) {
+  // head_dim 128 (hidden 256 / 4 heads would be 64), group 2: a KV group is 256 columns
+  // of attn_output, one K-quant block; the per-head q/k norms travel with every slice
+  for (Kernel k : {Kernel::Simd, Kernel::Reference}) {
+    check_head_slices(qwen3_wide("F32"), k, {0, 2, 4}, kExactBound);
+    check_head_slices(qwen3_wide("Q4_K"), k, {0, 2, 4}, kExactBound);
+    check_head_slices(qwen3_wide("Q8_0"), k, {0, 2, 4}, kExactBound);
+  }
+}
+
 TEST(HeadSlices, RejectsSliceAcrossKvGroupOrWrongCache) {
   const Model& m = synth(llama_gqa("Q8_0"));
   const ModelConfig& c = m.config;
@@ -301,6 +311,12 @@ TEST(FfnSlices, KQuantAlignedAndUnaligned) {
     check_ffn_slices(qwen_wide(type), Kernel::Reference, {0, 100, 300, 512}, kExactBound, true);
     check_ffn_slices(qwen_wide(type), Kernel::Simd, {0, 100, 300, 512}, kUnaligned, false);
   }
+}
+
+TEST(FfnSlices, Qwen3AlignedAndUnaligned) {
+  check_ffn_slices(qwen3_wide("Q4_K"), Kernel::Simd, {0, 256, 512}, kExactBound, true);
+  check_ffn_slices(qwen3_wide("Q4_K"), Kernel::Reference, {0, 100, 300, 512}, kExactBound, false);
+  check_ffn_slices(qwen3_wide("Q4_K"), Kernel::Simd, {0, 100, 300, 512}, kUnaligned, true);
 }
 
 TEST(FfnSlices, PhasesEqualCombined) {

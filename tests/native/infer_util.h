@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "infer/generate.h"
-#include "container/model_io.h"
+#include "container/loader.h"
 #include "container/synth.h"
 
 namespace infer_test {
@@ -101,7 +101,8 @@ inline std::string synth_key(const knot::SynthOptions& o) {
   return o.arch + "-e" + std::to_string(o.hidden) + "-l" + std::to_string(o.layers) + "-h" +
          std::to_string(o.heads) + "-kv" + std::to_string(o.kv_heads) + "-f" + std::to_string(o.ffn) +
          "-v" + std::to_string(o.vocab) + "-vt" + std::to_string(o.vocab_tensor) + "-" + o.type +
-         "-s" + std::to_string(o.seed) + (o.tied ? "-tied" : "");
+         "-s" + std::to_string(o.seed) + (o.tied ? "-tied" : "") +
+         (o.head_dim ? "-hd" + std::to_string(o.head_dim) : "");
 }
 
 // The model synth_model writes for o, loaded (written to a temp .knot once per process,
@@ -140,6 +141,14 @@ inline knot::SynthOptions llama_gqa(const char* type, int layers = 2) {
 // heads (128 columns) or odd FFN columns are not.
 inline knot::SynthOptions qwen_wide(const char* type, int layers = 2) {
   return synth_opts("qwen2", 512, layers, 16, 4, 512, 300, type);
+}
+// qwen3 (per-head q/k RMSNorm before Neox RoPE, no biases): head_dim 128 from
+// attention.key_length, not hidden / heads = 64; 4 heads / 2 KV heads (group 2), so a
+// KV group is 256 columns of attn_output = one K-quant block.
+inline knot::SynthOptions qwen3_wide(const char* type, int layers = 2) {
+  knot::SynthOptions o = synth_opts("qwen3", 256, layers, 4, 2, 512, 300, type);
+  o.head_dim = 128;
+  return o;
 }
 // Tied embeddings (no output.weight) and a tensor vocab padded past the tokenizer's (as
 // qwen2.5: 151,936 tokens, 152,064 rows).

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "container/model_io.h"
+#include "container/loader.h"
 #include "text/vocab.h"
 
 namespace knot_test {
