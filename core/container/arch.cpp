@@ -9,24 +9,24 @@ constexpr unsigned FFN_IN = PHASE_FFN_GATE | PHASE_FFN_UP;  // ffn_norm feeds bo
 
 // One row per tensor any architecture has, indexed by TensorId.
 const TensorInfo kTensors[kTensorIds] = {
-    // id                     base           kind      layer  phases          shape                            synth
-    {TensorId::TOKEN_EMBD,   "token_embd",  "weight", false, PHASE_EMBED,    {Dim::Embd, Dim::VocabTensor},  SynthInit::Embedding},
-    {TensorId::OUTPUT_NORM,  "output_norm", "weight", false, PHASE_OUTPUT,   {Dim::Embd, Dim::None},         SynthInit::Ones},
-    {TensorId::OUTPUT,       "output",      "weight", false, PHASE_OUTPUT,   {Dim::Embd, Dim::VocabTensor},  SynthInit::FanIn},
-    {TensorId::ATTN_NORM,    "attn_norm",   "weight", true,  PHASE_ATTN,     {Dim::Embd, Dim::None},         SynthInit::Ones},
-    {TensorId::ATTN_Q,       "attn_q",      "weight", true,  PHASE_ATTN,     {Dim::Embd, Dim::QDim},         SynthInit::FanIn},
-    {TensorId::ATTN_K,       "attn_k",      "weight", true,  PHASE_ATTN,     {Dim::Embd, Dim::KvDim},        SynthInit::FanIn},
-    {TensorId::ATTN_V,       "attn_v",      "weight", true,  PHASE_ATTN,     {Dim::Embd, Dim::KvDim},        SynthInit::FanIn},
-    {TensorId::ATTN_OUT,     "attn_output", "weight", true,  PHASE_ATTN,     {Dim::QDim, Dim::Embd},         SynthInit::FanInResidual},
-    {TensorId::ATTN_Q_BIAS,  "attn_q",      "bias",   true,  PHASE_ATTN,     {Dim::QDim, Dim::None},         SynthInit::Bias},
-    {TensorId::ATTN_K_BIAS,  "attn_k",      "bias",   true,  PHASE_ATTN,     {Dim::KvDim, Dim::None},        SynthInit::Bias},
-    {TensorId::ATTN_V_BIAS,  "attn_v",      "bias",   true,  PHASE_ATTN,     {Dim::KvDim, Dim::None},        SynthInit::Bias},
-    {TensorId::ATTN_Q_NORM,  "attn_q_norm", "weight", true,  PHASE_ATTN,     {Dim::HeadDim, Dim::None},      SynthInit::Ones},
-    {TensorId::ATTN_K_NORM,  "attn_k_norm", "weight", true,  PHASE_ATTN,     {Dim::HeadDim, Dim::None},      SynthInit::Ones},
-    {TensorId::FFN_NORM,     "ffn_norm",    "weight", true,  FFN_IN,         {Dim::Embd, Dim::None},         SynthInit::Ones},
-    {TensorId::FFN_GATE,     "ffn_gate",    "weight", true,  PHASE_FFN_GATE, {Dim::Embd, Dim::Ff},           SynthInit::FanIn},
-    {TensorId::FFN_UP,       "ffn_up",      "weight", true,  PHASE_FFN_UP,   {Dim::Embd, Dim::Ff},           SynthInit::FanIn},
-    {TensorId::FFN_DOWN,     "ffn_down",    "weight", true,  PHASE_FFN_DOWN, {Dim::Ff, Dim::Embd},           SynthInit::FanInResidual},
+    // id                     base           kind      layer  phases          shape                           slice cut        over                synth
+    {TensorId::TOKEN_EMBD,   "token_embd",  "weight", false, PHASE_EMBED,    {Dim::Embd, Dim::VocabTensor},  SliceCut::Whole, SliceOver::None,    SynthInit::Embedding},
+    {TensorId::OUTPUT_NORM,  "output_norm", "weight", false, PHASE_OUTPUT,   {Dim::Embd, Dim::None},         SliceCut::Whole, SliceOver::None,    SynthInit::Ones},
+    {TensorId::OUTPUT,       "output",      "weight", false, PHASE_OUTPUT,   {Dim::Embd, Dim::VocabTensor},  SliceCut::Whole, SliceOver::None,    SynthInit::FanIn},
+    {TensorId::ATTN_NORM,    "attn_norm",   "weight", true,  PHASE_ATTN,     {Dim::Embd, Dim::None},         SliceCut::Whole, SliceOver::None,    SynthInit::Ones},
+    {TensorId::ATTN_Q,       "attn_q",      "weight", true,  PHASE_ATTN,     {Dim::Embd, Dim::QDim},         SliceCut::Rows,  SliceOver::Heads,   SynthInit::FanIn},
+    {TensorId::ATTN_K,       "attn_k",      "weight", true,  PHASE_ATTN,     {Dim::Embd, Dim::KvDim},        SliceCut::Rows,  SliceOver::KvHeads, SynthInit::FanIn},
+    {TensorId::ATTN_V,       "attn_v",      "weight", true,  PHASE_ATTN,     {Dim::Embd, Dim::KvDim},        SliceCut::Rows,  SliceOver::KvHeads, SynthInit::FanIn},
+    {TensorId::ATTN_OUT,     "attn_output", "weight", true,  PHASE_ATTN,     {Dim::QDim, Dim::Embd},         SliceCut::Cols,  SliceOver::Heads,   SynthInit::FanInResidual},
+    {TensorId::ATTN_Q_BIAS,  "attn_q",      "bias",   true,  PHASE_ATTN,     {Dim::QDim, Dim::None},         SliceCut::Elems, SliceOver::Heads,   SynthInit::Bias},
+    {TensorId::ATTN_K_BIAS,  "attn_k",      "bias",   true,  PHASE_ATTN,     {Dim::KvDim, Dim::None},        SliceCut::Elems, SliceOver::KvHeads, SynthInit::Bias},
+    {TensorId::ATTN_V_BIAS,  "attn_v",      "bias",   true,  PHASE_ATTN,     {Dim::KvDim, Dim::None},        SliceCut::Elems, SliceOver::KvHeads, SynthInit::Bias},
+    {TensorId::ATTN_Q_NORM,  "attn_q_norm", "weight", true,  PHASE_ATTN,     {Dim::HeadDim, Dim::None},      SliceCut::Whole, SliceOver::None,    SynthInit::Ones},
+    {TensorId::ATTN_K_NORM,  "attn_k_norm", "weight", true,  PHASE_ATTN,     {Dim::HeadDim, Dim::None},      SliceCut::Whole, SliceOver::None,    SynthInit::Ones},
+    {TensorId::FFN_NORM,     "ffn_norm",    "weight", true,  FFN_IN,         {Dim::Embd, Dim::None},         SliceCut::Whole, SliceOver::None,    SynthInit::Ones},
+    {TensorId::FFN_GATE,     "ffn_gate",    "weight", true,  PHASE_FFN_GATE, {Dim::Embd, Dim::Ff},           SliceCut::Rows,  SliceOver::Ffn,     SynthInit::FanIn},
+    {TensorId::FFN_UP,       "ffn_up",      "weight", true,  PHASE_FFN_UP,   {Dim::Embd, Dim::Ff},           SliceCut::Rows,  SliceOver::Ffn,     SynthInit::FanIn},
+    {TensorId::FFN_DOWN,     "ffn_down",    "weight", true,  PHASE_FFN_DOWN, {Dim::Ff, Dim::Embd},           SliceCut::Cols,  SliceOver::Ffn,     SynthInit::FanInResidual},
 };
 
 using T = TensorId;

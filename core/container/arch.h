@@ -44,6 +44,12 @@ enum class Dim : uint8_t { None, Embd, QDim, KvDim, Ff, VocabTensor, HeadDim };
 const char* dim_name(Dim d);                          // "n_embd", "n_head*head_dim", ...
 int64_t dim_value(Dim d, const ModelConfig& c);
 
+// How a mesh slice cuts a per-layer tensor (forward.h's slice rules; the planner sizes
+// slices with it): whole, its rows, its columns or its elements, over the slice's heads,
+// KV heads or FFN columns.
+enum class SliceCut : uint8_t { Whole, Rows, Cols, Elems };
+enum class SliceOver : uint8_t { None, Heads, KvHeads, Ffn };
+
 // How `knot synth` fills a tensor (uniform values, see synth.h).
 enum class SynthInit : uint8_t { Ones, Embedding, FanIn, FanInResidual, Bias };
 
@@ -54,6 +60,8 @@ struct TensorInfo {
   bool per_layer;
   unsigned phases;    // Phase bits of the phases that read it
   Dim shape[2];       // ggml order: shape[0] = row length; Dim::None = 1-D
+  SliceCut cut;
+  SliceOver over;
   SynthInit synth;
 };
 const TensorInfo& tensor_info(TensorId id);

@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "container/arch.h"
 #include "container/gguf.h"
 #include "container/knot.h"
 #include "container/model_io.h"
@@ -28,30 +29,28 @@ std::string mib(uint64_t b) {
   return buf;
 }
 
-enum class Cut { Whole, Rows, Cols, Elems };  // how a layer tensor follows a slice
-enum class Over { Heads, KvHeads, Ffn, None };
+using Cut = SliceCut;  // how a layer tensor follows a slice (arch.h's tensor table)
+using Over = SliceOver;
 
-// Per-layer tensor suffixes: which phase uses them and how a slice cuts them.
+// A per-layer tensor of the model's architecture: which phase loads it and how a slice
+// cuts it, from the architecture table (arch.h).
 struct LayerTensorKind {
-  const char* suffix;
-  const char* phase;  // attn | ffn_gate | ffn_up | ffn_down ("ffn_norm": gate and up)
+  std::string suffix;  // "attn_q_weight"
+  const char* phase;   // attn | ffn_gate | ffn_up | ffn_down (ffn_norm: ffn_gate, and resident)
   Cut cut;
   Over over;
+  bool required;
 };
-const LayerTensorKind kLayerKinds[] = {
-    {"attn_norm_weight", "attn", Cut::Whole, Over::None},
-    {"attn_q_weight", "attn", Cut::Rows, Over::Heads},
-    {"attn_k_weight", "attn", Cut::Rows, Over::KvHeads},
-    {"attn_v_weight", "attn", Cut::Rows, Over::KvHeads},
-    {"attn_q_bias", "attn", Cut::Elems, Over::Heads},
-    {"attn_k_bias", "attn", Cut::Elems, Over::KvHeads},
-    {"attn_v_bias", "attn", Cut::Elems, Over::KvHeads},
-    {"attn_output_weight", "attn", Cut::Cols, Over::Heads},
-    {"ffn_norm_weight", "ffn_norm", Cut::Whole, Over::None},
-    {"ffn_gate_weight", "ffn_gate", Cut::Rows, Over::Ffn},
-    {"ffn_up_weight", "ffn_up", Cut::Rows, Over::Ffn},
-    {"ffn_down_weight", "ffn_down", Cut::Cols, Over::Ffn},
-};
+std::vector<LayerTensorKind> layer_kinds(const ModelConfig& c, const std::string& what) {
+  std::vector<LayerTensorKind> v;
+  for (const ArchTensor& at : arch_info(c.arch, what).tensors) {
+    const TensorInfo& ti = tensor_info(at.id);
+    if (!ti.per_layer) continue;
+    v.push_back({tensor_knot_name(at.id, 0).substr(6), phase_name(ti.phases & (~ti.phases + 1)), ti.cut, ti.over,
+                 at.need == Need::Required});
+  }
+  return v;
+}
 const char* kPhases[] = {"attn", "ffn_gate", "ffn_up", "ffn_down"};
 
 // DESIGN §2 residency rule (fluid stations keep these across requests).
@@ -97,11 +96,12 @@ class Planner {
       fail("plan: budget " + mib(o.budget) + " does not even hold the module (" + mib(o.module_bytes) + ") and the JS heap (" +
            mib(o.js_heap_bytes) + ")");
     if (o.mode != "resident" && o.mode != "fluid") fail("plan: mode must be resident or fluid, got '" + o.mode + "'");
+    kinds_ = layer_kinds(c_, m.name + ": plan");
     // Every layer must have its required tensors (the plan is for this file).
     for (int l = 0; l < L; l++)
-      for (const auto& k : kLayerKinds)
-        if (k.cut != Cut::Elems && !find(l, k.suffix))
-          fail(m.name + ": plan: missing tensor " + layer_tensor_name(l, k.suffix) + " (layer " + std::to_string(l) + ", phase " + k.phase + ")");
+      for (const auto& k : kinds_)
+        if (k.required && !find(l, k.suffix.c_str()))
+          fail(m.name + ": plan: missing tensor " + layer_tensor_name(l, k.suffix.c_str()) + " (layer " + std::to_string(l) + ", phase " + k.phase + ")");
     if (!by_name_.count("token_embd_weight")) fail(m.name + ": plan: missing tensor token_embd_weight");
   }
 
@@ -157,6 +157,7 @@ class Planner {
   const PlanOptions& o_;
   const ModelConfig& c_;
   std::map<std::string, const PlanTensor*> by_name_;
+  std::vector<LayerTensorKind> kinds_;  // the architecture's per-layer tensors
   int E, H, KVH, D, F, L, G;
   int chunk_ = 0, context_ = 0;
   std::vector<Station> stations_;
@@ -228,8 +229,8 @@ class Planner {
     bool aligned = true;
     for (int l = l0; l < l1; l++) {
       uint64_t phase[4] = {0, 0, 0, 0};
-      for (const auto& kind : kLayerKinds) {
-        const PlanTensor* t = find(l, kind.suffix);
+      for (const auto& kind : kinds_) {
+        const PlanTensor* t = find(l, kind.suffix.c_str());
         if (!t) continue;
         const uint64_t b = slice_bytes(*t, kind, s, &aligned);
         if (!fluid || always_resident(*t)) {
