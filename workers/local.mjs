@@ -66,14 +66,14 @@ export function meshWorkers(topology, {testHooks = false, warden = false, linkMo
 }
 
 /** Start a mesh; the model's .knot bytes are put into local R2 under topology.knot. */
-export async function startMesh({knotBytes, topology, ...opts}) {
-  const mf = new Miniflare({workers: meshWorkers(topology, opts)});
-  await mf.ready;
+export async function startMesh({knotBytes, topology, port, ...opts}) {
+  const mf = new Miniflare({workers: meshWorkers(topology, opts), ...(port !== undefined ? {host: "127.0.0.1", port} : {})});
+  const url = await mf.ready;
   const bucket = await mf.getR2Bucket("MODELS");
   if (knotBytes) await bucket.put(topology.knot, knotBytes);
   const worker = (name) => mf.getWorker(name);
   return {
-    mf, topology, bucket, worker,
+    mf, topology, bucket, worker, url,
     /** NDJSON events of POST /v1/mesh/generate, parsed. */
     async *generate(body) {
       const res = await mf.dispatchFetch("http://mesh/v1/mesh/generate", {method: "POST", body: JSON.stringify(body)});

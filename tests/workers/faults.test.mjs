@@ -125,3 +125,38 @@ test("bad frames are a 400 with a message, never a crash; the station keeps serv
     assert.equal(r.status, 200, r.body);
   } finally { await mesh.close(); }
 });
+
+// A .knot without one tensor: the header rewritten without it, the payload repacked.
+function dropTensor(bytes, name) {
+  const b = Buffer.from(bytes), metaLen = b.readUInt32LE(6);
+  const meta = JSON.parse(b.subarray(10, 10 + metaLen).toString());
+  const payload = ((10 + metaLen + 3) & ~3) + 1;
+  const keep = meta.tensors.filter((t) => t.name !== name);
+  assert.equal(keep.length, meta.tensors.length - 1, `${name} is in the file`);
+  const regions = [...keep, ...(meta.tokenizer?.size ? [meta.tokenizer] : [])].sort((a, c) => a.offset - c.offset);
+  const parts = [];
+  let at = 0;
+  for (const t of regions) { parts.push(b.subarray(payload + t.offset, payload + t.offset + t.size)); t.offset = at; at += t.size; }
+  meta.tensors = keep;
+  const json = Buffer.from(JSON.stringify(meta));
+  const head = Buffer.alloc(((10 + json.length + 3) & ~3) + 1);
+  b.copy(head, 0, 0, 6);
+  head.writeUInt32LE(json.length, 6);
+  json.copy(head, 10);
+  head[head.length - 1] = 0x40;
+  return new Uint8Array(Buffer.concat([head, ...parts]));
+}
+
+test("trap 7: a missing tensor is an error naming phase, layer and tensor (resident and fluid stations)", async (t) => {
+  const bytes = await sharedKnot(t, MODEL);
+  if (!bytes) return;
+  const broken = dropTensor(bytes, "blk_3_ffn_up_weight");
+  for (const resident of [true, false]) {
+    const mesh = await meshFor(broken, {stations: [2, 3], shards: 1, resident});
+    try {
+      const r = await mesh.run({ids: [1, 400, 300], options: GREEDY});
+      assert.ok(r.error, `resident ${resident}: an error, not a silent skip`);
+      assert.match(r.error.error, /st1: HTTP 500: station st1: missing tensor blk_3_ffn_up_weight \(layer 3, phase ffn_up\)/);
+    } finally { await mesh.close(); }
+  }
+});

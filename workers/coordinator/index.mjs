@@ -10,8 +10,10 @@
 // HTTP:  POST /v1/mesh/generate {prompt | ids | messages, options, session?}
 //          -> NDJSON events (telemetry, token, summary | error), see mesh.mjs
 //        GET /v1/mesh/topology, GET /v1/mesh/stats (every isolate's memory)
-// JS (for the OpenAI-compatible layer): meshEvents(env, body) is an async iterator of the
-// same events.
+//        the OpenAI-compatible API (bindings/openai.mjs) over meshBackend(env): /v1/models,
+//        /v1/chat/completions, /v1/completions, /health, / (chat page)
+// JS: meshEvents(env, body) is an async iterator of the same events; meshBackend(env) is
+// the openai.mjs backend interface over it.
 import wasmModule from "../../build/wasm/knotwork.wasm";
 import {init, memoryStats} from "../../bindings/knotwork.mjs";
 import {r2Source} from "../lib/sources.mjs";
@@ -19,6 +21,7 @@ import {openTextModel} from "../lib/text.mjs";
 import {Link, Counter} from "../lib/link.mjs";
 import {jsonBinding, HttpError, errorResponse} from "../lib/common.mjs";
 import {MeshCoordinator} from "./mesh.mjs";
+import {createHandler, ApiError} from "../../bindings/openai.mjs";
 
 export {MeshCoordinator};
 
@@ -99,6 +102,55 @@ export async function* meshEvents(env, body) {
   }
 }
 
+/** The openai.mjs backend interface over the mesh (tokenizes here, generates in a SessionDO). */
+export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {}) {
+  const t = jsonBinding(env.TOPOLOGY, "TOPOLOGY");
+  const id = env.MODEL_ID ?? t.knot.replace(/\.knot$/, "");
+  const topo = {kind: "mesh", stations: t.stations.map((s) => ({layers: s.layers, members: s.members.map((m) => m.name)})),
+                shards: t.shards.map((s) => ({name: s.name, vocab: s.vocab})), shardGroups: t.shardGroups};
+  let model = null;
+  const text = async () => (model ??= await textModel(env));
+  return {
+    async models() {
+      const m = await text(), c = m.info.config;
+      return [{id, created, owned_by: "knotwork", knotwork: {arch: c.arch, nCtx: Math.min(c.n_ctx_train || 2048, 2048),
+               nLayer: c.n_layer, nEmbd: c.n_embd, nVocab: c.n_vocab, format: "knot", mode: "mesh", topology: topo}}];
+    },
+    async health() { return {model: id, topology: topo, isolates: await stats(env)}; },
+    tokenBytes(_model, tok) { return model?.tokenBytes(tok) ?? new Uint8Array(); },
+    async *generate(req) {
+      const m = await text(), c = m.info.config;
+      const nCtx = Math.min(c.n_ctx_train || 2048, 2048);
+      const param = req.kind === "chat" ? "messages" : "prompt";
+      let ids;
+      try {
+        ids = req.kind === "chat" ? m.tokenize(m.applyChatTemplate(req.messages), {addBos: true, parseSpecial: true})
+          : typeof req.prompt === "string" ? m.tokenize(req.prompt) : req.prompt;
+      } catch (e) { throw new ApiError(400, `could not build the prompt: ${e.message}`, {param}); }
+      const bad = ids.find((x) => !(x >= 0 && x < c.n_vocab));
+      if (bad !== undefined) throw new ApiError(400, `prompt token id ${bad} is outside the vocabulary (${c.n_vocab} tokens)`, {param});
+      if (ids.length >= nCtx || (req.maxTokens !== undefined && ids.length + req.maxTokens > nCtx))
+        throw new ApiError(400, `This model's maximum context length is ${nCtx} tokens; the request needs ${ids.length + (req.maxTokens ?? 1)}.`,
+                           {param: req.maxTokens !== undefined ? "max_tokens" : param, code: "context_length_exceeded"});
+      const seed = req.seed ?? Math.floor(Math.random() * 2 ** 32);
+      yield {type: "accepted", promptTokens: ids.length, nCtx, arch: c.arch, mode: "mesh", seed, topology: topo};
+      const options = {maxTokens: req.maxTokens ?? nCtx - ids.length, temperature: req.temperature, topP: req.topP, topK: req.topK,
+                       minP: req.minP, repeatPenalty: req.repeatPenalty, seed, stop: req.stop, ignoreEos: req.ignoreEos,
+                       presencePenalty: req.presencePenalty, frequencyPenalty: req.frequencyPenalty,
+                       logprobs: req.logprobs >= 0 ? req.logprobs : undefined, nCtx};
+      for await (const e of meshEvents(env, {ids, options})) {
+        if (e.type === "token") yield {type: "token", id: e.token, text: e.text, logprob: e.logprob, top: e.top, telemetry: e.telemetry};
+        else if (e.type === "telemetry") yield {...e, type: "telemetry", kind: e.event};
+        else if (e.type === "error") throw new Error(`mesh: ${e.error}`);
+        else if (e.type === "summary")
+          yield {type: "done", reason: e.reason, promptTokens: e.nPrompt, completionTokens: e.nGenerated,
+                 telemetry: {prefillTokS: e.prefillTokS, decodeTokS: e.decodeTokS, hops: e.hops, subrequests: e.subrequests,
+                             maxConnections: e.maxConnections, abstains: e.abstains, reprefills: e.reprefills}};
+      }
+    },
+  };
+}
+
 async function stats(env) {
   const t = jsonBinding(env.TOPOLOGY, "TOPOLOGY");
   const names = [...t.stations.flatMap((s) => s.members.map((m) => m.name)), ...t.shards.map((s) => s.name)].filter((n) => env[`M_${n}`]);
@@ -113,7 +165,8 @@ export default {
   async fetch(req, env) {
     const url = new URL(req.url);
     try {
-      if (env.API_KEY && req.headers.get("authorization") !== `Bearer ${env.API_KEY}`) throw new HttpError(401, "missing or wrong API key");
+      if (env.API_KEY && url.pathname.startsWith("/v1/mesh/") && req.headers.get("authorization") !== `Bearer ${env.API_KEY}`)
+        throw new HttpError(401, "missing or wrong API key");
       if (url.pathname === "/v1/mesh/topology") return Response.json(jsonBinding(env.TOPOLOGY, "TOPOLOGY"));
       if (url.pathname === "/v1/mesh/stats") { await init(wasmModule); return Response.json(await stats(env)); }
       if (url.pathname === "/v1/mesh/generate" && req.method === "POST") {
@@ -122,6 +175,8 @@ export default {
         const stub = env.SESSION.get(env.SESSION.idFromName(name));
         return stub.fetch("https://session/generate", {method: "POST", body: JSON.stringify({...body, session: name})});
       }
+      if (url.pathname === "/" || url.pathname === "/health" || url.pathname.startsWith("/v1/"))
+        return createHandler(meshBackend(env), {apiKey: env.API_KEY})(req);
       throw new HttpError(404, `no route ${req.method} ${url.pathname}`);
     } catch (e) { return errorResponse(e); }
   },

@@ -46,7 +46,8 @@ export class MeshCoordinator {
     const sampler = new ExternalSampler(this.text, opts);
     // greedy (an explicit temperature <= 0; the core's default is 0.8) needs only the merged
     // top-k; any other sampler sees the full logits, exactly as in one process
-    const greedyTopk = typeof opts.temperature === "number" && opts.temperature <= 0 && (opts.repeatPenalty ?? 1) === 1;
+    const greedyTopk = typeof opts.temperature === "number" && opts.temperature <= 0 && (opts.repeatPenalty ?? 1) === 1 &&
+      !opts.presencePenalty && !opts.frequencyPenalty && !(opts.logprobs >= 0);
     const state = {sid, reqId: 1, nCtx: sampler.nCtx, fed: [], link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: []};
     const chunk = opts.chunk ?? 64;
     const t0 = Date.now();
@@ -69,7 +70,7 @@ export class MeshCoordinator {
         text += s.text;
         yield* events.splice(0);
         const dt = Date.now() - t0 - prefillMs;
-        yield {type: "token", token: s.id, text: s.text,
+        yield {type: "token", token: s.id, text: s.text, ...(s.logprob !== undefined ? {logprob: s.logprob, top: s.top} : {}),
                telemetry: {n: out.length, elapsedMs: Date.now() - t0, decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, hops: state.hops}};
         if (s.done) { reason = s.reason; break; }
         const ts = Date.now();

@@ -42,7 +42,12 @@ export class Link {
       this.counter.subrequests++;
       const res = await this.fetcher.fetch(`https://${this.name}/link?sid=${encodeURIComponent(this.sid)}`, {headers: {Upgrade: "websocket"}});
       const ws = res.webSocket;
-      if (!ws) throw new LinkError(this.name, res.status, `WebSocket refused: HTTP ${res.status}: ${await res.text().catch(() => "")}`);
+      if (!ws) {
+        const body = await res.text().catch(() => "");
+        let msg = body;
+        try { msg = JSON.parse(body).error ?? body; } catch {}
+        throw new LinkError(this.name, res.status, `HTTP ${res.status}: ${msg} (WebSocket refused)`);
+      }
       ws.accept();
       this.counter.acquire();
       ws.addEventListener("message", async (ev) => {

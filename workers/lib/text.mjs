@@ -27,7 +27,8 @@ export class ExternalSampler {
     const w = this.w = model.w;
     const o = {external: true, n_predict: opts.maxTokens ?? 128, temperature: opts.temperature, top_k: opts.topK,
                top_p: opts.topP, min_p: opts.minP, repeat_penalty: opts.repeatPenalty, repeat_last_n: opts.repeatLastN,
-               seed: opts.seed, stop: opts.stop, ignore_eos: opts.ignoreEos, n_ctx: opts.nCtx};
+               seed: opts.seed, stop: opts.stop, ignore_eos: opts.ignoreEos, n_ctx: opts.nCtx,
+               presence_penalty: opts.presencePenalty, frequency_penalty: opts.frequencyPenalty, logprobs: opts.logprobs};
     this.h = w.withString(JSON.stringify(o), (p, n) => withOut(w, (out) => w.call("kw_session_new", model.handle, p, n, out)));
     this.nCtx = w.resultJSON().n_ctx;
   }
@@ -44,7 +45,9 @@ export class ExternalSampler {
     w.call("kw_session_step", this.h);
     const raw = w.resultBytes(), nl = raw.indexOf(10);
     const head = JSON.parse(td.decode(raw.subarray(0, nl)));
-    return {id: head.id, done: head.done, reason: head.reason, text: td.decode(raw.subarray(nl + 1))};
+    const out = {id: head.id, done: head.done, reason: head.reason, text: td.decode(raw.subarray(nl + 1))};
+    if (head.logprob !== undefined) { out.logprob = head.logprob; out.top = head.top.map(([token, logprob]) => ({token, logprob})); }
+    return out;
   }
   free() { if (this.h) { this.w.exports.kw_session_free(this.h); this.h = 0; } }
 }

@@ -10,8 +10,7 @@ const inlineJson = (v) => `'''${JSON.stringify(v)}'''`;
 export function wranglerConfigs(topology, {bucket = "knot-models", compatibilityDate = "2026-04-01", warden = true} = {}) {
   const head = (name, main) => [
     `name = ${q(name)}`, `main = ${q(name === "knot-coordinator" ? main : `../${main}`)}`, `compatibility_date = ${q(compatibilityDate)}`,
-    `compatibility_flags = ["nodejs_compat"]`, "",
-    "[[rules]]", `type = "CompiledWasm"`, `globs = ["**/*.wasm"]`, "",
+    `compatibility_flags = ["nodejs_compat"]`, "",  // *.wasm imports: wrangler's default CompiledWasm rule
     "[[r2_buckets]]", `binding = "MODELS"`, `bucket_name = ${q(bucket)}`, ""];
   const members = topology.stations.flatMap((s) => s.members.map((m) => ({...m, layers: s.layers, role: s.role, resident: s.resident})));
   const groups = topology.shardGroups ?? topology.shards.map((s) => [s.name]);
