@@ -209,7 +209,7 @@ async function mesh(args) {
   if (planPath && Object.keys(counts).length) throw new UsageError("give --plan or --stations/--shards/--slices, not both");
   o.maxTokens ??= 128;
   const {startMesh} = await import("../workers/local.mjs");
-  const {topologyFromCounts, validateTopology} = await import("../workers/lib/topology.mjs");
+  const {topologyFromCounts, topologyFromPlan, validateTopology} = await import("../workers/lib/topology.mjs");
   const {openTextModel} = await import("../workers/lib/text.mjs");
   // a .gguf becomes a temporary .knot (in memory); a .knot goes to R2 as it is
   const src = await source(model);
@@ -225,7 +225,10 @@ async function mesh(args) {
   } finally { await src.close?.(); }
   const text = await openTextModel(kw.bytesSource(bytes, model));
   const c = text.info.config;
-  const topology = planPath ? validateTopology(c, {knot: "model.knot", ...JSON.parse(readFileSync(planPath, "utf8"))})
+  const given = planPath ? JSON.parse(readFileSync(planPath, "utf8")) : null;
+  // a planner plan (stations with ids, slices) or a topology (stations with members)
+  const topology = given ? (given.stations?.[0]?.members ? validateTopology(c, {...given, knot: "model.knot"})
+                                                         : topologyFromPlan(c, given, {knot: "model.knot"}))
     : topologyFromCounts(c, {knot: "model.knot", ...counts, stations: counts.stations ?? [c.n_layer]});
   topology.knot = "model.knot";
   topology.n_embd ??= c.n_embd;
@@ -236,6 +239,8 @@ async function mesh(args) {
   const ids = text.tokenize(prompt);
   text.close();
   if (ids.length === 0) throw new Error("the prompt encodes to no tokens and the vocab adds no BOS");
+  if (topology.context && o.nCtx === undefined) o.nCtx = topology.context;  // the plan's context and chunk
+  if (topology.chunk && o.chunk === undefined) o.chunk = topology.chunk;
   const {stop, ...rest} = o;
   const options = {...rest, ...(stop.length ? {stop} : {})};
   const m = await startMesh({knotBytes: bytes, topology, linkMode});

@@ -127,3 +127,34 @@ export function checkLimits(t, {tokens, mode = "ws", perToken = linkBudget(t).pe
                   `${peers} peers (station members + shards) need grouping`);
   return {subrequests, connections, ok: problems.length === 0, problems};
 }
+
+/**
+ * A topology from a planner plan (`knot plan` / bindings/planner.mjs JSON: stations
+ * [{id, role, layers, slice?, heads?, ffn_cols?, mode}], shards [{id, vocab}], context,
+ * chunk). Slices of one layer range become the members of one station. Script names are
+ * short (st<i>[s<j>], sh<i>); the plan's ids are kept as `id`.
+ */
+export function topologyFromPlan(config, plan, {knot, maxLinks = LIMITS.connections} = {}) {
+  const stations = [];
+  for (const s of plan.stations) {
+    const last = stations.at(-1);
+    const same = last && last.layers[0] === s.layers[0] && last.layers[1] === s.layers[1] && s.slice && s.slice[0] > 0;
+    const st = same ? last : {layers: [...s.layers], role: s.layers[1] === config.n_layer ? "exit" : s.layers[0] === 0 ? "entry" : "mid",
+                              resident: s.mode !== "fluid", members: []};
+    if (!same) stations.push(st);
+    const i = stations.length - 1;
+    st.members.push({name: s.slice ? `st${i}s${s.slice[0]}` : `st${i}`, id: s.id,
+                     ...(s.slice ? {heads: s.heads, cols: s.ffn_cols} : {})});
+  }
+  const shards = plan.shards.map((s, i) => ({name: `sh${i}`, id: s.id, vocab: [...s.vocab]}));
+  const t = {knot, n_embd: config.n_embd, n_vocab: config.n_vocab, stations, shards,
+             ...(plan.context ? {context: plan.context} : {}), ...(plan.chunk ? {chunk: plan.chunk} : {})};
+  const members = stations.reduce((a, s) => a + s.members.length, 0);
+  if (maxLinks && members + shards.length > maxLinks) {
+    const nGroups = maxLinks - members;
+    if (nGroups < 1) throw new Error(`topology: ${members} station members leave no link for the shards under ${maxLinks} connections`);
+    const gc = cuts(shards.length, nGroups);
+    t.shardGroups = gc.slice(1).map((g1, i) => shards.slice(gc[i], g1).map((s) => s.name));
+  }
+  return validateTopology(config, t);
+}
