@@ -19,6 +19,8 @@ const USAGE = `usage: knotwork <command> [args]
   inspect MODEL [--json]                    header: config and tensor table
   convert IN.gguf OUT.knot                  re-encode as .knot (types kept)
   serve MODEL [--port N] [--api-key KEY]    OpenAI-compatible API + chat page (see serve --help)
+  mesh MODEL [--stations ..] -p TEXT        run MODEL on a mesh of Workers under workerd
+  upload MODEL.knot [--remote]              put a model into the mesh's R2 bucket (local or real)
   selftest                                  SIMD-vs-scalar kernel checks in wasm
 `;
 const SERVE_USAGE = `usage: knotwork serve MODEL [options]
@@ -99,14 +101,16 @@ async function source(model) {
   } catch (e) { throw fileError(model, e); }
 }
 
-async function generate(args) {
+// The generate flags (shared by generate and mesh); extra(a, val) takes other flags.
+function parseGenArgs(args, usage, extra = () => false) {
   const o = {stop: []};
   let model = null, prompt = null, idsOnly = false;
   for (let i = 0; i < args.length; i++) {
     const a = args[i];
     const val = () => { if (i + 1 >= args.length) throw new UsageError(`option ${a} needs a value`); return args[++i]; };
+    if (extra(a, val)) continue;
     switch (a) {
-      case "-h": case "--help": process.stdout.write(GEN_USAGE); return 0;
+      case "-h": case "--help": return {help: true};
       case "-p": case "--prompt":
       case "--prompt-file":
         if (prompt !== null) throw new UsageError("give the prompt once (-p or --prompt-file)");
@@ -127,11 +131,17 @@ async function generate(args) {
       case "--reference": o.reference = true; break;
       case "--ids": idsOnly = true; break;
       default:
-        if (a.startsWith("-") && a !== "-") throw new UsageError(`unknown option ${a} (see knotwork generate --help)`);
+        if (a.startsWith("-") && a !== "-") throw new UsageError(`unknown option ${a} (see knotwork ${usage} --help)`);
         if (model !== null) throw new UsageError(`unexpected argument '${a}'`);
         model = a;
     }
   }
+  return {o, model, prompt, idsOnly};
+}
+
+async function generate(args) {
+  const {o, model, prompt, idsOnly, help} = parseGenArgs(args, "generate");
+  if (help) { process.stdout.write(GEN_USAGE); return 0; }
   if (model === null) { process.stderr.write(GEN_USAGE); return 2; }
   if (prompt === null) throw new UsageError("no prompt: pass -p TEXT or --prompt-file FILE");
   o.maxTokens ??= 128;
@@ -158,6 +168,167 @@ async function generate(args) {
     `knotwork: peak KV+activation memory ${mib(s.engine.engine_peak_bytes)} MiB, ` +
     `peak wasm linear memory ${mib(s.memory.peakLinear)} MiB\n`);
   m.close();
+  return 0;
+}
+
+const MESH_USAGE = `usage: knotwork mesh MODEL [--plan plan.json | --stations 4,4,4 --shards N [--slices N]]
+                    (-p TEXT | --prompt-file FILE) [generate options]
+  Runs MODEL on a mesh of Workers under workerd (Miniflare): one script per station member and
+  per vocab shard, a coordinator with a session Durable Object, the model in local R2 (a .gguf
+  is converted to .knot first). stdout is exactly what generate prints; stderr reports hops,
+  subrequests, connections and peak memory per isolate.
+  --plan FILE          topology JSON (workers/lib/topology.mjs)
+  --stations L,L,...   layers per station, in order (default: one station)
+  --shards N           vocab shards, near-equal ranges (default 1)
+  --vocab C,C,...      explicit vocab cut points 0,...,n_vocab instead of --shards
+  --slices N           split every station into N head groups + N FFN slices
+  --fluid              stations load, run and evict one phase at a time
+  --link ws|http       coordinator links (default ws: one WebSocket per peer)
+`;
+
+async function mesh(args) {
+  const counts = {};
+  let planPath = null, linkMode = "ws";
+  const list = (flag, v) => v.split(",").map((x) => int(flag, x.trim(), 0, 1 << 30));
+  const parsed = parseGenArgs(args, "mesh", (a, val) => {
+    switch (a) {
+      case "--plan": planPath = val(); return true;
+      case "--stations": counts.stations = list(a, val()); return true;
+      case "--shards": counts.shards = int(a, val(), 1, 1 << 20); return true;
+      case "--vocab": counts.vocab = list(a, val()); return true;
+      case "--slices": counts.slices = int(a, val(), 1, 1024); return true;
+      case "--fluid": counts.resident = false; return true;
+      case "--link": linkMode = val(); if (!["ws", "http"].includes(linkMode)) throw new UsageError("--link is ws or http"); return true;
+      default: return false;
+    }
+  });
+  if (parsed.help) { process.stdout.write(MESH_USAGE + GEN_USAGE.split("\n").slice(1).join("\n")); return 0; }
+  const {o, model, prompt, idsOnly} = parsed;
+  if (model === null) { process.stderr.write(MESH_USAGE); return 2; }
+  if (prompt === null) throw new UsageError("no prompt: pass -p TEXT or --prompt-file FILE");
+  if (planPath && Object.keys(counts).length) throw new UsageError("give --plan or --stations/--shards/--slices, not both");
+  o.maxTokens ??= 128;
+  const {startMesh} = await import("../workers/local.mjs");
+  const {topologyFromCounts, topologyFromPlan, validateTopology} = await import("../workers/lib/topology.mjs");
+  const {openTextModel} = await import("../workers/lib/text.mjs");
+  // a .gguf becomes a temporary .knot (in memory); a .knot goes to R2 as it is
+  const src = await source(model);
+  let bytes;
+  try {
+    const head = await src.read(0, 4);
+    if (new TextDecoder().decode(head) === "KNOT") bytes = await src.read(0, src.size);
+    else {
+      const m = await kw.openModel(src);
+      bytes = m.toKnot();
+      m.close();
+    }
+  } finally { await src.close?.(); }
+  const text = await openTextModel(kw.bytesSource(bytes, model));
+  const c = text.info.config;
+  const given = planPath ? JSON.parse(readFileSync(planPath, "utf8")) : null;
+  // a planner plan (stations with ids, slices) or a topology (stations with members)
+  const topology = given ? (given.stations?.[0]?.members ? validateTopology(c, {...given, knot: "model.knot"})
+                                                         : topologyFromPlan(c, given, {knot: "model.knot"}))
+    : topologyFromCounts(c, {knot: "model.knot", ...counts, stations: counts.stations ?? [c.n_layer]});
+  topology.knot = "model.knot";
+  topology.n_embd ??= c.n_embd;
+  topology.n_vocab ??= c.n_vocab;
+  const trained = c.n_ctx_train;
+  if (o.nCtx !== undefined && trained > 0 && o.nCtx > trained)
+    process.stderr.write(`knotwork: warning: --ctx ${o.nCtx} is larger than the model's trained context (${trained})\n`);
+  const ids = text.tokenize(prompt);
+  text.close();
+  if (ids.length === 0) throw new Error("the prompt encodes to no tokens and the vocab adds no BOS");
+  if (topology.context && o.nCtx === undefined) o.nCtx = topology.context;  // the plan's context and chunk
+  if (topology.chunk && o.chunk === undefined) o.chunk = topology.chunk;
+  const {stop, ...rest} = o;
+  const options = {...rest, ...(stop.length ? {stop} : {})};
+  const m = await startMesh({knotBytes: bytes, topology, linkMode});
+  let summary = null, error = null;
+  try {
+    for await (const ev of m.generate({ids, options})) {
+      if (ev.type === "summary") summary = ev;
+      else if (ev.type === "error") error = ev;
+      else if (ev.type === "token" && !idsOnly && ev.text) process.stdout.write(ev.text);
+      else if (ev.type === "telemetry" && ["abstain", "reprefill"].includes(ev.event))
+        process.stderr.write(`knotwork: mesh ${ev.event}: ${ev.reason}\n`);
+    }
+    if (error) throw new Error(`mesh: ${error.error}`);
+    process.stdout.write(idsOnly ? `[${summary.ids.join(",")}]\n` : "\n");
+    const s = summary, mib = (b) => (b / 1048576).toFixed(2);
+    const st = await m.stats();
+    const isolates = Object.entries(st).map(([n, v]) => `${n} ${v.memory ? mib(v.memory.peakLinear) : "?"}`).join(", ");
+    const members = topology.stations.reduce((a, x) => a + x.members.length, 0);
+    process.stderr.write(
+      `knotwork: mesh ${topology.stations.length} stations (${members} isolates: ${topology.stations.map((x) => `[${x.layers}]${x.members.length > 1 ? `x${x.members.length}` : ""}`).join(" ")}) + ${topology.shards.length} shards (${topology.shards.map((x) => `[${x.vocab}]`).join(" ")}), links ${linkMode}, ctx ${s.nCtx}\n` +
+      `knotwork: prefill ${s.nPrompt} tokens in ${(s.prefillMs / 1000).toFixed(3)} s (${s.prefillTokS.toFixed(1)} tok/s)\n` +
+      `knotwork: decode ${s.nDecoded} tokens in ${(s.decodeMs / 1000).toFixed(3)} s (${s.decodeTokS.toFixed(1)} tok/s), stop: ${s.reason}\n` +
+      `knotwork: hops ${s.hops} (${(s.hops / Math.max(1, s.nDecoded + 1)).toFixed(1)} per token incl. prefill), subrequests ${s.subrequests}, max simultaneous connections ${s.maxConnections}, re-prefills ${s.reprefills}, abstains ${s.abstains}\n` +
+      `knotwork: peak wasm linear memory per isolate (MiB): ${isolates}\n`);
+  } finally { await m.close(); }
+  return 0;
+}
+
+const UPLOAD_USAGE = `usage: knotwork upload MODEL.knot [--key NAME] [--bucket knot-models] [--remote] [--persist DIR]
+  Puts a .knot into the mesh's R2 bucket under NAME (default: the file name).
+  default: local R2 of \`wrangler dev\` (DIR, default .wrangler/state/v3), multipart, with a progress bar
+  --remote: the real bucket, through \`wrangler r2 object put --remote\` (needs wrangler login)
+`;
+
+async function upload(args) {
+  let file = null, key = null, bucketName = "knot-models", remote = false, persist = ".wrangler/state/v3";
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
+    const val = () => { if (i + 1 >= args.length) throw new UsageError(`option ${a} needs a value`); return args[++i]; };
+    if (a === "--key") key = val();
+    else if (a === "--bucket") bucketName = val();
+    else if (a === "--remote") remote = true;
+    else if (a === "--persist") persist = val();
+    else if (a === "-h" || a === "--help") { process.stdout.write(UPLOAD_USAGE); return 0; }
+    else if (a.startsWith("-")) throw new UsageError(`unknown option ${a}`);
+    else if (file) throw new UsageError(`unexpected argument '${a}'`);
+    else file = a;
+  }
+  if (!file) { process.stderr.write(UPLOAD_USAGE); return 2; }
+  const src = await source(file);
+  const size = src.size;
+  try {
+    if (new TextDecoder().decode(await src.read(0, 4)) !== "KNOT")
+      throw new Error(`${file}: not a .knot file (convert a GGUF first: knotwork convert IN.gguf OUT.knot)`);
+    await kw.parseKnotHeader(src);  // refuse a stale or broken header before uploading anything
+  } catch (e) { await src.close?.(); throw e; }
+  key ??= file.split("/").pop();
+  const bar = (done) => {
+    const w = 30, f = Math.round(w * done / size);
+    process.stderr.write(`\r[${"#".repeat(f)}${".".repeat(w - f)}] ${(done / 1048576).toFixed(1)}/${(size / 1048576).toFixed(1)} MiB`);
+  };
+  if (remote) {
+    await src.close?.();
+    const {spawnSync} = await import("node:child_process");
+    process.stderr.write(`knotwork: uploading ${file} (${size} bytes) to R2 ${bucketName}/${key} with wrangler (remote)\n`);
+    const r = spawnSync("npx", ["wrangler", "r2", "object", "put", `${bucketName}/${key}`, "--file", file, "--remote"], {stdio: "inherit"});
+    return r.status ?? 1;
+  }
+  const {Miniflare} = await import("miniflare");
+  const {resolve} = await import("node:path");
+  const mf = new Miniflare({modules: true, script: "export default {fetch() { return new Response(null); }}",
+                            r2Buckets: {MODELS: bucketName}, r2Persist: resolve(persist, "r2")});
+  try {
+    const bucket = await mf.getR2Bucket("MODELS");
+    const part = 16 << 20;
+    const up = await bucket.createMultipartUpload(key);
+    const parts = [];
+    bar(0);
+    for (let off = 0, n = 1; off < size; off += part, n++) {
+      const bytes = await src.read(off, Math.min(part, size - off));
+      parts.push(await up.uploadPart(n, bytes));
+      bar(off + bytes.length);
+    }
+    await up.complete(parts);
+    const head = await bucket.head(key);
+    process.stderr.write(`\nknotwork: local R2 ${bucketName}/${key}: ${head.size} bytes, etag ${head.etag} (${resolve(persist)})\n`);
+    if (head.size !== size) throw new Error(`upload: R2 holds ${head.size} bytes, the file has ${size}`);
+  } finally { await src.close?.(); await mf.dispose(); }
   return 0;
 }
 
@@ -282,6 +453,8 @@ async function main(argv) {
   try {
     switch (cmd) {
       case "generate": return await generate(args);
+      case "mesh": return await mesh(args);
+      case "upload": return await upload(args);
       case "inspect": return await inspect(args);
       case "convert": return await convert(args);
       case "serve": return await serve(args);

@@ -7,7 +7,7 @@ bash scripts/build.sh || exit 1
 
 rc=0
 ctest --test-dir build --output-on-failure -j2 2>&1 | tee build/ctest.log || rc=1
-node --test --test-reporter=tap tests/wasm/ 2>&1 | tee build/node-test.log || rc=1
+node --test --test-reporter=tap tests/wasm/ tests/workers/ 2>&1 | tee build/node-test.log || rc=1
 
 # One closing line over both runners.
 native_total=$(grep -oE 'out of [0-9]+' build/ctest.log | tail -1 | grep -oE '[0-9]+' || echo 0)

@@ -271,6 +271,26 @@ int kw_model_finish(int32_t h) {
   });
 }
 
+// A mesh coordinator's model: config and tokenizer only (.knot: entry 0, the tokenizer
+// blob, loaded; no tensors). Tokenize / detokenize / chat and external-logits sessions work
+// on it; a forward session is refused.
+KW_EXPORT(kw_model_text_finish)
+int kw_model_text_finish(int32_t h) {
+  return guard([&] {
+    ModelEntry& m = g_models.get(h, "kw_model_text_finish");
+    for (const auto& te : m.table)
+      if (te.tokenizer && !te.loaded) knot::fail(m.what + ": the tokenizer blob was not loaded");
+    knot::validate_config(m.model.config, m.what);
+    if ((int64_t)m.model.tokenizer.tokens.size() != m.model.config.n_vocab)
+      knot::fail(m.what + ": tokenizer has " + std::to_string(m.model.tokenizer.tokens.size()) +
+                 " tokens but config.n_vocab is " + std::to_string(m.model.config.n_vocab));
+    m.tok = std::make_unique<knot::Tokenizer>(m.model.tokenizer);
+    m.ready = true;
+    m.text_only = true;
+    set_result(json{{"config", config_json(m.model.config)}, {"format", m.format}}.dump());
+  });
+}
+
 KW_EXPORT(kw_model_free)
 int kw_model_free(int32_t h) {
   return guard([&] {

@@ -31,6 +31,7 @@ struct ModelEntry {
   std::vector<uint8_t> tok_blob;  // .knot: tokenizer JSON until parsed
   std::unique_ptr<knot::KnotHeader> knot_header;  // .knot: for verified row-range reads
   bool ready = false;
+  bool text_only = false;  // kw_model_text_finish: tokenizer + config, no tensors (mesh coordinator)
 };
 
 // Index of a tensor in m.table; throws naming the model when absent.

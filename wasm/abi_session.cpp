@@ -40,6 +40,13 @@ struct Session {
   std::string reason;
   std::vector<int32_t> ids;   // generated
   int logprobs = -1;          // >= 0: each step reports its token's logprob and the top k
+  // external logits (mesh coordinator): no engine; logits come from kw_session_set_logits
+  bool external = false;
+  int ext_n_ctx = 0, ext_n_pos = 0, ext_n_logits = 0;
+  std::vector<float> ext_lg;
+  int n_logits() const { return external ? ext_n_logits : engine->n_logits(); }
+  int n_ctx() const { return external ? ext_n_ctx : engine->n_ctx(); }
+  int n_pos() const { return external ? ext_n_pos : engine->n_pos(); }
 };
 
 Table<Session> g_sessions;
@@ -106,6 +113,9 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
     auto s = std::make_unique<Session>();
     s->model = model;
     s->m = &m;
+    opt(j, "external", s->external);
+    if (m.text_only && !s->external)
+      knot::fail("kw_session_new: model " + m.what + " holds no tensors (kw_model_text_finish): only an external-logits session");
     knot::GenerateParams& p = s->params;
     opt(j, "n_predict", p.n_predict);
     opt(j, "temperature", p.sampling.temperature);
@@ -129,6 +139,13 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
     // The KV cache must fit in what is left of the 128 MB linear memory. Checked here in
     // 64-bit arithmetic: size_t is 32 bits in wasm32, so n_ctx x bytes/token can wrap.
     const auto& c = m.model.config;
+    if (s->external) {
+      s->ext_n_ctx = eo.n_ctx > 0 ? eo.n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
+      s->ext_n_logits = (int)c.n_vocab;
+      *out_handle = g_sessions.add(std::move(s));
+      set_result(json{{"n_ctx", g_sessions.get(*out_handle, "").ext_n_ctx}, {"mode", "external"}}.dump());
+      return;
+    }
     const int n_ctx = eo.n_ctx > 0 ? eo.n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
     const knot::KvType kvt = knot::forward_options_for(eo.mode).kv_type;
     const uint64_t per_tok = 2ull * c.n_layer * c.n_head_kv * c.head_dim * knot::kv_elem_bytes(kvt);
@@ -152,11 +169,11 @@ int kw_session_prefill(int32_t h, const int32_t* ids, uint32_t n) {
   return guard([&] {
     Session& s = session(h, "kw_session_prefill");
     if (n == 0) knot::fail("kw_session_prefill: empty prompt (at least BOS is needed)");
-    if ((int64_t)n > s.engine->n_ctx())
+    if ((int64_t)n > s.n_ctx())
       knot::fail("kw_session_prefill: prompt has " + std::to_string(n) + " tokens but the context holds " +
-                 std::to_string(s.engine->n_ctx()));
-    s.engine->reset();
-    s.sampler.emplace(s.params.sampling, s.engine->n_logits());
+                 std::to_string(s.n_ctx()));
+    if (!s.external) s.engine->reset();
+    s.sampler.emplace(s.params.sampling, s.n_logits());
     for (uint32_t k = 0; k < n; k++) s.sampler->accept(ids[k]);
     s.dec.emplace(*s.m->tok);
     s.text.clear();
@@ -166,7 +183,12 @@ int kw_session_prefill(int32_t h, const int32_t* ids, uint32_t n) {
     s.done = false;
     s.reason.clear();
     s.prefilled = false;
-    s.lg = s.engine->eval(ids, (int)n);
+    if (s.external) {
+      s.ext_n_pos = (int)n;
+      s.lg = nullptr;
+    } else {
+      s.lg = s.engine->eval(ids, (int)n);
+    }
     s.prefilled = true;
     if (s.params.n_predict == 0) {
       s.done = true;
@@ -181,11 +203,16 @@ int kw_session_prefill_more(int32_t h, const int32_t* ids, uint32_t n) {
     Session& s = session(h, "kw_session_prefill_more");
     if (!s.prefilled || s.i > 0) knot::fail("kw_session_prefill_more: call kw_session_prefill first, before any step");
     if (n == 0) return;
-    if ((int64_t)s.engine->n_pos() + n > s.engine->n_ctx())
-      knot::fail("kw_session_prefill_more: prompt has " + std::to_string(s.engine->n_pos() + (int64_t)n) +
-                 " tokens but the context holds " + std::to_string(s.engine->n_ctx()));
+    if ((int64_t)s.n_pos() + n > s.n_ctx())
+      knot::fail("kw_session_prefill_more: prompt has " + std::to_string(s.n_pos() + (int64_t)n) +
+                 " tokens but the context holds " + std::to_string(s.n_ctx()));
     s.prefilled = false;
-    s.lg = s.engine->eval(ids, (int)n);
+    if (s.external) {
+      s.ext_n_pos += (int)n;
+      s.lg = nullptr;
+    } else {
+      s.lg = s.engine->eval(ids, (int)n);
+    }
     for (uint32_t k = 0; k < n; k++) s.sampler->accept(ids[k]);
     s.prefilled = true;
   });
@@ -199,10 +226,11 @@ int kw_session_step(int32_t h) {
     if (s.done) knot::fail("kw_session_step: generation already finished (" + s.reason + ")");
     const knot::Tokenizer& tok = *s.m->tok;
     const auto& p = s.params;
-    const int32_t id = s.sampler->sample(s.lg, s.engine->n_logits());
+    if (!s.lg) knot::fail("kw_session_step: external-logits session: call kw_session_set_logits before each step");
+    const int32_t id = s.sampler->sample(s.lg, s.n_logits());
     json lp;  // logprobs of this position, before lg is overwritten by the next eval
     if (s.logprobs >= 0) {
-      const knot::SliceTopK top = knot::topk_lse(s.lg, 0, s.engine->n_logits(), s.logprobs);
+      const knot::SliceTopK top = knot::topk_lse(s.lg, 0, s.n_logits(), s.logprobs);
       json arr = json::array();
       for (size_t k = 0; k < top.ids.size(); k++) arr.push_back({top.ids[k], (double)top.logits[k] - top.lse});
       lp = json{{"logprob", (double)s.lg[id] - top.lse}, {"top", std::move(arr)}};
@@ -243,7 +271,8 @@ int kw_session_step(int32_t h) {
       } else {
         emit(s.text.size() - stop_holdback(s.text, p.stop));
         if (s.i >= p.n_predict) finish("length");
-        else if (s.engine->n_pos() >= s.engine->n_ctx()) finish("context");
+        else if (s.n_pos() >= s.n_ctx()) finish("context");
+        else if (s.external) s.lg = nullptr, s.ext_n_pos++;  // the caller runs the forward pass
         else s.lg = s.engine->eval(&id, 1);
       }
     }
@@ -261,6 +290,7 @@ KW_EXPORT(kw_session_eval)
 int kw_session_eval(int32_t h, const int32_t* ids, uint32_t n) {
   return guard([&] {
     Session& s = session(h, "kw_session_eval");
+    if (s.external) knot::fail("kw_session_eval: an external-logits session has no engine");
     if (n == 0) knot::fail("kw_session_eval: no ids");
     const float* lg = s.engine->eval(ids, (int)n);
     set_result_bytes(lg, sizeof(float) * s.engine->n_logits());
@@ -271,6 +301,7 @@ KW_EXPORT(kw_session_reset)
 int kw_session_reset(int32_t h, int32_t n_pos) {
   return guard([&] {
     Session& s = session(h, "kw_session_reset");
+    if (s.external) knot::fail("kw_session_reset: an external-logits session has no engine");
     if (n_pos < 0 || n_pos > s.engine->n_pos()) knot::fail("kw_session_reset: n_pos out of range");
     s.engine->truncate(n_pos);
     s.prefilled = false;
@@ -281,6 +312,11 @@ KW_EXPORT(kw_session_telemetry)
 int kw_session_telemetry(int32_t h) {
   return guard([&] {
     Session& s = session(h, "kw_session_telemetry");
+    if (s.external) {
+      set_result(json{{"n_pos", s.ext_n_pos}, {"n_ctx", s.ext_n_ctx}, {"n_generated", s.i}, {"done", s.done},
+                      {"reason", s.reason}, {"engine_bytes", 0}, {"engine_peak_bytes", 0}, {"kv_bytes", 0}}.dump());
+      return;
+    }
     const knot::Engine& e = *s.engine;
     set_result(json{{"n_pos", e.n_pos()},
                     {"n_ctx", e.n_ctx()},
@@ -290,6 +326,20 @@ int kw_session_telemetry(int32_t h) {
                     {"engine_bytes", e.bytes()},
                     {"engine_peak_bytes", e.peak_bytes()},
                     {"kv_bytes", e.kv().bytes()}}.dump());
+  });
+}
+
+// External-logits session: the logits of the last position, [n_vocab] (tokenizer vocab).
+KW_EXPORT(kw_session_set_logits)
+int kw_session_set_logits(int32_t h, const float* lg, uint32_t n) {
+  return guard([&] {
+    Session& s = session(h, "kw_session_set_logits");
+    if (!s.external) knot::fail("kw_session_set_logits: not an external-logits session");
+    if ((int64_t)n != s.ext_n_logits)
+      knot::fail("kw_session_set_logits: " + std::to_string(n) + " logits, the vocab has " + std::to_string(s.ext_n_logits));
+    if (!lg) knot::fail("kw_session_set_logits: null logits buffer");
+    s.ext_lg.assign(lg, lg + n);
+    s.lg = s.ext_lg.data();
   });
 }
 

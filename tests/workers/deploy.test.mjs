@@ -1,0 +1,32 @@
+// The committed wrangler configs are what workers/lib/wrangler.mjs writes for the example
+// topology, and `wrangler deploy --dry-run` packs every script (coordinator, stations,
+// shards, warden) with the wasm module.
+import {test} from "node:test";
+import assert from "node:assert/strict";
+import {execFile} from "node:child_process";
+import {promisify} from "node:util";
+import {readFileSync, mkdtempSync} from "node:fs";
+import {tmpdir} from "node:os";
+import {join} from "node:path";
+import {ROOT} from "../wasm/helpers.mjs";
+import {topologyFromCounts} from "../../workers/lib/topology.mjs";
+import {wranglerConfigs} from "../../workers/lib/wrangler.mjs";
+
+const run = promisify(execFile);
+const EXAMPLE = {n_layer: 5, n_embd: 256, n_head: 32, n_head_kv: 16, head_dim: 8, n_ff: 256, n_vocab: 512};
+
+test("wrangler.toml + deploy/*.toml: generated from the example topology, and each packs with wrangler deploy --dry-run", async () => {
+  const files = wranglerConfigs(topologyFromCounts(EXAMPLE, {knot: "stories260K-pad256-llama-q4_k_m.knot", stations: [2, 3], shards: 2}));
+  assert.deepEqual(Object.keys(files).sort(), ["deploy/knot-sh0.toml", "deploy/knot-sh1.toml", "deploy/knot-st0.toml",
+    "deploy/knot-st1.toml", "deploy/knot-warden.toml", "wrangler.toml"]);
+  for (const [path, text] of Object.entries(files))
+    assert.equal(readFileSync(join(ROOT, path), "utf8"), text + "\n", `${path} is stale: run node scripts/wrangler-example.mjs`);
+  const out = mkdtempSync(join(tmpdir(), "knot-wrangler-"));
+  for (const path of Object.keys(files)) {
+    const r = await run(process.execPath, [join(ROOT, "node_modules/wrangler/bin/wrangler.js"), "deploy", "--dry-run", "-c", path, "--outdir", join(out, path)],
+                        {cwd: ROOT, env: {...process.env, WRANGLER_SEND_METRICS: "false", CI: "1"}}).catch((e) => e);
+    assert.equal(r.code ?? 0, 0, `${path}: ${r.stderr}`);
+    assert.match(r.stdout, /Total Upload: [\d.]+ KiB/, path);
+    assert.match(r.stdout, /--dry-run: exiting now/);
+  }
+});

@@ -1,0 +1,59 @@
+// Platform limits (DESIGN §8), counted by our code because local workerd enforces none:
+// subrequests and simultaneous outgoing connections of a session, measured per token in a
+// real run and checked for a 4096-token generation on the planned 7B topology.
+import {test} from "node:test";
+import assert from "node:assert/strict";
+import {sharedKnot, single, meshFor} from "./helpers.mjs";
+import {topologyFromCounts, checkLimits, linkBudget, LIMITS} from "../../workers/lib/topology.mjs";
+
+// qwen2.5-coder-7b's shape (DESIGN §1): 28 layers, 2 stations [0,14) [14,28), 8 shards of 18,992 tokens
+const Q7B = {n_layer: 28, n_embd: 3584, n_head: 28, n_head_kv: 4, head_dim: 128, n_ff: 18944, n_vocab: 151936};
+
+test("the 7B reference cluster: 4096 tokens stay under 10,000 subrequests and 6 connections (ws links + shard hubs)", () => {
+  const t = topologyFromCounts(Q7B, {knot: "q7b.knot", stations: [14, 14], shards: 8});
+  assert.deepEqual(t.shards.map((s) => s.vocab[1] - s.vocab[0]), Array(8).fill(18992));
+  assert.deepEqual(t.shardGroups, [["sh0", "sh1"], ["sh2", "sh3"], ["sh4", "sh5"], ["sh6", "sh7"]]);
+  const b = linkBudget(t);
+  assert.equal(b.links, 6);
+  assert.ok(b.hubLinks <= LIMITS.connections);
+  const ws = checkLimits(t, {tokens: 4096, mode: "ws"});
+  assert.ok(ws.ok, ws.problems.join("; "));
+  assert.ok(ws.subrequests < 100 && ws.connections <= 6);
+  // the same cluster over plain subrequests, or without hubs, would break a limit: the check says so
+  const http = checkLimits(t, {tokens: 4096, mode: "http"});
+  assert.ok(!http.ok && /subrequests for 4096 tokens over http/.test(http.problems[0]), http.problems.join());
+  const flat = topologyFromCounts(Q7B, {knot: "q7b.knot", stations: [14, 14], shards: 8, maxLinks: 0});
+  const f = checkLimits(flat, {tokens: 4096, mode: "ws"});
+  assert.ok(!f.ok && /10 simultaneous outgoing connections/.test(f.problems[0]), f.problems.join());
+});
+
+test("measured: a session's subrequests and connections per token under workerd match the count, and extrapolate under the limits", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!bytes) return;
+  const want = await single(bytes, "Once upon a time", {maxTokens: 24, temperature: 0, ignoreEos: true});
+  // 2 stations + 8 shards: more peers than 6, so the shards sit behind 4 hubs
+  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 8});
+  try {
+    assert.equal(mesh.topology.shardGroups.length, 4);
+    const r = await mesh.run({ids: want.promptIds, options: {maxTokens: 24, temperature: 0, ignoreEos: true}});
+    assert.deepEqual(r.summary?.ids, want.ids, r.error?.error);
+    const s = r.summary;
+    // ws links: one subrequest per peer for the whole session, never more than 6 open
+    assert.equal(s.subrequests, 6, `subrequests ${s.subrequests}`);
+    assert.ok(s.maxConnections <= LIMITS.connections, `max connections ${s.maxConnections}`);
+    // hops per decode token = stations + embed hub + lm-head hubs
+    const perToken = linkBudget(mesh.topology).perToken;
+    assert.equal(perToken, 2 + 1 + 4);
+    const lim = checkLimits(mesh.topology, {tokens: 4096, mode: "ws"});
+    assert.ok(lim.ok && lim.subrequests === s.subrequests && lim.connections >= s.maxConnections, JSON.stringify(lim));
+    // every hub held at most its followers' links
+    const st = await mesh.stats();
+    for (const g of mesh.topology.shardGroups) assert.ok(st[g[0]].followerLinks.maxConnections <= g.length - 1, JSON.stringify(st[g[0]]));
+    // http links: the count grows per token; 4096 tokens would break the 10,000 cap
+    const h = await mesh.run({ids: want.promptIds, options: {maxTokens: 24, temperature: 0, ignoreEos: true}, linkMode: "http"});
+    assert.deepEqual(h.summary?.ids, want.ids);
+    const perTok = h.summary.subrequests / (h.summary.nDecoded + 1);
+    assert.ok(perTok >= perToken - 1, `http: ${perTok} subrequests per token`);
+    assert.ok(perTok * 4096 > LIMITS.subrequests);
+  } finally { await mesh.close(); }
+});

@@ -1,0 +1,93 @@
+// The mesh under workerd (Miniflare): stations, vocab shards and the coordinator as separate
+// Worker scripts produce exactly the single-process wasm generation.
+import {test} from "node:test";
+import assert from "node:assert/strict";
+import {sharedKnot, synthKnot, single, meshFor, SYNTH_QWEN, SYNTH_TIED} from "./helpers.mjs";
+
+const PROMPT = "Once upon a time";
+const GREEDY = {maxTokens: 24, temperature: 0};
+
+async function same(t, bytes, counts, {prompt = PROMPT, options = GREEDY, meshOpts = {}, check} = {}) {
+  const want = await single(bytes, prompt, options);
+  const mesh = await meshFor(bytes, counts, meshOpts);
+  try {
+    const r = await mesh.run({ids: want.promptIds, options});
+    assert.equal(r.error, undefined, r.error?.error);
+    assert.deepEqual(r.summary.ids, want.ids, `${JSON.stringify(counts)}: mesh ids vs single process`);
+    assert.equal(r.summary.text, want.text);
+    assert.equal(r.summary.reason, want.reason);
+    assert.ok(want.ids.length >= 4, "a non-trivial continuation");
+    await check?.(r, mesh);
+    return r;
+  } finally { await mesh.close(); }
+}
+
+test("1 station + 1 shard: greedy ids == single process (llama Q4_K_M)", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!bytes) return;
+  await same(t, bytes, {stations: [5], shards: 1}, {check: (r) => {
+    assert.ok(r.telemetry.some((e) => e.event === "route"));
+    assert.ok(r.telemetry.some((e) => e.event === "prefill_completed"));
+    assert.ok(r.summary.hops > 0);
+  }});
+});
+
+test("2 stations + 4 shards: greedy ids == single process (llama, and qwen2 with biases)", async (t) => {
+  for (const name of ["stories260K-pad256-llama-q4_k_m.gguf", "stories260K-pad256-qwen2-q4_k_m.gguf"]) {
+    const bytes = await sharedKnot(t, name);
+    if (!bytes) return;
+    await same(t, bytes, {stations: [2, 3], shards: 4});
+  }
+});
+
+test("3 uneven stations + 3 uneven shards: greedy ids == single process (qwen2)", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-qwen2-q4_k_m.gguf");
+  if (!bytes) return;
+  await same(t, bytes, {stations: [1, 3, 1], vocab: [0, 37, 300, 512]});
+});
+
+test("a layer range split into 2 head groups + 2 FFN slices: greedy ids == single process (synth qwen2, biases)", async (t) => {
+  const bytes = synthKnot(t, "qwen", SYNTH_QWEN);
+  if (!bytes) return;
+  await same(t, bytes, {stations: [1, 3], shards: 2, slices: 2}, {prompt: [1, 17, 250, 99, 3, 288, 42, 160], check: (r) => {
+    assert.equal(r.telemetry.find((e) => e.event === "route").members, 4);
+  }});
+});
+
+test("tied embeddings with a padded vocab: greedy ids == single process (synth llama)", async (t) => {
+  const bytes = synthKnot(t, "tied", SYNTH_TIED);
+  if (!bytes) return;
+  await same(t, bytes, {stations: [1, 1], vocab: [0, 97, 211, 300]}, {prompt: [1, 17, 250, 99, 3, 288, 42, 160],
+    options: {maxTokens: 12, temperature: 0, ignoreEos: true}});
+});
+
+test("sampled output with a seed (temperature, top-k, top-p, repeat penalty): ids == single process", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!bytes) return;
+  for (const seed of [1, 42])
+    await same(t, bytes, {stations: [2, 3], shards: 3}, {options: {maxTokens: 32, temperature: 0.9, topK: 40, topP: 0.95,
+      repeatPenalty: 1.1, seed}, check: (r) => assert.equal(r.telemetry.find((e) => e.event === "route").logits, "full")});
+});
+
+test("chunked prefill (chunk 3) and stop strings: same ids and text as single process", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!bytes) return;
+  const prompt = "Once upon a time there was a little girl named Lily. She";
+  await same(t, bytes, {stations: [3, 2], shards: 2}, {prompt, options: {maxTokens: 40, temperature: 0, chunk: 3, stop: ["park"]}});
+});
+
+test("8 concurrent sessions through one mesh, each identical to its single-session run", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!bytes) return;
+  const prompts = ["Once upon a time", "The cat", "Lily and Tom", "One day", "A big dog", "The sun was", "Mom said", "They went to"];
+  const wants = [];
+  for (const [i, p] of prompts.entries()) wants.push(await single(bytes, p, {maxTokens: 16, temperature: 0.8, seed: i + 1}));
+  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 3});
+  try {
+    const got = await Promise.all(wants.map((w, i) => mesh.run({ids: w.promptIds, options: {maxTokens: 16, temperature: 0.8, seed: i + 1}})));
+    got.forEach((r, i) => {
+      assert.equal(r.error, undefined, r.error?.error);
+      assert.deepEqual(r.summary.ids, wants[i].ids, `session ${i}`);
+    });
+  } finally { await mesh.close(); }
+});

@@ -1,0 +1,168 @@
+// workers/cobordism — a vocab shard (DESIGN §1, §5): owns token ids [v0, v1) — its rows of
+// token_embd (embedding lookup) and of output (lm_head; the tied token_embd when the model
+// has no output tensor), held resident in this isolate's wasm instance across requests
+// (boot cache keyed knot|v0-v1).
+//
+// Binding SHARD (JSON): {name, knot, vocab: [v0, v1], softcap?}; MODELS (R2); TEST_HOOKS?;
+// COB_WARDEN? (CobordismWardenDO namespace): embedding rows then come from the warden's
+// L1/L2/L3 caches instead of being held here (untied models then hold only output rows).
+// FOLLOWERS? (JSON [{name, vocab}], service bindings F_<name>): this shard is the hub of a
+// shard group — it forwards each frame to its followers (over links it keeps for the life of
+// the coordinator's link) and answers for the whole group: embed partials summed, top-k lists
+// merged (lse combined), full logits concatenated over the group's contiguous range. A
+// follower that fails is left out and named by bit i+1 of the answer's flags (the group
+// abstains for that slice), so the coordinator holds one link per group, not per shard
+// (DESIGN §8: at most 6 simultaneous connections).
+// Frames (lib/frame.mjs), by POST or as WebSocket messages:
+//   embed  (i32 ids, width 1)  -> f32 [rows, n_embd]: rows of owned ids, zeros elsewhere
+//   lmhead (f32 normed hidden [1, n_embd]), pos = k:
+//       flag fullLogits -> f32 [v1 - v0] the slice's logits
+//       else            -> f32 [2 + 2k]: lse, k, k ids, k logits (ids absolute, exact in f32)
+import wasmModule from "../../build/wasm/knotwork.wasm";
+import {init, memoryStats} from "../../bindings/knotwork.mjs";
+import {openParts, topkLse} from "../../bindings/mesh.mjs";
+import {decodeFrame, encodeFrame, FLAG} from "../lib/frame.mjs";
+import {r2Source} from "../lib/sources.mjs";
+import {Link, Counter, gather} from "../lib/link.mjs";
+import {jsonBinding, HttpError, errorResponse, applyFault, debugRoute, messageBytes} from "../lib/common.mjs";
+
+let boot = null;
+const stats = {r2Reads: 0, r2Bytes: 0, embeds: 0, lmheads: 0};
+
+async function bootShard(env) {
+  const cfg = jsonBinding(env.SHARD, "SHARD");
+  const key = `${cfg.knot}|${cfg.vocab[0]}-${cfg.vocab[1]}`;
+  if (boot?.key === key) return boot.promise;
+  const old = boot;
+  boot = {key, promise: (async () => {
+    if (old) (await old.promise.catch(() => null))?.parts.close();
+    await init(wasmModule);
+    const r2 = await r2Source(env.MODELS, cfg.knot, stats);
+    const parts = await openParts(r2);
+    const c = await parts.config();
+    const [v0, v1] = cfg.vocab;
+    if (!(v0 >= 0 && v1 > v0 && v1 <= c.n_vocab))
+      throw new Error(`shard ${cfg.name}: vocab slice [${v0},${v1}) outside the tokenizer's ${c.n_vocab} tokens`);
+    if (!parts.has("token_embd_weight")) throw new Error(`shard ${cfg.name}: missing tensor token_embd_weight (phase embed) in ${cfg.knot}`);
+    const untied = parts.has("output_weight");
+    if (!(env.COB_WARDEN && untied)) await parts.loadRows("token_embd_weight", v0, v1);
+    if (untied) await parts.loadRows("output_weight", v0, v1);
+    const warden = env.COB_WARDEN ? {key, identity: {knot: cfg.knot, etag: r2.etag, size: r2.size}} : null;
+    return {cfg, c, parts, key, v0, v1, warden};
+  })()};
+  boot.promise.catch(() => { if (boot?.key === key) boot = null; });
+  return boot.promise;
+}
+
+const hubCounter = new Counter();
+
+// Forward a frame to the followers that matter, run own(f) meanwhile, merge.
+async function handle(env, bytes, links) {
+  const sh = await bootShard(env);
+  const fault = await applyFault(env);
+  if (fault) throw fault;
+  const f = decodeFrame(bytes, {kinds: ["embed", "lmhead"]});
+  const followers = env.FOLLOWERS ? jsonBinding(env.FOLLOWERS, "FOLLOWERS") : [];
+  if (!followers.length) return own(sh, f, env);
+  const ids = f.kind === "embed" ? Array.from(f.data) : null;
+  const asked = followers.map((x, i) => ({...x, bit: i + 1}))
+    .filter((x) => !ids || ids.some((id) => id >= x.vocab[0] && id < x.vocab[1]));
+  const link = (x) => {
+    if (!links.has(x.name)) links.set(x.name, new Link(x.name, env[`F_${x.name}`], {mode: links.mode, counter: hubCounter}));
+    return links.get(x.name);
+  };
+  const timeoutMs = Number(env.FOLLOWER_TIMEOUT_MS ?? 10_000);
+  const [mine, g] = await Promise.all([own(sh, f, env), gather(asked.map((x) => ({name: x.name, run: () => link(x).request(bytes, timeoutMs)})), timeoutMs)]);
+  const m = decodeFrame(mine);
+  let failed = 0;
+  const parts = [];
+  g.results.forEach((r, i) => { if (r.ok) parts.push([asked[i], decodeFrame(r.value).data]); else failed |= 1 << asked[i].bit; });
+  let data;
+  if (f.kind === "embed") {
+    data = m.data;
+    for (const [, d] of parts) for (let i = 0; i < data.length; i++) data[i] += d[i];
+  } else if (f.flags & FLAG.fullLogits) {
+    const v0 = sh.v0, v1 = followers.at(-1).vocab[1];
+    data = new Float32Array(v1 - v0).fill(-Infinity);
+    data.set(m.data, 0);
+    for (const [x, d] of parts) data.set(d, x.vocab[0] - v0);
+  } else {
+    const lists = [m.data, ...parts.map(([, d]) => d)];
+    const all = lists.flatMap((d) => Array.from({length: d[1]}, (_, i) => [d[2 + d[1] + i], d[2 + i]]));
+    all.sort((a, b) => b[0] - a[0] || a[1] - b[1]);
+    const k = m.data[1], top = all.slice(0, k);
+    const mx = Math.max(...lists.map((d) => d[0]));
+    const lse = mx + Math.log(lists.reduce((a, d) => a + Math.exp(d[0] - mx), 0));
+    data = new Float32Array(2 + 2 * top.length);
+    data[0] = lse; data[1] = top.length;
+    top.forEach(([v, id], i) => { data[2 + i] = id; data[2 + top.length + i] = v; });
+  }
+  return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: f.kind === "embed" ? sh.c.n_embd : data.length, flags: failed, data});
+}
+
+async function own(sh, f, env) {
+  const {c, v0, v1} = sh, E = c.n_embd;
+  if (f.kind === "embed") {
+    if (f.dtype !== 1 || f.width !== 1) throw new HttpError(400, `shard ${sh.cfg.name}: embed takes i32 ids of width 1`);
+    stats.embeds++;
+    const ids = Array.from(f.data);
+    if (!sh.warden) return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: E, data: sh.parts.embed(ids, v0, v1, E)});
+    for (const id of ids) if (!(id >= 0 && id < c.n_vocab)) throw new HttpError(400, `shard ${sh.cfg.name}: id ${id} outside the vocabulary [0,${c.n_vocab})`);
+    const owned = ids.map((id, i) => [id, i]).filter(([id]) => id >= v0 && id < v1);
+    const x = new Float32Array(ids.length * E);
+    if (owned.length) {
+      const stub = env.COB_WARDEN.get(env.COB_WARDEN.idFromName(sh.warden.key));  // a stub per request (I/O object)
+      const res = await stub.fetch("https://warden/rows", {method: "POST",
+        body: JSON.stringify({identity: sh.warden.identity, ids: owned.map(([id]) => id)})});
+      if (!res.ok) throw new HttpError(502, `shard ${sh.cfg.name}: cobordism warden: HTTP ${res.status}: ${await res.text()}`);
+      const rows = new Float32Array(await res.arrayBuffer());
+      if (rows.length !== owned.length * E) throw new HttpError(502, `shard ${sh.cfg.name}: cobordism warden returned ${rows.length} values for ${owned.length} rows`);
+      owned.forEach(([, i], j) => x.set(rows.subarray(j * E, (j + 1) * E), i * E));
+      stats.wardenRows = (stats.wardenRows ?? 0) + owned.length;
+    }
+    return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: E, data: x});
+  }
+  if (f.width !== E || f.rows !== 1) throw new HttpError(400, `shard ${sh.cfg.name}: lmhead takes one normed row of ${E} values`);
+  stats.lmheads++;
+  const logits = sh.parts.lmHead(f.data, 1, v0, v1, {softcap: sh.cfg.softcap ?? 0});
+  if (f.flags & FLAG.fullLogits) return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: v1 - v0, data: logits});
+  const k = Math.max(1, Math.min(f.pos || 8, v1 - v0));
+  const t = await topkLse(logits, v0, v1, k);
+  const out = new Float32Array(2 + 2 * t.ids.length);
+  out[0] = t.lse; out[1] = t.ids.length;
+  out.set(t.ids, 2); out.set(t.logits, 2 + t.ids.length);
+  return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: out.length, data: out});
+}
+
+const linkMap = (mode) => Object.assign(new Map(), {mode});
+
+function serveSocket(env) {
+  const [client, server] = Object.values(new WebSocketPair());
+  server.accept();
+  const links = linkMap("ws");  // a hub's links to its followers live as long as this socket
+  server.addEventListener("close", () => { for (const l of links.values()) l.close(); });
+  server.addEventListener("message", async (ev) => {
+    const bytes = await messageBytes(ev.data);
+    const reqId = bytes.length >= 12 ? new DataView(bytes.buffer, bytes.byteOffset).getUint32(8, true) : 0;
+    try { server.send(await handle(env, bytes, links)); } catch (e) {
+      server.send(JSON.stringify({reqId, status: errorResponse(e).status, error: e.message}));
+    }
+  });
+  return new Response(null, {status: 101, webSocket: client});
+}
+
+export default {
+  async fetch(req, env) {
+    const url = new URL(req.url);
+    try {
+      const dbg = await debugRoute(url, req, env);
+      if (dbg) return dbg;
+      if (url.pathname === "/stats") {
+        const sh = await bootShard(env);
+        return Response.json({name: sh.cfg.name, boot: sh.key, memory: await memoryStats(), stats, followerLinks: hubCounter.snapshot()});
+      }
+      if (req.headers.get("Upgrade") === "websocket") { await bootShard(env); return serveSocket(env); }
+      return new Response(await handle(env, new Uint8Array(await req.arrayBuffer()), linkMap("http")));
+    } catch (e) { return errorResponse(e); }
+  },
+};

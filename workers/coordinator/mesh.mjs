@@ -1,0 +1,228 @@
+// mesh.mjs — the coordinator's generation loop over a mesh (DESIGN §5, §6), independent of
+// where it runs (a session Durable Object; Node tests drive it the same way):
+//   tokens -> embed (fan-out to the shards owning them; partials summed) -> stations in order
+//   (a split station: head-group / FFN-slice partials summed per layer) -> exit: normed last
+//   row -> lm-head fan-out (top-k + lse, or full slice logits) -> merge -> the core sampler.
+// Shard fan-outs are fork/race/fold gathers: Accept (all answered), Abstain (some: merged
+// without them, telemetry names the missing slice and the tokens it touched), Decline
+// (none: a clear error). A station answering 409 (session lost) triggers one re-prefill of
+// everything fed so far. Prefill is chunked; each station appends its own KV.
+import {encodeFrame, decodeFrame, FLAG} from "../lib/frame.mjs";
+import {Counter, LinkError, gather} from "../lib/link.mjs";
+import {ExternalSampler} from "../lib/text.mjs";
+
+export class MeshError extends Error {}
+
+let nextSid = 1;
+
+export class MeshCoordinator {
+  /**
+   * @param {object} a
+   * @param {object} a.topology   lib/topology.mjs shape
+   * @param {import("../../bindings/knotwork.mjs").Model} a.text  tokenizer + config (lib/text.mjs)
+   * @param {(name: string, sid: string) => import("../lib/link.mjs").Link} a.connect  a link to a member or shard
+   * @param {{shardMs?: number, stationMs?: number}} [a.timeouts]
+   */
+  constructor({topology, text, connect, timeouts = {}, counter = new Counter(), topk = 8}) {
+    Object.assign(this, {topology: topology, text, connect, counter, topk});
+    this.timeouts = {shardMs: timeouts.shardMs ?? 15_000, stationMs: timeouts.stationMs ?? 60_000};
+    this.E = topology.n_embd;
+    this.V = topology.n_vocab;
+    this.groups = shardGroups(topology);
+  }
+
+  /**
+   * Stream a completion: {type: "telemetry", event, ...} events, {type: "token", token, text,
+   * telemetry} per token, then {type: "summary", ...}. prompt: token ids (use text.tokenize /
+   * applyChatTemplate first). opts: Model.generate's sampling options plus chunk, sid.
+   */
+  async *generate(ids, opts = {}) {
+    const t = this.topology;
+    const sid = opts.sid ?? `s${Date.now().toString(36)}-${nextSid++}-${Math.random().toString(36).slice(2, 8)}`;
+    const links = new Map();
+    const link = (name) => { if (!links.has(name)) links.set(name, this.connect(name, sid)); return links.get(name); };
+    const events = [];
+    const ev = (e) => events.push({type: "telemetry", ...e});
+    const sampler = new ExternalSampler(this.text, opts);
+    // greedy (an explicit temperature <= 0; the core's default is 0.8) needs only the merged
+    // top-k; any other sampler sees the full logits, exactly as in one process
+    const greedyTopk = typeof opts.temperature === "number" && opts.temperature <= 0 && (opts.repeatPenalty ?? 1) === 1 &&
+      !opts.presencePenalty && !opts.frequencyPenalty && !(opts.logprobs >= 0);
+    const state = {sid, reqId: 1, nCtx: sampler.nCtx, fed: [], link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: []};
+    const chunk = opts.chunk ?? 64;
+    const t0 = Date.now();
+    const out = [];
+    let text = "", reason = "", prefillMs = 0, decodeMs = 0, nDecoded = 0;
+    try {
+      ev({event: "route", sid, stations: t.stations.length, members: t.stations.reduce((a, s) => a + s.members.length, 0),
+          shards: t.shards.length, knot: t.knot, nCtx: sampler.nCtx, logits: greedyTopk ? `top-${this.topk}+lse` : "full"});
+      ev({event: "prefill_started", tokens: ids.length});
+      sampler.prompt(ids);
+      let xn = await this.#feed(state, ids, 0, chunk, (done) => ev({event: "prefill_progress", done, total: ids.length}));
+      prefillMs = Date.now() - t0;
+      ev({event: "prefill_completed", tokens: ids.length, ms: prefillMs});
+      yield* events.splice(0);
+      let logits = await this.#lmHead(state, xn, greedyTopk);
+      ev({event: "decode_started"});
+      for (;;) {
+        const s = sampler.step(logits);
+        out.push(s.id);
+        text += s.text;
+        yield* events.splice(0);
+        const dt = Date.now() - t0 - prefillMs;
+        yield {type: "token", token: s.id, text: s.text, ...(s.logprob !== undefined ? {logprob: s.logprob, top: s.top} : {}),
+               telemetry: {n: out.length, elapsedMs: Date.now() - t0, decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, hops: state.hops}};
+        if (s.done) { reason = s.reason; break; }
+        const ts = Date.now();
+        xn = await this.#feed(state, [s.id], ids.length + out.length - 1, chunk);
+        logits = await this.#lmHead(state, xn, greedyTopk);
+        decodeMs += Date.now() - ts;
+        nDecoded++;
+        void dt;
+      }
+      yield* events.splice(0);
+      yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length, nGenerated: out.length, nDecoded,
+             nCtx: sampler.nCtx, prefillMs, decodeMs, prefillTokS: ids.length / (prefillMs / 1000),
+             decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", hops: state.hops,
+             reprefills: state.reprefills, abstains: state.abstains, flaggedTokens: state.flagged, ...this.counter.snapshot()};
+    } finally {
+      sampler.free();
+      // explicit end: stations free the session's KV (best effort; the TTL covers the rest)
+      await Promise.all(t.stations.flatMap((s) => s.members.map((m) => links.get(m.name)?.request(
+        encodeFrame({kind: "end", sid, reqId: state.reqId++, width: 0}), 1000).catch(() => {}))));
+      for (const l of links.values()) l.close();
+    }
+  }
+
+  // Feed ids at positions [pos, pos + n) in chunks; returns the normed last row. A lost
+  // session at a station re-feeds everything from position 0 once.
+  async #feed(state, ids, pos, chunk, progress) {
+    try {
+      return await this.#feedRaw(state, ids, pos, chunk, progress);
+    } catch (e) {
+      // 409: the station no longer holds the session; 0: its link dropped (DO restarted)
+      if (!(e instanceof LinkError && (e.status === 409 || e.status === 0)) || state.reprefills >= 2) throw e;
+      state.reprefills++;
+      state.ev({event: "reprefill", reason: e.message, tokens: pos + ids.length});
+      state.fed.length = pos;
+      return this.#feedRaw(state, state.fed.splice(0).concat(ids), 0, chunk, progress);
+    }
+  }
+
+  async #feedRaw(state, ids, pos, chunk, progress) {
+    let xn = null;
+    for (let i = 0; i < ids.length; i += chunk) {
+      const part = ids.slice(i, i + chunk), last = i + chunk >= ids.length;
+      const x = await this.#embed(state, part, pos + i);
+      xn = await this.#stations(state, x, pos + i, part.length, last);
+      state.fed.push(...part);
+      progress?.(i + part.length);
+    }
+    return xn;
+  }
+
+  // Fan a frame out to the shard groups (each answered by its hub), gather, and resolve
+  // the verdict per shard: a hub that answered names failed followers in its flags.
+  async #fanOut(state, groups, frame, phase, ids = null, pos = 0) {
+    state.hops += groups.length;
+    const g = await gather(groups.map((grp) => ({name: grp.hub, run: () => state.link(grp.hub).request(frame(), this.timeouts.shardMs)})),
+                           this.timeouts.shardMs);
+    const answers = [], failed = [];
+    g.results.forEach((r, i) => {
+      const grp = groups[i];
+      if (!r.ok) { for (const s of grp.shards) failed.push({shard: s, reason: r.error.message}); return; }
+      const f = decodeFrame(r.value);
+      answers.push({grp, f});
+      grp.shards.forEach((s, j) => { if (j > 0 && f.flags & (1 << j)) failed.push({shard: s, reason: `hub ${grp.hub}: follower ${s.name} did not answer`}); });
+    });
+    const asked = groups.flatMap((grp) => grp.shards.filter((s) => !ids || ids.some((id) => id >= s.vocab[0] && id < s.vocab[1])));
+    const failedAsked = failed.filter((x) => asked.includes(x.shard));
+    if (asked.length && failedAsked.length === asked.length)
+      throw new MeshError(`${phase}: every shard asked failed (decline): ` + failedAsked.map((x) => `${x.shard.name}: ${x.reason}`).join("; "));
+    for (const {shard, reason} of failedAsked) {
+      const [v0, v1] = shard.vocab;
+      const tokens = ids ? ids.map((id, i) => [id, pos + i]).filter(([id]) => id >= v0 && id < v1).map(([id, p]) => ({id, pos: p})) : [];
+      state.abstains++;
+      state.flagged.push(...tokens.map((t) => t.pos));
+      state.ev({event: "abstain", phase, shard: shard.name, slice: [v0, v1], reason, tokens});
+    }
+    return answers;
+  }
+
+  async #embed(state, ids, pos) {
+    for (const id of ids) if (!(id >= 0 && id < this.V)) throw new MeshError(`token id ${id} outside the vocabulary [0, ${this.V})`);
+    const groups = this.groups.filter((grp) => grp.shards.some((s) => ids.some((id) => id >= s.vocab[0] && id < s.vocab[1])));
+    const frame = () => encodeFrame({kind: "embed", sid: state.sid, reqId: state.reqId++, pos, width: 1, data: Int32Array.from(ids)});
+    const x = new Float32Array(ids.length * this.E);
+    for (const {grp, f} of await this.#fanOut(state, groups, frame, "embed", ids, pos)) {
+      if (f.data.length !== x.length) throw new MeshError(`shard ${grp.hub}: embed returned ${f.data.length} values, want ${x.length}`);
+      for (let i = 0; i < x.length; i++) x[i] += f.data[i];
+    }
+    return x;
+  }
+
+  async #stations(state, x, pos, n, last) {
+    const st = this.topology.stations;
+    for (const [si, s] of st.entries()) {
+      const exit = si === st.length - 1;
+      if (s.members.length === 1) {
+        const m = s.members[0];
+        const flags = exit && last ? FLAG.normLast : 0;
+        state.hops++;
+        const r = await state.link(m.name).request(encodeFrame({kind: pos === 0 || n > 1 ? "prefill" : "decode", sid: state.sid,
+          reqId: state.reqId++, pos, width: this.E, flags, nCtx: state.nCtx, data: x}), this.timeouts.stationMs);
+        const d = decodeFrame(r, {width: this.E}).data;
+        if (exit) { if (!last) continue; return d; }
+        x = d;
+        continue;
+      }
+      for (let l = s.layers[0]; l < s.layers[1]; l++) {
+        for (const phase of ["attn", "ffn"]) {
+          state.hops += s.members.length;
+          // a split layer cannot degrade: every head group / FFN slice is needed
+          const parts = await Promise.all(s.members.map((m) => state.link(m.name).request(encodeFrame({
+            kind: n > 1 ? "prefill" : "decode", sid: state.sid, reqId: state.reqId++, pos, width: this.E, layer: l, phase,
+            nCtx: state.nCtx, data: x}), this.timeouts.stationMs)));
+          const sum = new Float32Array(x.length);
+          for (const p of parts) { const d = decodeFrame(p, {width: this.E}).data; for (let i = 0; i < sum.length; i++) sum[i] += d[i]; }
+          for (let i = 0; i < x.length; i++) x[i] += sum[i];
+        }
+      }
+      if (exit && last) {
+        state.hops++;
+        const r = await state.link(s.members[0].name).request(encodeFrame({kind: "decode", sid: state.sid, reqId: state.reqId++, pos,
+          width: this.E, phase: "norm", nCtx: state.nCtx, data: x.subarray((n - 1) * this.E)}), this.timeouts.stationMs);
+        return decodeFrame(r, {width: this.E}).data;
+      }
+    }
+    return null;
+  }
+
+  async #lmHead(state, xn, greedyTopk) {
+    const frame = () => encodeFrame({kind: "lmhead", sid: state.sid, reqId: state.reqId++, pos: greedyTopk ? this.topk : 0,
+      width: this.E, flags: greedyTopk ? 0 : FLAG.fullLogits, data: xn});
+    const answers = await this.#fanOut(state, this.groups, frame, "lm-head");
+    const logits = new Float32Array(this.V).fill(-Infinity);
+    for (const {grp, f} of answers) {
+      const d = f.data, [v0, v1] = grp.vocab, r = {task: {name: grp.hub}};
+      if (greedyTopk) {
+        const k = d[1];
+        for (let i = 0; i < k; i++) logits[d[2 + i]] = d[2 + k + i];
+      } else {
+        if (d.length !== v1 - v0) throw new MeshError(`shard ${r.task.name}: ${d.length} logits for slice [${v0},${v1})`);
+        logits.set(d, v0);
+      }
+    }
+    return logits;
+  }
+}
+
+/** Shard groups: topology.shardGroups (hub first) or one group per shard. */
+export function shardGroups(t) {
+  const byName = new Map(t.shards.map((s) => [s.name, s]));
+  const names = t.shardGroups ?? t.shards.map((s) => [s.name]);
+  return names.map((g) => {
+    const shards = g.map((n) => byName.get(n));
+    return {hub: g[0], shards, vocab: [shards[0].vocab[0], shards.at(-1).vocab[1]]};
+  });
+}

@@ -1,0 +1,94 @@
+// frame.mjs — the station / shard wire frame (DESIGN §6): a versioned binary envelope plus
+// one tensor payload, validated on receipt. A frame that does not parse is a FrameError,
+// which the workers answer with HTTP 400 and the message.
+//
+//   0  u32  magic "KWF1"           20 u32  width (hidden dim; 1 for token ids)
+//   4  u16  version (1)            24 u16  layer (phase calls of a split layer)
+//   6  u8   kind (KIND)            26 u8   phase (PHASE)
+//   7  u8   dtype 0 f32 | 1 i32    27 u8   flags (FLAG)
+//   8  u32  request id             28 u32  n_ctx (context the session's KV cache holds)
+//   12 u32  position of row 0      32 u16  session id length S (1..128, ASCII)
+//   16 u32  rows (tokens)          34 u16  zero
+//   36 S bytes session id, NUL-padded to 4;  then rows x width values (little-endian)
+export const MAGIC = 0x3146574b;  // "KWF1"
+export const VERSION = 1;
+export const HEADER = 36;
+export const KIND = Object.freeze({prefill: 1, decode: 2, embed: 3, lmhead: 4, result: 5, end: 6});
+export const PHASE = Object.freeze({all: 0, attn: 1, ffn: 2, norm: 3});
+export const FLAG = Object.freeze({normLast: 1, fullLogits: 2});
+const DTYPES = [Float32Array, Int32Array];
+const KIND_NAMES = Object.fromEntries(Object.entries(KIND).map(([k, v]) => [v, k]));
+
+export class FrameError extends Error {}
+
+const te = new TextEncoder(), td = new TextDecoder();
+
+/**
+ * @param {{kind: string, sid: string, reqId?: number, pos?: number, layer?: number, phase?: string,
+ *          flags?: number, nCtx?: number, width: number, data: Float32Array|Int32Array}} f
+ * @returns {Uint8Array}
+ */
+export function encodeFrame(f) {
+  const sid = te.encode(f.sid ?? "");
+  const data = f.data ?? new Float32Array(0);
+  const dtype = data instanceof Int32Array ? 1 : 0;
+  const rows = f.width ? data.length / f.width : 0;
+  if (!Number.isInteger(rows)) throw new FrameError(`encodeFrame: ${data.length} values are not rows of width ${f.width}`);
+  const sidPad = (sid.length + 3) & ~3;
+  const out = new Uint8Array(HEADER + sidPad + data.byteLength);
+  const v = new DataView(out.buffer);
+  v.setUint32(0, MAGIC, true);
+  v.setUint16(4, VERSION, true);
+  v.setUint8(6, KIND[f.kind]);
+  v.setUint8(7, dtype);
+  v.setUint32(8, f.reqId ?? 0, true);
+  v.setUint32(12, f.pos ?? 0, true);
+  v.setUint32(16, rows, true);
+  v.setUint32(20, f.width ?? 0, true);
+  v.setUint16(24, f.layer ?? 0, true);
+  v.setUint8(26, PHASE[f.phase ?? "all"]);
+  v.setUint8(27, f.flags ?? 0);
+  v.setUint32(28, f.nCtx ?? 0, true);
+  v.setUint16(32, sid.length, true);
+  out.set(sid, HEADER);
+  out.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), HEADER + sidPad);
+  return out;
+}
+
+/**
+ * Parse and validate a frame. `expect` may pin {width, kinds: [...]}.
+ * @param {ArrayBuffer|Uint8Array} buf
+ */
+export function decodeFrame(buf, expect = {}) {
+  const u8 = buf instanceof Uint8Array ? buf : new Uint8Array(buf);
+  if (u8.length < HEADER) throw new FrameError(`frame: ${u8.length} bytes, shorter than the ${HEADER}-byte header`);
+  const v = new DataView(u8.buffer, u8.byteOffset, u8.byteLength);
+  const magic = v.getUint32(0, true);
+  if (magic !== MAGIC) throw new FrameError(`frame: bad magic 0x${magic.toString(16)} (expected "KWF1")`);
+  const version = v.getUint16(4, true);
+  if (version !== VERSION) throw new FrameError(`frame: version ${version}, this worker speaks version ${VERSION}`);
+  const kindId = v.getUint8(6), kind = KIND_NAMES[kindId];
+  if (!kind) throw new FrameError(`frame: unknown kind ${kindId}`);
+  if (expect.kinds && !expect.kinds.includes(kind)) throw new FrameError(`frame: kind ${kind} not accepted here (want ${expect.kinds.join("|")})`);
+  const dtype = v.getUint8(7);
+  if (!DTYPES[dtype]) throw new FrameError(`frame: unknown dtype ${dtype}`);
+  const rows = v.getUint32(16, true), width = v.getUint32(20, true);
+  const phaseId = v.getUint8(26), phase = Object.keys(PHASE).find((k) => PHASE[k] === phaseId);
+  if (!phase) throw new FrameError(`frame: unknown phase ${phaseId}`);
+  const sidLen = v.getUint16(32, true);
+  if (sidLen > 128) throw new FrameError(`frame: session id of ${sidLen} bytes (max 128)`);
+  if (v.getUint16(34, true) !== 0) throw new FrameError("frame: reserved header bytes are not zero");
+  const sidPad = (sidLen + 3) & ~3;
+  const want = HEADER + sidPad + rows * width * 4;
+  if (u8.length !== want)
+    throw new FrameError(`frame: ${u8.length} bytes but the header says ${rows} rows x ${width} values (${want} bytes)`);
+  if (expect.width !== undefined && width !== expect.width && rows > 0)
+    throw new FrameError(`frame: width ${width}, this worker's hidden dim is ${expect.width}`);
+  const sid = td.decode(u8.subarray(HEADER, HEADER + sidLen));
+  if (!/^[\x21-\x7e]*$/.test(sid)) throw new FrameError("frame: session id is not printable ASCII");
+  const start = u8.byteOffset + HEADER + sidPad;
+  // copy: the payload must be 4-aligned and outlive the request buffer
+  const data = new DTYPES[dtype](u8.buffer.slice(start, start + rows * width * 4));
+  return {kind, dtype, reqId: v.getUint32(8, true), pos: v.getUint32(12, true), rows, width,
+          layer: v.getUint16(24, true), phase, flags: v.getUint8(27), nCtx: v.getUint32(28, true), sid, data};
+}
