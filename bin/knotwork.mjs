@@ -12,6 +12,7 @@
 // MODEL is a .gguf/.knot path or an http(s) URL served with Range support.
 import {closeSync, openSync, readFileSync, readSync, statSync, writeFileSync} from "node:fs";
 import * as kw from "../bindings/knotwork.mjs";
+import {writePlanWranglerConfigs} from "../workers/lib/wrangler.mjs";
 
 const USAGE = `usage: knotwork <command> [args]
   generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]
@@ -21,6 +22,9 @@ const USAGE = `usage: knotwork <command> [args]
   serve MODEL [--port N] [--api-key KEY]    OpenAI-compatible API + chat page (see serve --help)
   mesh MODEL [--stations ..] -p TEXT        run MODEL on a mesh of Workers under workerd
   upload MODEL.knot [--remote]              put a model into the mesh's R2 bucket (local or real)
+  plan MODEL [--budget 128MB] [--wrangler DIR]
+                                            mesh plan (same JSON as knot plan; see plan --help)
+  wrangler PLAN.json DIR [--knot NAME]      Worker configurations of a plan, one per isolate
   selftest                                  SIMD-vs-scalar kernel checks in wasm
 `;
 const SERVE_USAGE = `usage: knotwork serve MODEL [options]
@@ -442,6 +446,78 @@ async function serve(args) {
   return 0;
 }
 
+const PLAN_USAGE = `usage: knotwork plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]
+                     [--shards N] [--stations N] [--wrangler DIR [--knot NAME]]
+  Prints the mesh plan of MODEL (the JSON of native \`knot plan\`, the same planner in wasm).
+  --wrangler DIR   also write the Worker configurations of the plan into DIR: the coordinator
+                   (wrangler.toml, the only public route), one script per station member and
+                   per vocab shard, the warden; plan.json and topology.json beside them.
+                   Run them with \`wrangler dev -c DIR/wrangler.toml -c DIR/knot-st0.toml ...\`
+                   or deploy each with \`wrangler deploy -c DIR/<name>.toml\`.
+  --knot NAME      the model's object key in R2 (default: MODEL's file name, .gguf -> .knot)
+`;
+const WRANGLER_USAGE = `usage: knotwork wrangler PLAN.json DIR [--knot NAME]
+  The Worker configurations of a plan (\`knot plan\` / \`knotwork plan\` JSON) into DIR
+  (see plan --help). \`knot plan --wrangler DIR\` runs this.
+`;
+
+// Flags of `plan` -> planner options (bindings/planner.mjs); the planner checks ranges.
+const PLAN_FLAGS = {"--budget": ["budget", String], "--mode": ["mode", String], "--context": ["context", Number],
+                    "--chunk": ["chunk", Number], "--shards": ["shards", Number], "--stations": ["stations", Number]};
+
+async function plan(args) {
+  let file = null, dir = null, knot;
+  const opts = {};
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
+    const val = () => { if (i + 1 >= args.length) throw new UsageError(`option ${a} needs a value`); return args[++i]; };
+    if (a in PLAN_FLAGS) {
+      const [key, conv] = PLAN_FLAGS[a];
+      opts[key] = conv === Number ? int(a, val(), 0, 1 << 24) : val();
+    } else if (a === "--wrangler") dir = val();
+    else if (a === "--knot") knot = val();
+    else if (a === "-h" || a === "--help") { process.stdout.write(PLAN_USAGE); return 0; }
+    else if (a.startsWith("-")) throw new UsageError(`unknown option ${a}`);
+    else if (file) throw new UsageError(`unexpected argument '${a}'`);
+    else file = a;
+  }
+  if (!file) { process.stderr.write(PLAN_USAGE); return 2; }
+  if (knot !== undefined && !dir) throw new UsageError("--knot goes with --wrangler DIR");
+  const {planText} = await import("../bindings/planner.mjs");
+  const text = await planText(await source(file), opts);
+  if (dir) writePlanConfigs(JSON.parse(text), text, dir, knot);
+  process.stdout.write(text.endsWith("\n") ? text : text + "\n");
+  return 0;
+}
+
+async function wrangler(args) {
+  const pos = [];
+  let knot;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
+    if (a === "--knot") { if (i + 1 >= args.length) throw new UsageError("option --knot needs a value"); knot = args[++i]; }
+    else if (a === "-h" || a === "--help") { process.stdout.write(WRANGLER_USAGE); return 0; }
+    else if (a.startsWith("-")) throw new UsageError(`unknown option ${a}`);
+    else pos.push(a);
+  }
+  if (pos.length !== 2) { process.stderr.write(WRANGLER_USAGE); return 2; }
+  let p, text;
+  try { text = readFileSync(pos[0], "utf8"); } catch (e) { throw fileError(pos[0], e); }
+  try { p = JSON.parse(text); } catch (e) { throw new Error(`${pos[0]}: not JSON: ${e.message}`); }
+  if (!p?.model?.n_layer || !Array.isArray(p.stations) || !Array.isArray(p.shards))
+    throw new Error(`${pos[0]}: not a planner plan (needs model, stations, shards: the output of knot plan)`);
+  writePlanConfigs(p, text, pos[1], knot);
+  return 0;
+}
+
+function writePlanConfigs(p, planText, dir, knot) {
+  const root = new URL("..", import.meta.url).pathname;
+  const {topology, paths} = writePlanWranglerConfigs(p, dir, {root, planText, ...(knot ? {knot} : {})});
+  const members = topology.stations.reduce((a, s) => a + s.members.length, 0);
+  process.stderr.write(`knotwork: wrote ${paths.length} Worker configurations to ${dir} (${members} station scripts, ` +
+                       `${topology.shards.length} vocab shards, warden, coordinator) for R2 object ${topology.knot}\n`);
+}
+
 async function selftest() {
   const r = await kw.kernelSelftest();
   process.stdout.write(r.report.endsWith("\n") ? r.report : r.report + "\n");
@@ -455,6 +531,8 @@ async function main(argv) {
       case "generate": return await generate(args);
       case "mesh": return await mesh(args);
       case "upload": return await upload(args);
+      case "plan": return await plan(args);
+      case "wrangler": return await wrangler(args);
       case "inspect": return await inspect(args);
       case "convert": return await convert(args);
       case "serve": return await serve(args);

@@ -9,10 +9,10 @@ int cmd_verify(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 #include <string>
-// cli/wrangler.cpp: one wrangler config per isolate of a plan (planner JSON) into dir,
-// plus the coordinator's; `main` paths point into workers_dir. Returns files written.
-int write_wrangler_configs(const std::string& plan_json, const std::string& dir, const std::string& workers_dir,
-                           const std::string& model_key);
+// cli/wrangler.cpp: the Worker configurations of a plan (planner JSON) into dir, written by
+// the one writer (workers/lib/wrangler.mjs through bin/knotwork.mjs); model_key is the
+// model's R2 object key ("" = the plan's model name as .knot). Fails with a message.
+int write_wrangler_configs(const std::string& plan_json, const std::string& dir, const std::string& model_key);
 // Implemented in cli/generate.cpp; knot.cpp carries a weak fallback so the CLI links
 // without it.
 int cmd_generate(int argc, char** argv);

@@ -52,7 +52,7 @@ static const char* USAGE =
     "                                 from a pool of quantized blocks, seconds for a 7B shape;\n"
     "                                 --header-only: .gguf header + sparse zero payload)\n"
     "  plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
-    "       [--shards N] [--stations N] [--wrangler DIR [--workers DIR] [--key KEY]]\n"
+    "       [--shards N] [--stations N] [--wrangler DIR [--knot NAME]]\n"
     "                                 mesh topology for a per-isolate memory budget, as JSON\n"
     "                                 (--wrangler: write one Worker config per isolate)\n"
     "  generate MODEL (-p TEXT | --prompt-file FILE) [options]\n"
@@ -346,8 +346,7 @@ int cmd_plan(int argc, char** argv) {
   o.shards = (int)parse_int(take_opt(args, "--shards", "0"), "--shards", 0, 1 << 24);
   o.stations = (int)parse_int(take_opt(args, "--stations", "0"), "--stations", 0, 1 << 16);
   const std::string wrangler = take_opt(args, "--wrangler", "");
-  const std::string workers = take_opt(args, "--workers", "workers");
-  std::string key = take_opt(args, "--key", "");
+  const std::string key = take_opt(args, "--knot", "");
   no_unknown_flags(args);
   if (args.size() != 1) fail("usage: knot plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N] [--shards N] [--stations N] [--wrangler DIR]");
   const std::string path = args[0];
@@ -371,11 +370,8 @@ int cmd_plan(int argc, char** argv) {
       continue;
     }
     const std::string plan = plan_json(m, o);
-    if (!wrangler.empty()) {
-      if (key.empty()) key = name;
-      const int n = write_wrangler_configs(plan, wrangler, workers, key);
-      std::fprintf(stderr, "knot: wrote %d Worker configurations to %s\n", n, wrangler.c_str());
-    }
+    if (!key.empty() && wrangler.empty()) fail("--knot goes with --wrangler DIR");
+    if (!wrangler.empty()) write_wrangler_configs(plan, wrangler, key);
     std::fputs(plan.c_str(), stdout);
     return std::fflush(stdout) == 0 ? 0 : 1;
   }

@@ -5,12 +5,11 @@
 // the warden, written flat into OUTDIR with absolute paths to the Worker sources. Prints the
 // config paths, entry first, one per line (for `wrangler dev -c A -c B ...`).
 //   usage: node scripts/mesh-config.mjs MODEL.knot OUTDIR [--stations 2] [--shards 2] [--api-key KEY]
-import {mkdirSync, writeFileSync} from "node:fs";
-import {basename, dirname, join, resolve} from "node:path";
+import {basename, dirname, resolve} from "node:path";
 import {fileURLToPath} from "node:url";
 import {parseKnotHeader} from "../bindings/knotwork.mjs";
 import {cuts, topologyFromCounts, validateTopology} from "../workers/lib/topology.mjs";
-import {wranglerConfigs} from "../workers/lib/wrangler.mjs";
+import {writeWranglerConfigs} from "../workers/lib/wrangler.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const [file, outDir, ...rest] = process.argv.slice(2);
@@ -22,14 +21,7 @@ const nStations = Math.min(Number(opt("--stations", 2)), c.n_layer);
 const layers = cuts(c.n_layer, nStations).slice(1).map((x, i, a) => x - (i ? a[i - 1] : 0));
 const t = topologyFromCounts(c, {knot: basename(file), stations: layers, shards: Math.min(Number(opt("--shards", 2)), c.n_vocab)});
 validateTopology(c, t);
-mkdirSync(outDir, {recursive: true});
-const paths = [];
-for (const [rel, text] of Object.entries(wranglerConfigs(t))) {
-  // flat in OUTDIR; `main` points at the sources in this checkout
-  const out = join(outDir, basename(rel));
-  writeFileSync(out, text.replace(/^main = "(?:\.\.\/)?(.*)"$/m, (_, p) => `main = ${JSON.stringify(join(root, p))}`) + "\n");
-  if (rel === "wrangler.toml") paths.unshift(out); else paths.push(out);
-}
+const paths = writeWranglerConfigs(t, outDir, {root});
 process.stderr.write(`mesh-config: ${t.stations.length} stations (layers ${t.stations.map((s) => `[${s.layers}]`).join(" ")}), ` +
                      `${t.shards.length} vocab shards (${t.shards.map((s) => `[${s.vocab}]`).join(" ")}) for ${basename(file)}\n`);
 process.stdout.write(paths.join("\n") + "\n");

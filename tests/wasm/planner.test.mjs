@@ -6,7 +6,7 @@
 import {test} from "node:test";
 import assert from "node:assert/strict";
 import {spawnSync} from "node:child_process";
-import {existsSync, readdirSync, readFileSync, statSync} from "node:fs";
+import {existsSync, readdirSync, readFileSync, statSync, writeFileSync} from "node:fs";
 import {join} from "node:path";
 import {KNOT_BIN, sharedModel, tmpDir} from "./helpers.mjs";
 import {plan, planText} from "../../bindings/planner.mjs";
@@ -76,24 +76,57 @@ test("a shared model: one resident station, one shard, identical both ways", asy
   assert.deepEqual(j.shards.map((s) => s.vocab), [[0, j.model.n_vocab]]);
 });
 
-test("--wrangler writes one Worker config per isolate, plus wardens and coordinator", () => {
+// One config writer (workers/lib/wrangler.mjs): native `knot plan --wrangler` runs it through
+// bin/knotwork.mjs, so both CLIs write the same files, and they are what the workers read.
+const tomlJson = (toml, key) => JSON.parse(toml.match(new RegExp(`^${key} = '''(.*)'''$`, "m"))[1]);
+
+test("--wrangler writes one Worker config per isolate of the plan, the same from both CLIs", () => {
   synth7b();
-  const out = join(dir, "deploy");
-  const r = knot(["plan", q7, "--wrangler", out, "--key", "qwen7b.knot"]);
-  assert.equal(r.status, 0, r.stderr);
-  const p = JSON.parse(r.stdout);
-  const files = readdirSync(out).filter((f) => f.endsWith(".toml")).sort();
-  assert.equal(files.length, p.isolates + 2);
-  for (const s of [...p.stations, ...p.shards]) {
-    const toml = readFileSync(join(out, `knotwork-${s.id}.toml`), "utf8");
-    assert.match(toml, new RegExp(`^name = "knotwork-${s.id}"$`, "m"));
-    assert.match(toml, /^KNOT_KEY = "qwen7b.knot"$/m);
-    if (s.layers) assert.match(toml, new RegExp(`^LAYERS = "${s.layers[0]}-${s.layers[1]}"$`, "m"));
-    if (s.heads) assert.match(toml, new RegExp(`^HEADS = "${s.heads[0]}-${s.heads[1]}"$`, "m"));
-    if (s.vocab) assert.match(toml, new RegExp(`^VOCAB = "${s.vocab[0]}-${s.vocab[1]}"$`, "m"));
+  for (const flags of [["--budget", "1GB"], ["--mode", "fluid", "--stations", "2"]]) {
+    const out = join(dir, `deploy-native${flags.join("")}`), outJs = join(dir, `deploy-js${flags.join("")}`);
+    const r = knot(["plan", q7, ...flags, "--wrangler", out, "--knot", "qwen7b.knot"]);
+    assert.equal(r.status, 0, r.stderr);
+    const p = JSON.parse(r.stdout);
+    const files = readdirSync(out).filter((f) => f.endsWith(".toml")).sort();
+    assert.equal(files.length, p.isolates + 2, files.join(" "));  // + warden + coordinator (wrangler.toml)
+    const t = JSON.parse(readFileSync(join(out, "topology.json"), "utf8"));
+    assert.equal(t.knot, "qwen7b.knot");
+    assert.equal(readFileSync(join(out, "plan.json"), "utf8"), r.stdout);
+    // every station member / shard of the plan is one script whose vars say what it owns
+    const members = t.stations.flatMap((s) => s.members.map((m) => ({...m, layers: s.layers})));
+    assert.equal(members.length + t.shards.length, p.isolates);
+    for (const m of members) {
+      const toml = readFileSync(join(out, `knot-${m.name}.toml`), "utf8");
+      const v = tomlJson(toml, "STATION");
+      assert.deepEqual([v.layers, v.heads, v.cols, v.knot], [m.layers, m.heads, m.cols, "qwen7b.knot"]);
+      const ps = p.stations.find((s) => s.id === m.id);
+      assert.deepEqual(v.layers, ps.layers);
+      assert.equal(v.resident, ps.mode !== "fluid");
+      assert.match(toml, /^main = ".*\/workers\/station\/index\.mjs"$/m);
+    }
+    for (const [i, s] of p.shards.entries())
+      assert.deepEqual(tomlJson(readFileSync(join(out, `knot-sh${i}.toml`), "utf8"), "SHARD").vocab, s.vocab);
+    const coord = readFileSync(join(out, "wrangler.toml"), "utf8");
+    assert.deepEqual(tomlJson(coord, "TOPOLOGY"), t);
+    const links = members.length + (t.shardGroups ? t.shardGroups.length : t.shards.length);
+    assert.equal((coord.match(/^\[\[services\]\]$/gm) || []).length, links);
+    // the node CLI plans with the same core planner in wasm and writes the same files
+    const js = spawnSync(process.execPath, ["bin/knotwork.mjs", "plan", q7, ...flags, "--wrangler", outJs, "--knot", "qwen7b.knot"],
+                         {encoding: "utf8", timeout: 60_000});
+    assert.equal(js.status, 0, js.stderr);
+    assert.equal(js.stdout, r.stdout);
+    assert.deepEqual(readdirSync(outJs).sort(), readdirSync(out).sort());
+    for (const f of readdirSync(out)) assert.equal(readFileSync(join(outJs, f), "utf8"), readFileSync(join(out, f), "utf8"), f);
   }
-  const coord = readFileSync(join(out, "knotwork-coordinator.toml"), "utf8");
-  assert.equal((coord.match(/^\[\[services\]\]$/gm) || []).length, p.isolates);
-  assert.match(coord, /^workers_dev = true$/m);
-  assert.deepEqual(JSON.parse(readFileSync(join(out, "plan.json"), "utf8")), p);
+});
+
+test("--knot without --wrangler and a plan file that is not a plan are refused", (t) => {
+  const r = knot(["plan", sharedModel(t, "stories260K-pad256-llama-q4_k_m.gguf"), "--knot", "x.knot"]);
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /--knot goes with --wrangler DIR/);
+  const bad = join(dir, "not-a-plan.json");
+  writeFileSync(bad, JSON.stringify({stations: []}));
+  const w = spawnSync(process.execPath, ["bin/knotwork.mjs", "wrangler", bad, join(dir, "nope")], {encoding: "utf8"});
+  assert.equal(w.status, 1);
+  assert.match(w.stderr, /not-a-plan\.json: not a planner plan/);
 });

@@ -1,8 +1,13 @@
 // wrangler.mjs — the Worker configurations of a topology (DESIGN §5, §8): one script per
 // station member and per vocab shard (so two stations never share an isolate's 128 MB), the
 // coordinator (entry, the only public route) and the warden. Returns {path: toml text};
-// `knotwork wrangler TOPOLOGY.json DIR` writes them, wrangler.toml at the top level is the
-// coordinator of the example topology.
+// wrangler.toml at the top level is the coordinator of the example topology
+// (scripts/wrangler-example.mjs); writeWranglerConfigs puts a topology's configs flat into a
+// directory (scripts/mesh-config.mjs, `knotwork plan --wrangler`, `knot plan --wrangler`).
+import {mkdirSync, writeFileSync} from "node:fs";
+import {basename, join} from "node:path";
+import {topologyFromPlan} from "./topology.mjs";
+
 const q = (s) => JSON.stringify(s);
 const inlineJson = (v) => `'''${JSON.stringify(v)}'''`;
 
@@ -55,4 +60,34 @@ export function wranglerConfigs(topology, {bucket = "knot-models", compatibility
     "[[migrations]]", `tag = "v1"`, `new_classes = ["LayerWardenDO", "CobordismWardenDO"]`, "",
   ].join("\n");
   return out;
+}
+
+/**
+ * Writes the configs of a topology flat into outDir, each `main` an absolute path into the
+ * checkout at `root`. Returns the paths written, the entry (coordinator) first — the order
+ * `wrangler dev -c A -c B ...` wants.
+ */
+export function writeWranglerConfigs(topology, outDir, {root, ...opts} = {}) {
+  mkdirSync(outDir, {recursive: true});
+  const paths = [];
+  for (const [rel, text] of Object.entries(wranglerConfigs(topology, opts))) {
+    const out = join(outDir, basename(rel));
+    writeFileSync(out, text.replace(/^main = "(?:\.\.\/)?(.*)"$/m, (_, p) => `main = ${JSON.stringify(join(root, p))}`) + "\n");
+    if (rel === "wrangler.toml") paths.unshift(out); else paths.push(out);
+  }
+  return paths;
+}
+
+/**
+ * A planner plan (`knot plan` JSON, which carries the model's shape) as deployable configs:
+ * its topology (topologyFromPlan) written by writeWranglerConfigs, plus plan.json and
+ * topology.json beside them. `knot` is the object key of the model in R2 (a .knot).
+ */
+export function writePlanWranglerConfigs(plan, outDir, {root, knot = plan.model.name.replace(/\.gguf$/i, ".knot"),
+                                                        planText = JSON.stringify(plan, null, 2) + "\n"} = {}) {
+  const t = topologyFromPlan(plan.model, plan, {knot});
+  const paths = writeWranglerConfigs(t, outDir, {root});
+  writeFileSync(join(outDir, "plan.json"), planText);
+  writeFileSync(join(outDir, "topology.json"), JSON.stringify(t, null, 2) + "\n");
+  return {topology: t, paths};
 }
