@@ -187,6 +187,8 @@ const MESH_USAGE = `usage: knotwork mesh MODEL [--plan plan.json | --stations 4,
   --vocab C,C,...      explicit vocab cut points 0,...,n_vocab instead of --shards
   --slices N           split every station into N head groups + N FFN slices
   --fluid              stations load, run and evict one phase at a time
+  --chain              the coordinator links to the first station only; each station to the next
+                       (automatic when the station members would fill the 6 links)
   --link ws|http       coordinator links (default ws: one WebSocket per peer)
 `;
 
@@ -202,6 +204,7 @@ async function mesh(args) {
       case "--vocab": counts.vocab = list(a, val()); return true;
       case "--slices": counts.slices = int(a, val(), 1, 1024); return true;
       case "--fluid": counts.resident = false; return true;
+      case "--chain": counts.chain = true; return true;
       case "--link": linkMode = val(); if (!["ws", "http"].includes(linkMode)) throw new UsageError("--link is ws or http"); return true;
       default: return false;
     }

@@ -7,6 +7,7 @@
 //   for await (const ev of mesh.generate({ids, options: {maxTokens: 16, temperature: 0}})) ...
 //   await mesh.close();
 import {Miniflare} from "miniflare";
+import {links} from "./lib/topology.mjs";
 import {dirname, resolve} from "node:path";
 import {fileURLToPath} from "node:url";
 
@@ -28,19 +29,23 @@ export function meshWorkers(topology, {testHooks = false, warden = false, linkMo
   const hooks = testHooks ? {TEST_HOOKS: "1"} : {};
   const members = topology.stations.flatMap((s) => s.members.map((m) => ({...m, layers: s.layers, role: s.role, resident: s.resident})));
   const service = (n) => `knot-${n}`;
+  const l = links(topology);
   const workers = [{
     ...script("workers/coordinator/index.mjs"), name: "knot-coordinator",
     durableObjects: {SESSION: "SessionDO"},
     bindings: {TOPOLOGY: json(topology), LINK_MODE: linkMode, TIMEOUTS: timeouts, ...hooks},
-    serviceBindings: Object.fromEntries([...members.map((m) => m.name), ...(topology.shardGroups?.map((g) => g[0]) ?? topology.shards.map((s) => s.name))]
-      .map((n) => [`M_${n}`, service(n)])),
+    serviceBindings: Object.fromEntries(l.coordinator.map((n) => [`M_${n}`, service(n)])),
   }];
   for (const m of members) {
+    const {next, followers, downstream} = l.stations.get(m.name);
+    const peers = [...followers, ...(next ? [next] : [])];
     workers.push({
       ...script("workers/station/index.mjs"), name: service(m.name),
       durableObjects: {STATION_DO: "StationDO", ...(warden ? {WARDEN: {className: "LayerWardenDO", scriptName: "knot-warden"}} : {})},
       bindings: {STATION: json({name: m.name, knot: topology.knot, layers: m.layers, heads: m.heads, cols: m.cols, role: m.role,
-                                resident: m.resident !== false}), ...hooks},
+                                resident: m.resident !== false, ...(topology.chain ? {next, followers, downstream} : {}),
+                                ...(timeouts.stationMs ? {linkTimeoutMs: timeouts.stationMs} : {})}), ...hooks},
+      serviceBindings: Object.fromEntries(peers.map((n) => [`L_${n}`, service(n)])),
     });
   }
   const groups = topology.shardGroups ?? topology.shards.map((s) => [s.name]);

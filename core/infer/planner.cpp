@@ -470,23 +470,44 @@ class Planner {
              {"lm_head_waves", waves}};
     const int64_t prefill_chunks = (kGenTokens + chunk_ - 1) / chunk_;
     const int64_t gen_sub = (int64_t)sub * kGenTokens;
+    // The links the workers hold (workers/lib/topology.mjs, fitLinks/links): the stations
+    // are chained when their members alone would take every link of the session DO — it
+    // then links to the first station, each range's first slice to its other slices and to
+    // the next range — and the shards sit behind hubs in the links left.
+    const int members = (int)stations_.size();
+    const int ranges = whole + split_layers;
+    const bool chain = members >= kConnectionCap;
+    const int station_links = chain ? 1 : members;
+    const int groups = std::min(nsh, kConnectionCap - station_links);
+    const int hub_links = (nsh + groups - 1) / groups - 1;
+    const int leader_links = chain ? (max_slices - 1) + (ranges > 1 ? 1 : 0) : 0;
+    const int coordinator_links = station_links + groups;
+    const int total_links = coordinator_links + (chain ? (ranges - 1) + (members - ranges) : 0) + (nsh - groups);
+    pt["links"] = {{"chain", chain},
+                   {"session", coordinator_links},
+                   {"max_per_holder", std::max({coordinator_links, leader_links, hub_links})},
+                   {"total", total_links}};
     pt["generation_4096"] = {
         {"subrequests_per_fetch", gen_sub},
         {"prefill_4096_chunks", prefill_chunks},
         {"within_subrequest_cap", gen_sub <= kSubrequestCap},
-        {"websocket_links", isolates},
-        {"subrequests_with_links", isolates},
+        {"websocket_links", total_links},
+        {"subrequests_with_links", coordinator_links},
     };
     pt["limits"] = {{"subrequests", kSubrequestCap}, {"simultaneous_connections", kConnectionCap}};
     ojson notes = ojson::array();
     if (gen_sub > kSubrequestCap)
       notes.push_back("a " + std::to_string(kGenTokens) + "-token generation over plain fetch is " + std::to_string(gen_sub) +
-                      " subrequests > " + std::to_string(kSubrequestCap) + ": hold WebSocket links from the session Durable Object (" +
-                      std::to_string(isolates) + " links, opened once)");
+                      " subrequests > " + std::to_string(kSubrequestCap) + ": hold WebSocket links (" +
+                      std::to_string(total_links) + " in all, opened once; the session Durable Object holds " +
+                      std::to_string(coordinator_links) + ")");
+    if (chain)
+      notes.push_back(std::to_string(members) + " station members would fill the session's " + std::to_string(kConnectionCap) +
+                      " links: the stations form a chain (each holds at most " + std::to_string(std::max(leader_links, 1)) + " links)");
     if (par > kConnectionCap)
       notes.push_back("fan-out of " + std::to_string(par) + " exceeds " + std::to_string(kConnectionCap) +
-                      " simultaneous connections: requests queue in " + std::to_string((par + kConnectionCap - 1) / kConnectionCap) +
-                      " waves unless links are kept open");
+                      " simultaneous connections over plain fetch (" + std::to_string((par + kConnectionCap - 1) / kConnectionCap) +
+                      " waves); the shards sit behind " + std::to_string(groups) + " hub(s) instead");
     for (const auto& s : stations_)
       if (s.slice.count > 1 && !s.aligned) {
         notes.push_back("station slices of layer " + std::to_string(s.l0) +

@@ -10,6 +10,7 @@ import {existsSync, readdirSync, readFileSync, statSync, writeFileSync} from "no
 import {join} from "node:path";
 import {KNOT_BIN, sharedModel, tmpDir} from "./helpers.mjs";
 import {plan, planText} from "../../bindings/planner.mjs";
+import {checkLimits, linkBudget, links} from "../../workers/lib/topology.mjs";
 
 const QWEN7B = ["--arch", "qwen2", "--hidden", "3584", "--layers", "28", "--heads", "28", "--kv-heads", "4",
                 "--ffn", "18944", "--vocab", "151936", "--vocab-tensor", "152064", "--type", "Q4_K_M", "--ctx", "32768"];
@@ -82,7 +83,7 @@ const tomlJson = (toml, key) => JSON.parse(toml.match(new RegExp(`^${key} = '''(
 
 test("--wrangler writes one Worker config per isolate of the plan, the same from both CLIs", () => {
   synth7b();
-  for (const flags of [["--budget", "1GB"], ["--mode", "fluid", "--stations", "2"]]) {
+  for (const flags of [[], ["--budget", "1GB"], ["--mode", "fluid", "--stations", "2"]]) {
     const out = join(dir, `deploy-native${flags.join("")}`), outJs = join(dir, `deploy-js${flags.join("")}`);
     const r = knot(["plan", q7, ...flags, "--wrangler", out, "--knot", "qwen7b.knot"]);
     assert.equal(r.status, 0, r.stderr);
@@ -108,8 +109,24 @@ test("--wrangler writes one Worker config per isolate of the plan, the same from
       assert.deepEqual(tomlJson(readFileSync(join(out, `knot-sh${i}.toml`), "utf8"), "SHARD").vocab, s.vocab);
     const coord = readFileSync(join(out, "wrangler.toml"), "utf8");
     assert.deepEqual(tomlJson(coord, "TOPOLOGY"), t);
-    const links = members.length + (t.shardGroups ? t.shardGroups.length : t.shards.length);
-    assert.equal((coord.match(/^\[\[services\]\]$/gm) || []).length, links);
+    // at most 6 links per holder: the resident plan's 56 station members form a chain
+    const l = links(t);
+    assert.equal(t.chain ?? false, members.length >= 6);
+    assert.equal((coord.match(/^\[\[services\]\]$/gm) || []).length, l.coordinator.length);
+    assert.ok(l.coordinator.length <= 6);
+    for (const m of members) {
+      const toml = readFileSync(join(out, `knot-${m.name}.toml`), "utf8");
+      const {next, followers} = l.stations.get(m.name);
+      assert.equal((toml.match(/^\[\[services\]\]$/gm) || []).length, followers.length + (next ? 1 : 0));
+      assert.ok(followers.length + (next ? 1 : 0) <= 6);
+    }
+    assert.ok(checkLimits(t, {tokens: 4096}).ok, JSON.stringify(checkLimits(t, {tokens: 4096}).problems));
+    // the planner's link count (C++) is the layout the workers build (JS)
+    const b = linkBudget(t);
+    assert.deepEqual(p.per_token.links, {chain: t.chain ?? false, session: l.coordinator.length,
+      max_per_holder: Math.max(b.links, b.stationLinks, b.hubLinks), total: p.per_token.links.total});
+    assert.equal(p.per_token.links.total, l.coordinator.length + [...l.stations.values()].reduce((a, x) => a + x.followers.length + (x.next ? 1 : 0), 0) +
+                 (t.shardGroups ?? []).reduce((a, g) => a + g.length - 1, 0));
     // the node CLI plans with the same core planner in wasm and writes the same files
     const js = spawnSync(process.execPath, ["bin/knotwork.mjs", "plan", q7, ...flags, "--wrangler", outJs, "--knot", "qwen7b.knot"],
                          {encoding: "utf8", timeout: 60_000});

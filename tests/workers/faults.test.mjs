@@ -99,6 +99,40 @@ test("a station's Durable Object restarted mid-session: the coordinator re-prefi
   }
 });
 
+test("in a station chain: a mid station restarted re-prefills through the chain (same ids); a hung one is a timeout naming it", async (t) => {
+  const bytes = await sharedKnot(t, MODEL);
+  if (!bytes) return;
+  const want = await single(bytes, "Once upon a time", {maxTokens: 16, temperature: 0});
+  const mesh = await meshFor(bytes, {stations: [1, 2, 2], shards: 2, chain: true}, {testHooks: true, timeouts: {stationMs: 1500}});
+  try {
+    const session = "restart-chain";
+    await mesh.fault("sh0", {hangMs: 150});
+    await mesh.fault("sh1", {hangMs: 150});
+    const events = [];
+    let restarted = false;
+    for await (const e of mesh.generate({ids: want.promptIds, session, options: {maxTokens: 16, temperature: 0}})) {
+      events.push(e);
+      if (e.type === "token" && e.telemetry.n === 5 && !restarted) {
+        restarted = true;
+        const w = await mesh.worker("knot-st1");
+        await w.fetch(`http://x/debug/restart?sid=${session}`).then((r) => r.arrayBuffer()).catch(() => {});
+      }
+    }
+    const s = events.find((e) => e.type === "summary");
+    assert.ok(s, JSON.stringify(events.find((e) => e.type === "error")));
+    assert.ok(s.reprefills >= 1, "re-prefilled");
+    assert.match(events.find((e) => e.event === "reprefill").reason, /st0 -> st1/);
+    assert.deepEqual(s.ids, want.ids, "same ids after the re-prefill");
+    await mesh.fault("sh0", null);
+    await mesh.fault("sh1", null);
+    await mesh.fault("st2", {hangMs: 600_000});
+    const t0 = Date.now();
+    const r = await mesh.run({ids: [1, 400, 300], options: GREEDY});
+    assert.match(r.error?.error ?? "", /st1 -> st2: no answer within 1500 ms/);
+    assert.ok(Date.now() - t0 < 8000, `error after ${Date.now() - t0} ms`);
+  } finally { await mesh.close(); }
+});
+
 test("bad frames are a 400 with a message, never a crash; the station keeps serving", async (t) => {
   const bytes = await sharedKnot(t, MODEL);
   if (!bytes) return;

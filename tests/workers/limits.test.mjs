@@ -27,6 +27,21 @@ test("the 7B reference cluster: 4096 tokens stay under 10,000 subrequests and 6 
   assert.ok(!f.ok && /10 simultaneous outgoing connections/.test(f.problems[0]), f.problems.join());
 });
 
+test("the resident 7B plan's shape (28 stations x 2 slices, 7 shards): a chain keeps every holder under 6 links", () => {
+  const t = topologyFromCounts(Q7B, {knot: "q7b.knot", stations: Array(28).fill(1), slices: 2, shards: 7});
+  assert.equal(t.chain, true);
+  const b = linkBudget(t);
+  assert.ok(b.links <= 6 && b.stationLinks === 2 && b.hubLinks <= 6, JSON.stringify(b));
+  const ws = checkLimits(t, {tokens: 4096, mode: "ws"});
+  assert.ok(ws.ok && ws.subrequests <= 6, ws.problems.join("; "));
+  // without a chain the coordinator would hold a link per member: the check refuses it
+  const flat = topologyFromCounts(Q7B, {knot: "q7b.knot", stations: Array(28).fill(1), slices: 2, shards: 7, chain: false, maxLinks: 0});
+  const f = checkLimits(flat, {tokens: 4096, mode: "ws"});
+  assert.ok(!f.ok && /63 simultaneous outgoing connections/.test(f.problems[0]), f.problems.join());
+  assert.throws(() => topologyFromCounts(Q7B, {knot: "q7b.knot", stations: Array(28).fill(1), slices: 2, shards: 7, chain: false}),
+                /56 station members leave no link for the shards under 6 connections/);
+});
+
 test("measured: a session's subrequests and connections per token under workerd match the count, and extrapolate under the limits", async (t) => {
   const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
   if (!bytes) return;

@@ -91,3 +91,27 @@ test("8 concurrent sessions through one mesh, each identical to its single-sessi
     });
   } finally { await mesh.close(); }
 });
+
+// A chain (lib/topology.mjs): the coordinator links to the first station only; each station
+// forwards to the next, and a split station's leader sums its members' partials. Plans of
+// dozens of stations use it to stay under 6 links per holder.
+test("a station chain (3 uneven stations; a split range in the chain): greedy and seeded ids == single process", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-qwen2-q4_k_m.gguf");
+  if (!bytes) return;
+  await same(t, bytes, {stations: [1, 3, 1], shards: 2, chain: true}, {options: {maxTokens: 24, temperature: 0, chunk: 3}, check: async (r, mesh) => {
+    assert.equal(mesh.topology.chain, true);
+    const st = await mesh.stats();
+    assert.equal(st.coordinator.counter?.maxConnections ?? r.summary.maxConnections, 3);  // st0 + 2 shards
+    assert.ok(st.st0.stats.chainLinks.maxConnections === 1 && st.st1.stats.chainLinks.maxConnections === 1, "each station links to the next only");
+    assert.equal(st.st2.stats.chainLinks.messages, 0, "the exit links to nobody");
+  }});
+  const q = synthKnot(t, "qwen", SYNTH_QWEN);
+  if (!q) return;
+  for (const options of [{maxTokens: 16, temperature: 0}, {maxTokens: 16, temperature: 0.9, topK: 40, topP: 0.95, seed: 5}])
+    await same(t, q, {stations: [1, 3], shards: 2, slices: 2, chain: true}, {prompt: [1, 17, 250, 99, 3, 288, 42, 160], options: {...options, ignoreEos: true},
+      check: async (r, mesh) => {
+        const st = await mesh.stats();
+        assert.equal(st.st0s0.stats.chainLinks.maxConnections, 2, "a leader links to its member and the next station");
+        assert.equal(st.st1s1.stats.chainLinks.messages, 0);
+      }});
+});

@@ -10,6 +10,7 @@
 import {encodeFrame, decodeFrame, FLAG} from "../lib/frame.mjs";
 import {Counter, LinkError, gather} from "../lib/link.mjs";
 import {ExternalSampler} from "../lib/text.mjs";
+import {linkBudget} from "../lib/topology.mjs";
 
 export class MeshError extends Error {}
 
@@ -29,6 +30,7 @@ export class MeshCoordinator {
     this.E = topology.n_embd;
     this.V = topology.n_vocab;
     this.groups = shardGroups(topology);
+    this.chainHops = linkBudget(topology).stationMsgs;
   }
 
   /**
@@ -87,9 +89,10 @@ export class MeshCoordinator {
              reprefills: state.reprefills, abstains: state.abstains, flaggedTokens: state.flagged, ...this.counter.snapshot()};
     } finally {
       sampler.free();
-      // explicit end: stations free the session's KV (best effort; the TTL covers the rest)
+      // explicit end: stations free the session's KV (best effort; the TTL covers the rest);
+      // in a chain the first leader passes it on
       await Promise.all(t.stations.flatMap((s) => s.members.map((m) => links.get(m.name)?.request(
-        encodeFrame({kind: "end", sid, reqId: state.reqId++, width: 0}), 1000).catch(() => {}))));
+        encodeFrame({kind: "end", sid, reqId: state.reqId++, width: 0, flags: t.chain ? FLAG.chain : 0}), t.chain ? 5000 : 1000).catch(() => {}))));
       for (const l of links.values()) l.close();
     }
   }
@@ -163,6 +166,14 @@ export class MeshCoordinator {
 
   async #stations(state, x, pos, n, last) {
     const st = this.topology.stations;
+    if (this.topology.chain) {  // one message: the chain runs every station and answers the exit's rows
+      state.hops += this.chainHops;
+      const r = await state.link(st[0].members[0].name).request(encodeFrame({kind: pos === 0 || n > 1 ? "prefill" : "decode",
+        sid: state.sid, reqId: state.reqId++, pos, width: this.E, flags: FLAG.chain | (last ? FLAG.normLast : 0), nCtx: state.nCtx, data: x}),
+        this.timeouts.stationMs * st.length);  // each station's link waits stationMs per station after it
+      const d = decodeFrame(r, {width: this.E}).data;
+      return last ? d : null;
+    }
     for (const [si, s] of st.entries()) {
       const exit = si === st.length - 1;
       if (s.members.length === 1) {

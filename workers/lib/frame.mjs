@@ -15,7 +15,7 @@ export const VERSION = 1;
 export const HEADER = 36;
 export const KIND = Object.freeze({prefill: 1, decode: 2, embed: 3, lmhead: 4, result: 5, end: 6});
 export const PHASE = Object.freeze({all: 0, attn: 1, ffn: 2, norm: 3});
-export const FLAG = Object.freeze({normLast: 1, fullLogits: 2});
+export const FLAG = Object.freeze({normLast: 1, fullLogits: 2, chain: 4});
 const DTYPES = [Float32Array, Int32Array];
 const KIND_NAMES = Object.fromEntries(Object.entries(KIND).map(([k, v]) => [v, k]));
 

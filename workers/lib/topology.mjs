@@ -3,10 +3,18 @@
 //   {knot, n_embd, n_vocab,
 //    stations: [{layers: [l0, l1], role, resident, members: [{name, heads?: [h0, h1], cols?: [c0, c1]}]}],
 //    shards: [{name, vocab: [v0, v1]}],
-//    shardGroups?: [[hub, follower, ...], ...]}   consecutive shards; the coordinator links to hubs only
+//    shardGroups?: [[hub, follower, ...], ...],   consecutive shards; the coordinator links to hubs only
+//    chain?: true}                                 stations linked in a chain (below)
 // A station of one member runs whole layers; a station of several members is a split layer
-// range: member i holds head group heads_i and FFN columns cols_i, and the coordinator sums
-// their partial residuals per layer (DESIGN §1's merge rule).
+// range: member i holds head group heads_i and FFN columns cols_i, and their partial
+// residuals are summed per layer (DESIGN §1's merge rule) — by the coordinator, or in a
+// chain by the station's leader (members[0]).
+// Links (DESIGN §8: at most 6 simultaneous outgoing connections per holder): without a
+// chain the coordinator's session DO links to every station member and shard hub; with one
+// it links to the first station's leader only, and each leader links to its own members and
+// to the next station's leader, so a plan of dozens of stations holds at most 6 links
+// anywhere. A chain is used when the station members alone would fill the coordinator's
+// links (or when asked).
 
 /** Cut n into k near-equal parts, each a multiple of `align` where possible: [c0=0, ..., ck=n]. */
 export function cuts(n, k, align = 1) {
@@ -26,7 +34,7 @@ export function cuts(n, k, align = 1) {
  * vocab cut points), and slices (head groups = FFN slices) per station.
  */
 export function topologyFromCounts(config, {knot, stations = [config.n_layer], shards = 1, vocab, slices = 1, resident = true,
-                                            maxLinks = LIMITS.connections}) {
+                                            maxLinks = LIMITS.connections, chain}) {
   const L = config.n_layer;
   const sum = stations.reduce((a, b) => a + b, 0);
   if (sum !== L) throw new Error(`--stations ${stations.join(",")} covers ${sum} layers, the model has ${L}`);
@@ -47,15 +55,42 @@ export function topologyFromCounts(config, {knot, stations = [config.n_layer], s
   });
   const sh = vc.slice(1).map((v1, i) => ({name: `sh${i}`, vocab: [vc[i], v1]}));
   const t = {knot, n_embd: config.n_embd, n_vocab: config.n_vocab, stations: st, shards: sh};
-  // more peers than a session DO may hold open: group the shards behind hubs
-  const members = st.reduce((a, s) => a + s.members.length, 0);
-  if (maxLinks && members + sh.length > maxLinks) {
-    const nGroups = maxLinks - members;
-    if (nGroups < 1) throw new Error(`topology: ${members} station members leave no link for the shards under ${maxLinks} connections`);
-    const gc = cuts(sh.length, nGroups);
-    t.shardGroups = gc.slice(1).map((g1, i) => sh.slice(gc[i], g1).map((s) => s.name));
+  return validateTopology(config, fitLinks(t, maxLinks, chain));
+}
+
+// More peers than a holder may keep open: chain the stations when their members alone would
+// take every link of the coordinator (or when chain is true), then group the shards behind
+// hubs in the links that are left.
+function fitLinks(t, maxLinks, chain) {
+  const members = t.stations.reduce((a, s) => a + s.members.length, 0);
+  if (chain ?? (maxLinks && members >= maxLinks)) t.chain = true;
+  const stationLinks = t.chain ? 1 : members;
+  if (maxLinks && stationLinks + t.shards.length > maxLinks) {
+    const nGroups = maxLinks - stationLinks;
+    if (nGroups < 1) throw new Error(`topology: ${members} station members leave no link for the shards under ${maxLinks} connections (use a chain)`);
+    const gc = cuts(t.shards.length, nGroups);
+    t.shardGroups = gc.slice(1).map((g1, i) => t.shards.slice(gc[i], g1).map((s) => s.name));
   }
-  return validateTopology(config, t);
+  return t;
+}
+
+/**
+ * Who links to whom: {coordinator: [names], stations: Map(member name -> {next?, followers[]})}.
+ * Shard hubs' follower links are shardGroups.
+ */
+export function links(t) {
+  const hubs = t.shardGroups?.map((g) => g[0]) ?? t.shards.map((s) => s.name);
+  const stations = new Map();
+  if (!t.chain) {
+    for (const s of t.stations) for (const m of s.members) stations.set(m.name, {followers: []});
+    return {coordinator: [...t.stations.flatMap((s) => s.members.map((m) => m.name)), ...hubs], stations};
+  }
+  t.stations.forEach((s, i) => {
+    const next = t.stations[i + 1]?.members[0].name;
+    s.members.forEach((m, j) => stations.set(m.name, j ? {followers: []}
+      : {...(next ? {next, downstream: t.stations.length - 1 - i} : {}), followers: s.members.slice(1).map((x) => x.name)}));
+  });
+  return {coordinator: [t.stations[0].members[0].name, ...hubs], stations};
 }
 
 /** Check coverage (layers end to end, heads / columns / vocab partitions); returns t. */
@@ -87,6 +122,9 @@ export function validateTopology(c, t) {
   if (v !== c.n_vocab) fail(`shards end at ${v}, the tokenizer has ${c.n_vocab} tokens (padding rows are owned by none)`);
   const names = [...t.stations.flatMap((s) => s.members.map((m) => m.name)), ...t.shards.map((s) => s.name)];
   if (new Set(names).size !== names.length) fail("names are not unique");
+  if (t.chain)
+    for (const s of t.stations)
+      if (s.members.length > LIMITS.connections) fail(`station [${s.layers}]: a leader of ${s.members.length} members would hold ${s.members.length} links (limit ${LIMITS.connections})`);
   if (t.shardGroups) {
     const flat = t.shardGroups.flat();
     if (flat.join() !== t.shards.map((s) => s.name).join()) fail("shardGroups must list every shard once, in order");
@@ -97,12 +135,15 @@ export function validateTopology(c, t) {
 
 /** Per generated token: hops (messages) and the links a session DO keeps open. */
 export function linkBudget(t) {
+  // messages between stations per token, whoever sends them (the coordinator, or the chain)
   const stationMsgs = t.stations.reduce((a, s) => a + (s.members.length > 1
-    ? (s.layers[1] - s.layers[0]) * 2 * s.members.length + (s.role === "exit" ? 1 : 0) : 1), 0);
+    ? (s.layers[1] - s.layers[0]) * 2 * (t.chain ? s.members.length - 1 : s.members.length) + (t.chain ? 1 : s.role === "exit" ? 1 : 0) : 1), 0);
   const groups = t.shardGroups?.length ?? t.shards.length;
-  const links = t.stations.reduce((a, s) => a + s.members.length, 0) + groups;
-  return {stationMsgs, embedMsgsMax: 1, lmheadMsgs: groups, perToken: stationMsgs + 1 + groups, links,
-          hubLinks: Math.max(0, ...(t.shardGroups ?? []).map((g) => g.length - 1))};
+  const l = links(t);
+  const stationLinks = Math.max(0, ...[...l.stations.values()].map((x) => x.followers.length + (x.next ? 1 : 0)));
+  return {stationMsgs, embedMsgsMax: 1, lmheadMsgs: groups, perToken: stationMsgs + 1 + groups, links: l.coordinator.length,
+          coordinatorStationMsgs: t.chain ? 1 : stationMsgs,
+          hubLinks: Math.max(0, ...(t.shardGroups ?? []).map((g) => g.length - 1)), stationLinks};
 }
 
 export const LIMITS = Object.freeze({subrequests: 10_000, connections: 6});
@@ -115,10 +156,13 @@ export const LIMITS = Object.freeze({subrequests: 10_000, connections: 6});
  * every hop is a subrequest. Returns {subrequests, connections, ok, problems[]}.
  */
 export function checkLimits(t, {tokens, mode = "ws", perToken = linkBudget(t).perToken, limits = LIMITS}) {
-  const peers = linkBudget(t).links;
+  const b = linkBudget(t);
+  const peers = b.links;
   const subrequests = mode === "ws" ? peers : Math.ceil(perToken * tokens);
-  // http: a token's shard fan-out is in flight at once; ws: every link stays open
-  const connections = mode === "ws" ? peers : Math.max(t.shards.length, ...t.stations.map((s) => s.members.length));
+  // http: a token's shard fan-out is in flight at once; ws: every link stays open (a chain's
+  // station leaders and the shard hubs hold links of their own)
+  const connections = mode === "ws" ? Math.max(peers, b.stationLinks, b.hubLinks)
+    : Math.max(t.shards.length, ...t.stations.map((s) => s.members.length));
   const problems = [];
   if (subrequests >= limits.subrequests)
     problems.push(`${subrequests} subrequests for ${tokens} tokens over ${mode} links (limit ${limits.subrequests})`);
@@ -134,7 +178,7 @@ export function checkLimits(t, {tokens, mode = "ws", perToken = linkBudget(t).pe
  * chunk). Slices of one layer range become the members of one station. Script names are
  * short (st<i>[s<j>], sh<i>); the plan's ids are kept as `id`.
  */
-export function topologyFromPlan(config, plan, {knot, maxLinks = LIMITS.connections} = {}) {
+export function topologyFromPlan(config, plan, {knot, maxLinks = LIMITS.connections, chain} = {}) {
   const stations = [];
   for (const s of plan.stations) {
     const last = stations.at(-1);
@@ -149,12 +193,5 @@ export function topologyFromPlan(config, plan, {knot, maxLinks = LIMITS.connecti
   const shards = plan.shards.map((s, i) => ({name: `sh${i}`, id: s.id, vocab: [...s.vocab]}));
   const t = {knot, n_embd: config.n_embd, n_vocab: config.n_vocab, stations, shards,
              ...(plan.context ? {context: plan.context} : {}), ...(plan.chunk ? {chunk: plan.chunk} : {})};
-  const members = stations.reduce((a, s) => a + s.members.length, 0);
-  if (maxLinks && members + shards.length > maxLinks) {
-    const nGroups = maxLinks - members;
-    if (nGroups < 1) throw new Error(`topology: ${members} station members leave no link for the shards under ${maxLinks} connections`);
-    const gc = cuts(shards.length, nGroups);
-    t.shardGroups = gc.slice(1).map((g1, i) => shards.slice(gc[i], g1).map((s) => s.name));
-  }
-  return validateTopology(config, t);
+  return validateTopology(config, fitLinks(t, maxLinks, chain));
 }

@@ -4,9 +4,14 @@
 // for this layer range / head slice lives in the DO that session id routes to.
 //
 // Binding STATION (JSON): {name, knot, layers: [l0, l1], heads?: [h0, h1], cols?: [c0, c1],
-//   role: "entry"|"mid"|"exit", resident: true|false, ttlMs?}
+//   role: "entry"|"mid"|"exit", resident: true|false, ttlMs?,
+//   next?: name, followers?: [name], downstream?: n, linkTimeoutMs?}   in a chained topology
+//   (lib/topology.mjs links()): the next station's leader, (a split station's leader) the other
+//   members of this station, the number of stations after this one; a link's timeout is
+//   linkTimeoutMs per station still to run, so the innermost hung station is the one named
 // Bindings: MODELS (R2, the .knot files), STATION_DO (this script's DO), WARDEN? (LayerWardenDO
-// namespace of the warden script), TEST_HOOKS? (fault injection, tests only).
+// namespace of the warden script), L_<name> (service binding per chain link), TEST_HOOKS?
+// (fault injection, tests only).
 //
 // Requests: a frame (lib/frame.mjs) by POST, or the same frames as WebSocket messages
 // (GET with Upgrade: websocket; the coordinator's session DO keeps the link open). Frames:
@@ -15,18 +20,23 @@
 //   phase attn / ffn (a split layer): the partial residual of this slice for frame.layer
 //   phase norm:                 output_norm of the last row
 //   end:                        the session's KV cache is freed
+//   flag chain (phase all): run this station (a leader sums its members' partials per layer),
+//                               then forward to the next station and answer its answer; an
+//                               end frame is forwarded the same way
 // A session this station does not hold (lost, expired, DO restarted) at pos > 0 is a 409
-// naming the session and positions: the coordinator re-prefills.
+// naming the session and positions: the coordinator re-prefills. Down the chain, a lost
+// session or a dropped link answers 409 too, a timeout 504.
 import wasmModule from "../../build/wasm/knotwork.wasm";
 import {init, memoryStats} from "../../bindings/knotwork.mjs";
 import {openParts} from "../../bindings/mesh.mjs";
 import {decodeFrame, encodeFrame, FLAG} from "../lib/frame.mjs";
+import {Link, LinkError, Counter} from "../lib/link.mjs";
 import {r2Source, loadThroughWarden, tensorNamer} from "../lib/sources.mjs";
 import {jsonBinding, HttpError, errorResponse, applyFault, debugRoute, messageBytes, addInto} from "../lib/common.mjs";
 
 // ---- module scope: one boot per isolate and config ---------------------------------------
 let boot = null;  // {key, promise}
-const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: []};
+const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
 
 function bootKey(c) {
   return `${c.knot}|${c.role}|${c.layers[0]}-${c.layers[1]}|h${c.heads?.join("-") ?? "all"}/c${c.cols?.join("-") ?? "all"}`;
@@ -138,11 +148,66 @@ export class StationDO {
     this.ctx = ctx;
     this.env = env;
     this.sessions = new Map();  // sid -> {station, nPos, nCtx, used}
+    this.links = new Map();     // chain links (name -> Link); this DO serves one session id
+    this.counter = new Counter();
+    this.reqId = 1;
   }
 
   #sweep(now) {
     const ttl = jsonBinding(this.env.STATION, "STATION").ttlMs ?? 10 * 60_000;
     for (const [sid, s] of this.sessions) if (now - s.used > ttl) { s.station.free(); this.sessions.delete(sid); }
+    if (!this.sessions.size) this.#closeLinks();
+  }
+
+  #link(name, sid) {
+    let l = this.links.get(name);
+    if (!l) {
+      l = new Link(name, this.env[`L_${name}`], {mode: "ws", counter: this.counter, sid});
+      this.links.set(name, l);
+    }
+    return l;
+  }
+
+  #closeLinks() {
+    for (const l of this.links.values()) l.close();
+    this.links.clear();
+  }
+
+  // One frame down a chain link; the answer keeps the caller's request id. A lost session or
+  // a dropped link downstream is a 409 here (the coordinator re-prefills), a timeout a 504.
+  async #down(name, f, data, extra = {}) {
+    const cfg = jsonBinding(this.env.STATION, "STATION");
+    const ms = (cfg.linkTimeoutMs ?? 60_000) * (name === cfg.next ? cfg.downstream ?? 1 : 1);
+    try {
+      const r = await this.#link(name, f.sid).request(encodeFrame({kind: f.kind, sid: f.sid, reqId: this.reqId++, pos: f.pos,
+        width: f.width, layer: f.layer, phase: f.phase, flags: f.flags, nCtx: f.nCtx, data, ...extra}), ms);
+      return r;
+    } catch (e) {
+      if (!(e instanceof LinkError)) throw e;
+      const status = e.status === 409 || e.status === 0 ? 409 : e.status === -1 ? 504 : e.status >= 400 ? e.status : 502;
+      throw new HttpError(status, `station ${jsonBinding(this.env.STATION, "STATION").name} -> ${e.message}`);
+    } finally {
+      const c = stats.chainLinks, s = this.counter.snapshot();
+      c.subrequests = Math.max(c.subrequests, s.subrequests);
+      c.maxConnections = Math.max(c.maxConnections, s.maxConnections);
+      c.messages += 1;
+    }
+  }
+
+  // A leader's split layers: per layer, attention then FFN partials of every member (its
+  // own computed here while the followers compute theirs), summed into x.
+  async #splitLayers(st, sess, f, x, n, io) {
+    const [l0, l1] = st.cfg.layers;
+    for (let l = l0; l < l1; l++) {
+      for (const ph of ["attn", "ffn"]) {
+        const asks = st.cfg.followers.map((m) => this.#down(m, f, x, {kind: n > 1 ? "prefill" : "decode", layer: l, phase: ph, flags: 0}));
+        asks.forEach((p) => p.catch(() => {}));  // awaited below; no unhandled rejection meanwhile
+        const own = ph === "attn" ? await attnPartial(st, sess, l, f.pos, x, n, io) : await ffnPartial(st, sess, l, x, n, io);
+        const sum = Float32Array.from(own);
+        for (const p of asks) addInto(sum, decodeFrame(await p, {width: st.c.n_embd}).data);
+        addInto(x, sum);
+      }
+    }
   }
 
   async handle(bytes) {
@@ -157,6 +222,11 @@ export class StationDO {
     let sess = this.sessions.get(f.sid);
     if (f.kind === "end") {
       if (sess) { sess.station.free(); this.sessions.delete(f.sid); }
+      if (f.flags & FLAG.chain) {  // the rest of the chain frees the session too (best effort)
+        await Promise.all([...(st.cfg.followers ?? []), ...(st.cfg.next ? [st.cfg.next] : [])]
+          .map((m) => this.#down(m, f, undefined, {width: 0}).catch(() => {})));
+        this.#closeLinks();
+      }
       return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: 0});
     }
     const [l0, l1] = st.cfg.layers;
@@ -179,11 +249,20 @@ export class StationDO {
     if (f.pos + n > sess.nCtx) throw new HttpError(400, `station ${name}: positions [${f.pos}, ${f.pos + n}) past the session's context ${sess.nCtx}`);
     if (f.phase === "all") {
       const x = f.data;
-      for (let l = l0; l < l1; l++) {
-        addInto(x, await attnPartial(st, sess, l, f.pos, x, n, io));
-        addInto(x, await ffnPartial(st, sess, l, x, n, io));
+      if (st.cfg.followers?.length) {
+        if (!(f.flags & FLAG.chain)) throw new HttpError(400, `station ${name}: a split station's leader runs whole layers only in a chain`);
+        await this.#splitLayers(st, sess, f, x, n, io);
+      } else {
+        for (let l = l0; l < l1; l++) {
+          addInto(x, await attnPartial(st, sess, l, f.pos, x, n, io));
+          addInto(x, await ffnPartial(st, sess, l, x, n, io));
+        }
       }
       sess.nPos += n;
+      if (f.flags & FLAG.chain && st.cfg.next) {
+        const r = decodeFrame(await this.#down(st.cfg.next, f, x), {kinds: ["result"]});
+        return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, pos: f.pos, width: r.width, data: r.data});
+      }
       if (f.flags & FLAG.normLast) {
         if (st.cfg.role !== "exit") throw new HttpError(400, `station ${name}: normLast asked of a ${st.cfg.role} station`);
         return this.#result(f, st.parts.outputNorm(x.subarray((n - 1) * st.c.n_embd), 1));
@@ -208,6 +287,7 @@ export class StationDO {
     if (url.pathname === "/debug/restart" && this.env.TEST_HOOKS) {
       for (const s of this.sessions.values()) s.station.free();
       this.sessions.clear();
+      this.#closeLinks();
       this.ctx.abort?.("restart requested by test");
       return new Response("restarted");
     }
@@ -215,6 +295,8 @@ export class StationDO {
       const pair = new WebSocketPair();
       const [client, server] = Object.values(pair);
       server.accept();
+      // the caller hung up: the chain links this session opened go with it
+      server.addEventListener("close", () => this.#closeLinks());
       server.addEventListener("message", async (ev) => {
         const bytes = await messageBytes(ev.data);
         const reqId = bytes.length >= 12 ? new DataView(bytes.buffer, bytes.byteOffset).getUint32(8, true) : 0;
