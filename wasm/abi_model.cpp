@@ -48,7 +48,8 @@ size_t table_index(const ModelEntry& m, uint32_t i, const char* fn) {
 json config_json(const knot::ModelConfig& c) { return json::parse(knot::config_to_json(c)); }
 
 // The architecture's table (arch.h) for the JS: per phase, the per-layer tensor names
-// without their "blk_N_" prefix (and the model-level ones), required or not.
+// without their "blk_N_" prefix (and the model-level ones), required or not, and how a
+// slice cuts them (cut rows/cols/elems over heads, KV heads or FFN columns; whole).
 json arch_json(const knot::ModelConfig& c) {
   const knot::ArchInfo& a = knot::arch_info(c.arch, "model");
   json phases = json::object();
@@ -58,9 +59,13 @@ json arch_json(const knot::ModelConfig& c) {
     for (const knot::ArchTensor& at : a.tensors) {
       const knot::TensorInfo& ti = knot::tensor_info(at.id);
       if (!(ti.phases & p)) continue;
+      static const char* const kCut[] = {"whole", "rows", "cols", "elems"};
+      static const char* const kOver[] = {"none", "heads", "kv_heads", "ffn"};
       names.push_back({{"name", knot::tensor_knot_name(at.id, 0).substr(ti.per_layer ? 6 : 0)},
                        {"per_layer", ti.per_layer},
-                       {"required", at.need == knot::Need::Required || (at.need == knot::Need::UnlessTied && !c.tied_embeddings)}});
+                       {"required", at.need == knot::Need::Required || (at.need == knot::Need::UnlessTied && !c.tied_embeddings)},
+                       {"cut", kCut[(int)ti.cut]},     // how a head / FFN slice takes it (arch.h SliceCut)
+                       {"over", kOver[(int)ti.over]}});
     }
     phases[knot::phase_name(p)] = names;
   }

@@ -42,6 +42,9 @@ export function synthKnot(t, name, args) {
 // qwen2 with biases, 16 heads / 4 KV heads (KV groups of 4), Q4_K_M; llama tied + padded vocab.
 export const SYNTH_QWEN = ["--arch", "qwen2", "--hidden", "512", "--layers", "4", "--heads", "16", "--kv-heads", "4",
   "--ffn", "512", "--vocab", "300", "--type", "Q4_K_M", "--seed", "7"];
+// qwen3: per-head q/k RMSNorm, no biases, head_dim 128 != hidden / heads (256 / 4)
+export const SYNTH_QWEN3 = ["--arch", "qwen3", "--hidden", "256", "--layers", "3", "--heads", "4", "--kv-heads", "2",
+  "--head-dim", "128", "--ffn", "512", "--vocab", "300", "--type", "Q4_K_M", "--seed", "5"];
 export const SYNTH_TIED = ["--arch", "llama", "--hidden", "256", "--layers", "2", "--heads", "8", "--kv-heads", "2",
   "--ffn", "512", "--vocab", "300", "--vocab-tensor", "320", "--tied", "--type", "Q8_0", "--seed", "7"];
 

@@ -2,7 +2,7 @@
 // Worker scripts produce exactly the single-process wasm generation.
 import {test} from "node:test";
 import assert from "node:assert/strict";
-import {sharedKnot, synthKnot, single, meshFor, SYNTH_QWEN, SYNTH_TIED} from "./helpers.mjs";
+import {sharedKnot, synthKnot, single, meshFor, SYNTH_QWEN, SYNTH_QWEN3, SYNTH_TIED} from "./helpers.mjs";
 
 const PROMPT = "Once upon a time";
 const GREEDY = {maxTokens: 24, temperature: 0};
@@ -52,6 +52,16 @@ test("a layer range split into 2 head groups + 2 FFN slices: greedy ids == singl
   await same(t, bytes, {stations: [1, 3], shards: 2, slices: 2}, {prompt: [1, 17, 250, 99, 3, 288, 42, 160], check: (r) => {
     assert.equal(r.telemetry.find((e) => e.event === "route").members, 4);
   }});
+});
+
+// The stations take their tensors from the core's architecture table (model info), so an
+// architecture added there (qwen3's q/k norms, head_dim != hidden / heads) runs on the mesh.
+test("qwen3 (q/k norms, head_dim 128 != 256/4): 2 stations, and a split range in a chain == single process", async (t) => {
+  const bytes = synthKnot(t, "qwen3", SYNTH_QWEN3);
+  if (!bytes) return;
+  const opts = {prompt: [1, 17, 250, 99, 3, 288, 42, 160], options: {maxTokens: 12, temperature: 0, ignoreEos: true}};
+  await same(t, bytes, {stations: [1, 2], shards: 2}, opts);
+  await same(t, bytes, {stations: [2, 1], shards: 2, slices: 2, chain: true}, opts);
 });
 
 test("tied embeddings with a padded vocab: greedy ids == single process (synth llama)", async (t) => {

@@ -42,32 +42,25 @@ function bootKey(c) {
   return `${c.knot}|${c.role}|${c.layers[0]}-${c.layers[1]}|h${c.heads?.join("-") ?? "all"}/c${c.cols?.join("-") ?? "all"}`;
 }
 
-const ATTN = ["attn_norm_weight", "attn_q_weight", "attn_k_weight", "attn_v_weight", "attn_output_weight"];
-const OPTIONAL = new Set(["attn_q_bias", "attn_k_bias", "attn_v_bias"]);
-
 // Tensors (and row ranges, for a head / FFN-column slice) that phase `phase` of layer l needs.
+// The core's architecture table (parts.arch, container/arch.h) says which, whether required,
+// and how a slice cuts each: rows over heads / KV heads / FFN columns are read as a row range;
+// column and element cuts (attn_output, ffn_down, biases) are read whole and cut in the core.
 function phaseTensors(st, l, phase) {
-  const {cfg, c} = st;
+  const {cfg, c, parts} = st;
   const hd = c.head_dim, g = c.n_head / c.n_head_kv;
   const [h0, h1] = cfg.heads ?? [0, c.n_head], [c0, c1] = cfg.cols ?? [0, c.n_ff];
-  const wholeH = h1 - h0 === c.n_head, wholeC = c1 - c0 === c.n_ff;
-  const rows = {
-    attn_q_weight: wholeH ? null : [h0 * hd, h1 * hd],
-    attn_k_weight: wholeH ? null : [h0 / g * hd, h1 / g * hd],
-    attn_v_weight: wholeH ? null : [h0 / g * hd, h1 / g * hd],
-    ffn_gate_weight: wholeC ? null : [c0, c1],
-    ffn_up_weight: wholeC ? null : [c0, c1],
-  };
-  const names = {attn: [...ATTN, ...OPTIONAL], ffn_gate: ["ffn_norm_weight", "ffn_gate_weight"],
-                 ffn_up: ["ffn_norm_weight", "ffn_up_weight"], ffn_down: ["ffn_down_weight"]}[phase];
+  const wholeH = h1 - h0 === c.n_head;
+  const span = {heads: wholeH ? null : [h0 * hd, h1 * hd], kv_heads: wholeH ? null : [h0 / g * hd, h1 / g * hd],
+                ffn: c1 - c0 === c.n_ff ? null : [c0, c1], none: null};
   const out = [];
-  for (const s of names) {
-    const name = `blk_${l}_${s}`;
-    if (!st.parts.has(name)) {
-      if (OPTIONAL.has(s)) continue;
+  for (const t of parts.arch.phases[phase].filter((x) => x.per_layer)) {
+    const name = `blk_${l}_${t.name}`;
+    if (!parts.has(name)) {
+      if (!t.required) continue;
       throw new Error(`station ${cfg.name}: missing tensor ${name} (layer ${l}, phase ${phase}) in ${cfg.knot}`);
     }
-    out.push({name, rows: rows[s] ?? null});
+    out.push({name, rows: t.cut === "rows" ? span[t.over] : null});
   }
   return out;
 }
