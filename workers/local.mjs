@@ -25,7 +25,8 @@ const script = (rel) => ({
 const json = (v) => JSON.parse(JSON.stringify(v));  // JSON bindings: no undefined fields
 
 /** Miniflare worker options for a topology (first: the entry). */
-export function meshWorkers(topology, {testHooks = false, warden = false, linkMode = "ws", timeouts = {}, kv = true} = {}) {
+export function meshWorkers(topology, {testHooks = false, warden = false, linkMode = "ws", timeouts = {}, kv = true,
+                                       ttlMs, wardenBudget} = {}) {
   const hooks = testHooks ? {TEST_HOOKS: "1"} : {};
   const members = topology.stations.flatMap((s) => s.members.map((m) => ({...m, layers: s.layers, role: s.role, resident: s.resident})));
   const service = (n) => `knot-${n}`;
@@ -44,7 +45,7 @@ export function meshWorkers(topology, {testHooks = false, warden = false, linkMo
       durableObjects: {STATION_DO: "StationDO", ...(warden ? {WARDEN: {className: "LayerWardenDO", scriptName: "knot-warden"}} : {})},
       bindings: {STATION: json({name: m.name, knot: topology.knot, layers: m.layers, heads: m.heads, cols: m.cols, role: m.role,
                                 resident: m.resident !== false, ...(topology.chain ? {next, followers, downstream} : {}),
-                                ...(timeouts.stationMs ? {linkTimeoutMs: timeouts.stationMs} : {})}), ...hooks},
+                                ...(timeouts.stationMs ? {linkTimeoutMs: timeouts.stationMs} : {}), ...(ttlMs ? {ttlMs} : {})}), ...hooks},
       serviceBindings: Object.fromEntries(peers.map((n) => [`L_${n}`, service(n)])),
     });
   }
@@ -54,7 +55,7 @@ export function meshWorkers(topology, {testHooks = false, warden = false, linkMo
     const followers = groups.find((g) => g[0] === s.name)?.slice(1) ?? [];
     workers.push({
       ...script("workers/cobordism/index.mjs"), name: service(s.name),
-      bindings: {SHARD: {name: s.name, knot: topology.knot, vocab: s.vocab}, ...hooks,
+      bindings: {SHARD: json({name: s.name, knot: topology.knot, vocab: s.vocab, softcap: s.softcap}), ...hooks,
                  ...(followers.length ? {FOLLOWERS: followers.map((n) => ({name: n, vocab: byName.get(n).vocab})),
                                          FOLLOWER_TIMEOUT_MS: String(Math.max(100, (timeouts.shardMs ?? 15_000) - 100))} : {})},
       serviceBindings: Object.fromEntries(followers.map((n) => [`F_${n}`, service(n)])),
@@ -65,7 +66,7 @@ export function meshWorkers(topology, {testHooks = false, warden = false, linkMo
     ...script("workers/warden/index.mjs"), name: "knot-warden",
     durableObjects: {LAYER_WARDEN: "LayerWardenDO", COB_WARDEN: "CobordismWardenDO"},
     ...(kv ? {kvNamespaces: {ROWS_KV: "knot-rows"}} : {}),
-    bindings: {...hooks},
+    bindings: {...hooks, ...(wardenBudget ? {WARDEN_BUDGET: String(wardenBudget)} : {})},
   });
   return workers;
 }

@@ -24,18 +24,15 @@ import {openParts, topkLse} from "../../bindings/mesh.mjs";
 import {decodeFrame, encodeFrame, FLAG} from "../lib/frame.mjs";
 import {r2Source} from "../lib/sources.mjs";
 import {Link, Counter, gather} from "../lib/link.mjs";
-import {jsonBinding, HttpError, errorResponse, applyFault, debugRoute, messageBytes} from "../lib/common.mjs";
+import {jsonBinding, HttpError, errorResponse, applyFault, debugRoute, messageBytes, bootCache} from "../lib/common.mjs";
 
-let boot = null;
+const boot = bootCache((sh) => sh.parts.close());
 const stats = {r2Reads: 0, r2Bytes: 0, embeds: 0, lmheads: 0};
 
 async function bootShard(env) {
   const cfg = jsonBinding(env.SHARD, "SHARD");
   const key = `${cfg.knot}|${cfg.vocab[0]}-${cfg.vocab[1]}`;
-  if (boot?.key === key) return boot.promise;
-  const old = boot;
-  boot = {key, promise: (async () => {
-    if (old) (await old.promise.catch(() => null))?.parts.close();
+  return boot(key, async () => {
     await init(wasmModule);
     const r2 = await r2Source(env.MODELS, cfg.knot, stats);
     const parts = await openParts(r2);
@@ -49,9 +46,7 @@ async function bootShard(env) {
     if (untied) await parts.loadRows("output_weight", v0, v1);
     const warden = env.COB_WARDEN ? {key, identity: {knot: cfg.knot, etag: r2.etag, size: r2.size}} : null;
     return {cfg, c, parts, key, v0, v1, warden};
-  })()};
-  boot.promise.catch(() => { if (boot?.key === key) boot = null; });
-  return boot.promise;
+  });
 }
 
 const hubCounter = new Counter();

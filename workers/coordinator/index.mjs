@@ -19,24 +19,19 @@ import {init, memoryStats} from "../../bindings/knotwork.mjs";
 import {r2Source} from "../lib/sources.mjs";
 import {openTextModel} from "../lib/text.mjs";
 import {Link, Counter} from "../lib/link.mjs";
-import {jsonBinding, HttpError, errorResponse} from "../lib/common.mjs";
+import {jsonBinding, HttpError, errorResponse, bootCache} from "../lib/common.mjs";
 import {MeshCoordinator} from "./mesh.mjs";
 import {createHandler, ApiError} from "../../bindings/openai.mjs";
 
 export {MeshCoordinator};
 
-let text = null;  // {key, promise}: the tokenizer + config, once per isolate and model
+const text = bootCache((m) => m.close());  // the tokenizer + config, once per isolate and model
 function textModel(env) {
   const t = jsonBinding(env.TOPOLOGY, "TOPOLOGY");
-  if (text?.key === t.knot) return text.promise;
-  const old = text;
-  text = {key: t.knot, promise: (async () => {
-    if (old) (await old.promise.catch(() => null))?.close();
+  return text(t.knot, async () => {
     await init(wasmModule);
     return openTextModel(await r2Source(env.MODELS, t.knot));
-  })()};
-  text.promise.catch(() => { if (text?.key === t.knot) text = null; });
-  return text.promise;
+  });
 }
 
 /** Prompt ids from a request body: ids, or messages through the chat template, or prompt text. */

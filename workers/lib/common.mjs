@@ -36,6 +36,26 @@ export async function debugRoute(url, req, env) {
   return null;
 }
 
+/**
+ * A boot cache at module scope: one value per isolate and config key (DESIGN §5). A new key
+ * closes the old value first (close(value)); a failed boot is forgotten, so the next request
+ * retries it. cache(key, build) -> the promise of build()'s value.
+ */
+export function bootCache(close) {
+  let boot = null;  // {key, promise}
+  return (key, build) => {
+    if (boot?.key === key) return boot.promise;
+    const old = boot;
+    boot = {key, promise: (async () => {
+      if (old) { const v = await old.promise.catch(() => null); if (v) close(v); }
+      return build();
+    })()};
+    const mine = boot;
+    mine.promise.catch(() => { if (boot === mine) boot = null; });
+    return mine.promise;
+  };
+}
+
 export function addInto(acc, x) {
   for (let i = 0; i < acc.length; i++) acc[i] += x[i];
   return acc;

@@ -32,10 +32,10 @@ import {openParts} from "../../bindings/mesh.mjs";
 import {decodeFrame, encodeFrame, FLAG} from "../lib/frame.mjs";
 import {Link, LinkError, Counter} from "../lib/link.mjs";
 import {r2Source, loadThroughWarden, tensorNamer} from "../lib/sources.mjs";
-import {jsonBinding, HttpError, errorResponse, applyFault, debugRoute, messageBytes, addInto} from "../lib/common.mjs";
+import {jsonBinding, HttpError, errorResponse, applyFault, debugRoute, messageBytes, addInto, bootCache} from "../lib/common.mjs";
 
 // ---- module scope: one boot per isolate and config ---------------------------------------
-let boot = null;  // {key, promise}
+const boot = bootCache((st) => st.parts.close());
 const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
 
 function bootKey(c) {
@@ -87,10 +87,7 @@ async function loadPhase(st, l, phase, io) {
 async function bootStation(env, ctx) {
   const cfg = jsonBinding(env.STATION, "STATION");
   const key = bootKey(cfg);
-  if (boot?.key === key) return boot.promise;
-  const old = boot;
-  boot = {key, promise: (async () => {
-    if (old) (await old.promise.catch(() => null))?.parts.close();
+  return boot(key, async () => {
     await init(wasmModule);
     const r2 = await r2Source(env.MODELS, cfg.knot, stats);
     const parts = await openParts(r2);
@@ -113,15 +110,17 @@ async function bootStation(env, ctx) {
       await parts.load(["output_norm_weight"]);
     }
     return st;
-  })()};
-  boot.promise.catch(() => { if (boot?.key === key) boot = null; });
-  return boot.promise;
+  });
 }
 
-// Run one phase: resident tensors stay; a fluid station loads the phase, runs it, evicts it.
+// Run one phase: resident tensors stay; a fluid station loads the phase, runs it, evicts it
+// (the norms stay), so at most one phase of matmul weights is held: stats.peakPhaseBytes.
 async function phase(st, l, name, fn, io) {
   if (st.cfg.resident !== false) return fn();
   const names = await loadPhase(st, l, name, io);
+  let held = 0;
+  for (const n of st.parts.loaded) if (!/norm/.test(n)) held += st.parts.entries.get(n).size;
+  stats.peakPhaseBytes = Math.max(stats.peakPhaseBytes ?? 0, held);
   try { return fn(); } finally { st.parts.evict(names.filter((n) => !/norm/.test(n))); }
 }
 

@@ -108,7 +108,8 @@ export class LayerWardenDO {
         this.stats.invalidated += n;
         return Response.json({ok: true, name, dropped: n});
       }
-      if (url.pathname === "/stats") return Response.json({identity: this.identity, bytes: this.cache.bytes, entries: this.cache.map.size, ...this.stats});
+      if (url.pathname === "/stats") return Response.json({identity: this.identity, bytes: this.cache.bytes, entries: this.cache.map.size,
+        budget: this.cache.budget, residentEntries: [...this.cache.map.values()].filter((e) => e.resident).length, ...this.stats});
       if (url.pathname === "/debug/corrupt" && this.env.TEST_HOOKS) {
         let n = 0;
         for (const e of this.cache.map.values()) if (e.name === body.name) { e.bytes[e.bytes.length >> 1] ^= 0x5a; n++; }
