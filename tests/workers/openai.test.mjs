@@ -25,3 +25,41 @@ test("openai client -> entry Worker -> mesh: completions and chat (streamed) equ
     await assert.rejects(client.completions.create({model: "model", prompt: "x", max_tokens: 100000}), /maximum context length/);
   } finally { await mesh.close(); }
 });
+
+// (A station's /stats waits while the station serves a session's frames under Miniflare, so
+// the session is observed through frame counts: a generation that were not stopped would
+// run its 400 decode frames through every station before /stats answers.)
+test("a client that disconnects mid-stream frees the session on every station (KV released, wasm heap back to before)", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!bytes) return;
+  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2}, {port: 0});
+  const stations = ["st0", "st1"];
+  const stationStats = async () => (await (await fetch(new URL("/v1/mesh/stats", mesh.url))).json());
+  const post = (body, signal) => fetch(new URL("/v1/completions", mesh.url), {method: "POST", signal,
+    headers: {"content-type": "application/json"}, body: JSON.stringify({model: "model", prompt: "Once upon a time", ...body})});
+  try {
+    await (await post({max_tokens: 4, temperature: 0})).json();  // warm: every isolate booted
+    const before = await stationStats();
+    for (const n of stations) assert.equal(before[n].stats.liveSessions, 0, `${n}: no session after a finished request`);
+    const ac = new AbortController();
+    const res = await post({max_tokens: 400, ignore_eos: true, temperature: 0, stream: true}, ac.signal);
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader(), dec = new TextDecoder();
+    let text = "", data = 0;
+    while (data < 3) {
+      const {value, done} = await reader.read();
+      if (done) break;
+      text += dec.decode(value, {stream: true});
+      data = (text.match(/^data: \{/gm) ?? []).length;
+    }
+    assert.equal(data, 3, "three tokens streamed before the client leaves");
+    ac.abort();
+    const after = await stationStats();
+    for (const n of stations) {
+      const frames = after[n].stats.frames - before[n].stats.frames;
+      assert.ok(frames < 100, `${n}: the generation stopped after the disconnect (${frames} frames, not ~400)`);
+      assert.equal(after[n].stats.liveSessions, 0, `${n}: session freed after the disconnect`);
+      assert.equal(after[n].memory.heap, before[n].memory.heap, `${n}: wasm heap back to its level before the request`);
+    }
+  } finally { await mesh.close(); }
+});

@@ -36,7 +36,7 @@ import {jsonBinding, HttpError, errorResponse, applyFault, debugRoute, messageBy
 
 // ---- module scope: one boot per isolate and config ---------------------------------------
 const boot = bootCache((st) => st.parts.close());
-const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
+const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], frames: 0, liveSessions: 0, chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
 
 function bootKey(c) {
   return `${c.knot}|${c.role}|${c.layers[0]}-${c.layers[1]}|h${c.heads?.join("-") ?? "all"}/c${c.cols?.join("-") ?? "all"}`;
@@ -147,8 +147,17 @@ export class StationDO {
 
   #sweep(now) {
     const ttl = jsonBinding(this.env.STATION, "STATION").ttlMs ?? 10 * 60_000;
-    for (const [sid, s] of this.sessions) if (now - s.used > ttl) { s.station.free(); this.sessions.delete(sid); }
+    for (const [sid, s] of this.sessions) if (now - s.used > ttl) this.#free(sid);
     if (!this.sessions.size) this.#closeLinks();
+  }
+
+  // A session's KV cache goes back to the wasm heap.
+  #free(sid) {
+    const s = this.sessions.get(sid);
+    if (!s) return;
+    s.station.free();
+    this.sessions.delete(sid);
+    stats.liveSessions--;
   }
 
   #link(name, sid) {
@@ -207,13 +216,14 @@ export class StationDO {
     const fault = await applyFault(this.env);
     if (fault) throw fault;
     const f = decodeFrame(bytes, {width: st.c.n_embd, kinds: ["prefill", "decode", "end"]});
+    stats.frames++;
     const now = Date.now();
     this.#sweep(now);
     const name = st.cfg.name;
     const io = {env: this.env, ctx: this.ctx};
     let sess = this.sessions.get(f.sid);
     if (f.kind === "end") {
-      if (sess) { sess.station.free(); this.sessions.delete(f.sid); }
+      this.#free(f.sid);
       if (f.flags & FLAG.chain) {  // the rest of the chain frees the session too (best effort)
         await Promise.all([...(st.cfg.followers ?? []), ...(st.cfg.next ? [st.cfg.next] : [])]
           .map((m) => this.#down(m, f, undefined, {width: 0}).catch(() => {})));
@@ -229,9 +239,10 @@ export class StationDO {
     }
     const startsLayer = f.phase === "ffn" || f.phase === "all" || f.layer === l0;
     if (f.pos === 0 && startsLayer && f.phase !== "ffn") {
-      if (sess) sess.station.free();
+      this.#free(f.sid);
       const nCtx = f.nCtx || 2048;
       sess = {station: st.parts.station({layers: [l0, l1], heads: st.cfg.heads ?? [0, st.c.n_head], nCtx}), nPos: 0, nCtx};
+      stats.liveSessions++;
       this.sessions.set(f.sid, sess);
     }
     if (!sess || (f.phase !== "ffn" && sess.nPos !== f.pos))
@@ -277,8 +288,7 @@ export class StationDO {
   async fetch(req) {
     const url = new URL(req.url);
     if (url.pathname === "/debug/restart" && this.env.TEST_HOOKS) {
-      for (const s of this.sessions.values()) s.station.free();
-      this.sessions.clear();
+      for (const sid of [...this.sessions.keys()]) this.#free(sid);
       this.#closeLinks();
       this.ctx.abort?.("restart requested by test");
       return new Response("restarted");
