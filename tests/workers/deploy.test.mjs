@@ -21,6 +21,12 @@ test("wrangler.toml + deploy/*.toml: generated from the example topology, and ea
     "deploy/knot-st1.toml", "deploy/knot-warden.toml", "wrangler.toml"]);
   for (const [path, text] of Object.entries(files))
     assert.equal(readFileSync(join(ROOT, path), "utf8"), text + "\n", `${path} is stale: run node scripts/wrangler-example.mjs`);
+  // only the entry is routable: stations, shards and the warden have no workers.dev route or
+  // preview URL (service bindings only)
+  for (const [path, text] of Object.entries(files)) {
+    assert.match(text, new RegExp(`^workers_dev = ${path === "wrangler.toml"}$`, "m"), path);
+    assert.match(text, /^preview_urls = false$/m, path);
+  }
   const out = mkdtempSync(join(tmpdir(), "knot-wrangler-"));
   for (const path of Object.keys(files)) {
     const r = await run(process.execPath, [join(ROOT, "node_modules/wrangler/bin/wrangler.js"), "deploy", "--dry-run", "-c", path, "--outdir", join(out, path)],
@@ -28,5 +34,6 @@ test("wrangler.toml + deploy/*.toml: generated from the example topology, and ea
     assert.equal(r.code ?? 0, 0, `${path}: ${r.stderr}`);
     assert.match(r.stdout, /Total Upload: [\d.]+ KiB/, path);
     assert.match(r.stdout, /--dry-run: exiting now/);
+    assert.doesNotMatch(r.stderr, /Unexpected fields|preview_urls/, `${path}: wrangler does not know a field`);
   }
 });

@@ -13,9 +13,12 @@ const inlineJson = (v) => `'''${JSON.stringify(v)}'''`;
 
 // Paths in a config are relative to its file: deploy/*.toml reach the sources through "..".
 export function wranglerConfigs(topology, {bucket = "knot-models", compatibilityDate = "2026-04-01", warden = true} = {}) {
+  // Only the coordinator is routable: every other script has no workers.dev route and no
+  // preview URL, so stations, shards and wardens are reached through service bindings only.
   const head = (name, main) => [
     `name = ${q(name)}`, `main = ${q(name === "knot-coordinator" ? main : `../${main}`)}`, `compatibility_date = ${q(compatibilityDate)}`,
-    `compatibility_flags = ["nodejs_compat"]`, "",  // *.wasm imports: wrangler's default CompiledWasm rule
+    `compatibility_flags = ["nodejs_compat"]`,  // *.wasm imports: wrangler's default CompiledWasm rule
+    `workers_dev = ${name === "knot-coordinator"}`, `preview_urls = false`, "",
     "[[r2_buckets]]", `binding = "MODELS"`, `bucket_name = ${q(bucket)}`, ""];
   const members = topology.stations.flatMap((s) => s.members.map((m) => ({...m, layers: s.layers, role: s.role, resident: s.resident})));
   const groups = topology.shardGroups ?? topology.shards.map((s) => [s.name]);
