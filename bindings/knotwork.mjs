@@ -387,10 +387,7 @@ export class Model {
         const t = performance.now();
         w.call("kw_session_step", sess);
         const dt = performance.now() - t;
-        const raw = w.resultBytes();
-        const nl = raw.indexOf(10);
-        const head = JSON.parse(new TextDecoder().decode(raw.subarray(0, nl)));
-        const piece = new TextDecoder().decode(raw.subarray(nl + 1));
+        const head = w.resultStep(), piece = head.text;
         out.push(head.id);
         text += piece;
         if (!head.done) { decodeMs += dt; nDecoded++; }  // this step also ran the token's forward pass

@@ -145,6 +145,15 @@ export class KnotworkWasm {
     return td.decode(this.u8().subarray(p, p + n));
   }
   resultJSON() { return JSON.parse(this.resultText()); }
+  /** A generation step's result (kw_session_step, kw_generator_step*): a JSON line
+   *  {id, done, reason, text_len[, logprob, top]} then the text bytes (complete UTF-8).
+   *  Returns the head's fields (text_len dropped) plus text. */
+  resultStep() {
+    const raw = this.resultBytes();
+    const nl = raw.indexOf(10);
+    const {text_len, ...head} = JSON.parse(td.decode(raw.subarray(0, nl)));
+    return {...head, text: td.decode(raw.subarray(nl + 1))};
+  }
 
   malloc(n) {
     const p = this.exports.kw_alloc(Math.max(1, n));

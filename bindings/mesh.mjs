@@ -10,6 +10,7 @@
 //   const d = station.attn(0, pos0, x, ntok);                    // run it,
 //   parts.evict(parts.layerTensors(0, "attn"));                  // evict it
 import {init, openTable, loadTensor, _resolveSource as resolveSource, _withOut as withOut} from "./knotwork.mjs";
+export {topkLse, mergeTopK, Generator} from "./generator.mjs";
 
 const FFN_PHASE = {gate: 0, up: 1, down: 2, gate_up: 3};
 
@@ -45,6 +46,8 @@ export class ModelParts {
   }
 
   has(name) { return this.entries.has(name); }
+  /** Load the tokenizer only (.knot: its payload blob; GGUF: it came with the header), e.g. for a Generator. */
+  async loadTokenizer() { if (this.format === "knot") await this.load(["tokenizer"]); }
   /** Names of the tensors a phase of a layer uses that exist in this file. */
   layerTensors(layer, phase) {
     const names = this.arch.phases[phase]?.filter((t) => t.per_layer);
@@ -144,15 +147,6 @@ export class Station {
   truncate(nPos) { this.w.call("kw_station_truncate", this.handle, nPos); }
   info() { this.w.call("kw_station_info", this.handle); return this.w.resultJSON(); }
   free() { if (this.handle) { this.w.exports.kw_station_free(this.handle); this.handle = 0; } }
-}
-
-/** Top-k (absolute ids) and log-sum-exp of one slice's logits [v1 - v0]. */
-export async function topkLse(logits, v0, v1, k) {
-  const w = await init();
-  return withBuffers(w, [logits], ([p]) => {
-    w.call("kw_topk_lse", p, v0, v1, k);
-    return w.resultJSON();
-  });
 }
 
 // Allocate one wasm buffer per spec (a typed array to copy in, or a byte count), run fn

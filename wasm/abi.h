@@ -99,6 +99,18 @@ int kw_session_eval(int32_t s, const int32_t* ids, uint32_t n);  // result f32 l
 int kw_session_reset(int32_t s, int32_t n_pos);
 int kw_session_telemetry(int32_t s);
 int kw_session_free(int32_t s);
+// The core Generator alone (a mesh coordinator): opts = the sampling keys above + n_ctx.
+// step: full logits [n]; step_topk: a merged top-k JSON {ids, logits, lse, min}. Step
+// results as kw_session_step; start's result {"done", "reason"}.
+int kw_generator_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle);
+int kw_generator_start(int32_t g, const int32_t* ids, uint32_t n);
+int kw_generator_step(int32_t g, const float* logits, uint32_t n);
+int kw_generator_step_topk(int32_t g, const char* topk_json, uint32_t len);
+int kw_generator_stop(int32_t g, const char* reason, uint32_t len);
+int kw_generator_free(int32_t g);
+// A slice's top-k + lse + min (result: top-k JSON); the merge of shards' top-k JSONs.
+int kw_topk_lse(const float* logits, int32_t v0, int32_t v1, int32_t k);
+int kw_topk_merge(const char* parts_json, uint32_t len, int32_t k);
 
 // ---- mesh: per-phase forward (abi_mesh.cpp) ----
 int kw_model_tensor_evict(int32_t h, uint32_t i);
@@ -116,7 +128,6 @@ int kw_embed(int32_t model, const int32_t* ids, int32_t ntok, int32_t v0, int32_
 int kw_output_norm(int32_t model, const float* x, int32_t ntok, float* out);
 int kw_lm_head(int32_t model, const float* xn, int32_t ntok, int32_t v0, int32_t v1, float* logits, float softcap,
                int32_t reference);
-int kw_topk_lse(const float* logits, int32_t v0, int32_t v1, int32_t k);
 
 // ---- streamed slice loads (abi_slice.cpp): rows or whole-block columns of a matrix ----
 // begin: result {offset, size} = the file range to stream; feed it in order in chunks of

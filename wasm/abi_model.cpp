@@ -120,7 +120,7 @@ bool open_gguf(ModelEntry& e, const uint8_t* p, size_t n, uint64_t file_size, ui
     t.type = ti.type;
     t.shape = ti.shape;
     t.size = ti.size;
-    e.table.push_back({t.name, f.data_offset + ti.offset, ti.size, 0, false, false, 0, ti.shape});
+    e.table.push_back({t.name, f.data_offset + ti.offset, ti.size, 0, false, false, ti.shape});
     e.model.tensors.emplace(t.name, std::move(t));
   }
   return true;
@@ -137,7 +137,7 @@ bool open_knot(ModelEntry& e, const uint8_t* p, size_t n, uint64_t file_size, ui
   const knot::KnotHeader& h = hp.header;
   e.model.config = h.config;
   TableEntry tokb{"tokenizer", h.payload_offset + h.tokenizer.offset, h.tokenizer.size, h.tokenizer.hash,
-                  false, true, 0, {}};
+                  false, true, {}};
   e.table.push_back(tokb);
   for (const auto& kt : h.tensors) {
     knot::Tensor t;
@@ -146,7 +146,7 @@ bool open_knot(ModelEntry& e, const uint8_t* p, size_t n, uint64_t file_size, ui
     t.shape = kt.shape;
     t.size = kt.size;
     t.hash = kt.hash;
-    e.table.push_back({kt.name, h.payload_offset + kt.offset, kt.size, kt.hash, false, false, 0, kt.shape});
+    e.table.push_back({kt.name, h.payload_offset + kt.offset, kt.size, kt.hash, false, false, kt.shape});
     e.model.tensors.emplace(kt.name, std::move(t));
   }
   e.knot_header = std::make_unique<knot::KnotHeader>(h);
@@ -200,11 +200,11 @@ int kw_model_tensor_buffer(int32_t h, uint32_t i, uint8_t** out_ptr) {
     }
     TableEntry& te = m.table[i];
     knot::Tensor& t = m.model.tensors.at(te.name);
-    if (te.row0 != 0 || t.size != te.size) {  // held a row range before: back to whole
+    if (t.row0 != 0 || t.size != te.size) {  // held a row range before: back to whole
       t.bytes.reset();
       t.shape = te.shape;
       t.size = te.size;
-      te.row0 = 0;
+      t.row0 = 0;
     }
     te.loaded = false;
     if (!t.bytes) {

@@ -18,8 +18,7 @@ struct TableEntry {
   uint64_t hash = 0;       // 0: none to verify
   bool loaded = false;
   bool tokenizer = false;  // .knot tokenizer blob, not a tensor
-  int64_t row0 = 0;        // first row held when only a row range is loaded (vocab slices)
-  std::vector<int64_t> shape;  // full shape (the Tensor's shape shrinks for a row range)
+  std::vector<int64_t> shape;  // full shape (the Tensor's shape shrinks for a row range; Tensor::row0)
 };
 
 struct ModelEntry {
@@ -41,6 +40,15 @@ extern Table<ModelEntry> g_models;
 
 // Throws (HandleError / knot::Error) unless h is a fully loaded model.
 ModelEntry& ready_model(int h, const char* fn);
+
+// A core object (Generator, Station) bound to the model handle it reads: the model is
+// looked up by handle per call, so a freed model is a handle error, never a dangling
+// reference.
+template <class T>
+struct Bound {
+  int model = 0;
+  std::unique_ptr<T> obj;
+};
 
 // Sessions reference their model; freeing a model frees its sessions first.
 void free_sessions_of(int model_handle);

@@ -1,21 +1,29 @@
-// abi_session.cpp — generation sessions: an Engine (KV cache + buffers) on a loaded
-// model plus the sampling loop of Engine::generate, cut into steps so JS can stream
-// tokens (an async iterator) between calls. The host measures time (no clock import).
+// abi_session.cpp — generation: sessions (an Engine: KV cache + buffers on a loaded
+// model, stepped by the core Generator so JS can stream tokens between calls), bare
+// Generators for a mesh coordinator (logits or merged shard top-k in, tokens out), and
+// the shard top-k + log-sum-exp and its merge. Marshalling only: the loop is
+// core/text/generator.h. The host measures time (no clock import).
 //
-//   kw_session_new(model, opts_json) -> handle     opts: see parse_options()
+//   kw_session_new(model, opts_json) -> handle     opts: see kw_session_new
 //   kw_session_prefill(s, ids, n)                  resets, runs the prompt
 //   kw_session_prefill_more(s, ids, n)             continues it (prompt fed in pieces,
 //                                                  so a host can report progress)
 //   kw_session_step(s)                              samples one token, runs it
-//       result {"id", "text", "done", "reason"}    text: complete UTF-8 only
+//       result: JSON {"id", "done", "reason", "text_len"} + '\n' + text bytes
 //   kw_session_eval(s, ids, n)                      raw: append ids, result = f32 logits
 //   kw_session_telemetry(s), kw_session_free(s)
+//   kw_generator_new(model, opts_json) -> handle   same sampling opts + n_ctx
+//   kw_generator_start(g, ids, n), kw_generator_step(g, logits, n),
+//   kw_generator_step_topk(g, topk_json), kw_generator_stop(g, reason), kw_generator_free(g)
+//   kw_topk_lse(logits, v0, v1, k), kw_topk_merge(parts_json, k)
+//       top-k JSON: {"ids": [..], "logits": [..], "lse", "min"} (lse null: -inf, min null: +inf)
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "abi_model.h"
 #include "infer/generate.h"
+#include "text/generator.h"
 #include "text/sampler.h"
 
 using json = nlohmann::json;
@@ -29,42 +37,16 @@ struct Session {
   const ModelEntry* m = nullptr;
   std::unique_ptr<knot::Engine> engine;
   knot::GenerateParams params;
-  std::optional<knot::Sampler> sampler;
-  std::optional<knot::StreamDecoder> dec;
+  std::optional<knot::Generator> gen;
   const float* lg = nullptr;  // logits of the last evaluated position
-  std::string text;           // all generated text
-  size_t emitted = 0;         // bytes of text handed out
-  size_t max_stop = 0;
-  int i = 0;                  // tokens sampled
-  bool prefilled = false, done = false;
-  std::string reason;
-  std::vector<int32_t> ids;   // generated
+  bool prefilled = false;
   int logprobs = -1;          // >= 0: each step reports its token's logprob and the top k
-  // external logits (mesh coordinator): no engine; logits come from kw_session_set_logits
-  bool external = false;
-  int ext_n_ctx = 0, ext_n_pos = 0, ext_n_logits = 0;
-  std::vector<float> ext_lg;
-  int n_logits() const { return external ? ext_n_logits : engine->n_logits(); }
-  int n_ctx() const { return external ? ext_n_ctx : engine->n_ctx(); }
-  int n_pos() const { return external ? ext_n_pos : engine->n_pos(); }
 };
 
 Table<Session> g_sessions;
 
-// Longest suffix of text that is a proper prefix of a stop string: held back until
-// the next token decides whether the stop string completes.
-size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
-  size_t best = 0;
-  for (const auto& s : stops) {
-    if (s.empty()) continue;
-    for (size_t n = std::min(s.size() - 1, text.size()); n > best; n--)
-      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
-        best = n;
-        break;
-      }
-  }
-  return best;
-}
+// Bare Generators on a model's tokenizer (no weights needed): a mesh coordinator's.
+Table<Bound<knot::Generator>> g_generators;
 
 template <class T>
 void opt(const json& j, const char* key, T& dst) {
@@ -79,10 +61,85 @@ void opt(const json& j, const char* key, T& dst) {
 
 Session& session(int h, const char* fn) { return g_sessions.get(h, fn); }
 
+// Sampling options shared by sessions and generators (keys: see kw_session_new).
+knot::GenerateParams generate_params(const json& j, const char* fn) {
+  knot::GenerateParams p;
+  opt(j, "n_predict", p.n_predict);
+  opt(j, "temperature", p.sampling.temperature);
+  opt(j, "top_k", p.sampling.top_k);
+  opt(j, "top_p", p.sampling.top_p);
+  opt(j, "min_p", p.sampling.min_p);
+  opt(j, "repeat_penalty", p.sampling.repeat_penalty);
+  opt(j, "repeat_last_n", p.sampling.repeat_last_n);
+  opt(j, "presence_penalty", p.sampling.presence_penalty);
+  opt(j, "frequency_penalty", p.sampling.frequency_penalty);
+  double seed = 0;
+  opt(j, "seed", seed);
+  if (seed < 0) knot::fail(std::string(fn) + ": seed must be >= 0");
+  p.sampling.seed = (uint64_t)seed;
+  opt(j, "stop", p.stop);
+  opt(j, "ignore_eos", p.ignore_eos);
+  if (p.n_predict < 0) knot::fail(std::string(fn) + ": n_predict must be >= 0");
+  return p;
+}
+
+json options_object(const char* opts, uint32_t opts_len, const char* fn) {
+  json j = opts_len ? json::parse(str_arg(opts, opts_len), nullptr, false) : json::object();
+  if (j.is_discarded() || !j.is_object()) knot::fail(std::string(fn) + ": options are not a JSON object");
+  return j;
+}
+
+// One step's result: JSON strings must be valid UTF-8, so the text goes as a binary tail.
+// extra: more head fields (logprobs).
+void set_step_result(const knot::GenStep& st, const json& extra = nullptr) {
+  json head{{"id", st.id}, {"done", st.done}, {"reason", st.reason}, {"text_len", st.text.size()}};
+  if (!extra.is_null()) head.update(extra);
+  set_result(head.dump() + '\n' + st.text);
+}
+
+// JSON cannot hold infinities: lse -inf and min +inf travel as null.
+json topk_json(const knot::SliceTopK& t) {
+  return json{{"ids", t.ids},
+              {"logits", t.logits},
+              {"lse", std::isfinite(t.lse) ? json(t.lse) : json(nullptr)},
+              {"min", std::isfinite(t.min) ? json(t.min) : json(nullptr)}};
+}
+
+knot::SliceTopK topk_from_json(const json& j, const std::string& what) {
+  if (!j.is_object()) knot::fail(what + ": a top-k must be an object {ids, logits, lse, min}");
+  knot::SliceTopK t;
+  try {
+    t.ids = j.at("ids").get<std::vector<int32_t>>();
+    t.logits = j.at("logits").get<std::vector<float>>();
+    const json& lse = j.at("lse");
+    t.lse = lse.is_null() ? -INFINITY : lse.get<double>();
+    auto mn = j.find("min");
+    t.min = mn == j.end() || mn->is_null() ? INFINITY : mn->get<float>();
+  } catch (const json::exception& e) {
+    knot::fail(what + ": bad top-k (" + e.what() + ")");
+  }
+  if (t.ids.size() != t.logits.size())
+    knot::fail(what + ": top-k has " + std::to_string(t.ids.size()) + " ids but " + std::to_string(t.logits.size()) +
+               " logits");
+  return t;
+}
+
+// The tokenizer of a model handle: a finished model's, or (mesh parts) built once from
+// the header's vocabulary (GGUF) or the loaded tokenizer blob (.knot).
+const knot::Tokenizer& tokenizer_of(ModelEntry& m, const char* fn) {
+  if (!m.tok) {
+    if (m.model.tokenizer.tokens.empty())
+      knot::fail(std::string(fn) + ": " + m.what + ": no tokenizer loaded (load the \"tokenizer\" entry first)");
+    m.tok = std::make_unique<knot::Tokenizer>(m.model.tokenizer);
+  }
+  return *m.tok;
+}
+
 }  // namespace
 
 void free_sessions_of(int model_handle) {
   g_sessions.remove_if([&](const Session& s) { return s.model == model_handle; });
+  g_generators.remove_if([&](const Bound<knot::Generator>& g) { return g.model == model_handle; });
 }
 
 }  // namespace kw
@@ -98,8 +155,7 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
   return guard([&] {
     *out_handle = 0;
     ModelEntry& m = ready_model(model, "kw_session_new");
-    json j = opts_len ? json::parse(str_arg(opts, opts_len), nullptr, false) : json::object();
-    if (j.is_discarded() || !j.is_object()) knot::fail("kw_session_new: options are not a JSON object");
+    json j = options_object(opts, opts_len, "kw_session_new");
     knot::EngineOptions eo;
     std::string mode = "fast";
     opt(j, "mode", mode);
@@ -113,39 +169,12 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
     auto s = std::make_unique<Session>();
     s->model = model;
     s->m = &m;
-    opt(j, "external", s->external);
-    if (m.text_only && !s->external)
-      knot::fail("kw_session_new: model " + m.what + " holds no tensors (kw_model_text_finish): only an external-logits session");
-    knot::GenerateParams& p = s->params;
-    opt(j, "n_predict", p.n_predict);
-    opt(j, "temperature", p.sampling.temperature);
-    opt(j, "top_k", p.sampling.top_k);
-    opt(j, "top_p", p.sampling.top_p);
-    opt(j, "min_p", p.sampling.min_p);
-    opt(j, "repeat_penalty", p.sampling.repeat_penalty);
-    opt(j, "repeat_last_n", p.sampling.repeat_last_n);
-    opt(j, "presence_penalty", p.sampling.presence_penalty);
-    opt(j, "frequency_penalty", p.sampling.frequency_penalty);
+    s->params = generate_params(j, "kw_session_new");
     opt(j, "logprobs", s->logprobs);
     if (s->logprobs > 20) knot::fail("kw_session_new: logprobs must be at most 20, got " + std::to_string(s->logprobs));
-    double seed = 0;
-    opt(j, "seed", seed);
-    if (seed < 0) knot::fail("kw_session_new: seed must be >= 0");
-    p.sampling.seed = (uint64_t)seed;
-    opt(j, "stop", p.stop);
-    opt(j, "ignore_eos", p.ignore_eos);
-    if (p.n_predict < 0) knot::fail("kw_session_new: n_predict must be >= 0");
-    for (const auto& st : p.stop) s->max_stop = std::max(s->max_stop, st.size());
     // The KV cache must fit in what is left of the 128 MB linear memory. Checked here in
     // 64-bit arithmetic: size_t is 32 bits in wasm32, so n_ctx x bytes/token can wrap.
     const auto& c = m.model.config;
-    if (s->external) {
-      s->ext_n_ctx = eo.n_ctx > 0 ? eo.n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
-      s->ext_n_logits = (int)c.n_vocab;
-      *out_handle = g_sessions.add(std::move(s));
-      set_result(json{{"n_ctx", g_sessions.get(*out_handle, "").ext_n_ctx}, {"mode", "external"}}.dump());
-      return;
-    }
     const int n_ctx = eo.n_ctx > 0 ? eo.n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
     const knot::KvType kvt = knot::forward_options_for(eo.mode).kv_type;
     const uint64_t per_tok = 2ull * c.n_layer * c.n_head_kv * c.head_dim * knot::kv_elem_bytes(kvt);
@@ -169,31 +198,15 @@ int kw_session_prefill(int32_t h, const int32_t* ids, uint32_t n) {
   return guard([&] {
     Session& s = session(h, "kw_session_prefill");
     if (n == 0) knot::fail("kw_session_prefill: empty prompt (at least BOS is needed)");
-    if ((int64_t)n > s.n_ctx())
+    if ((int64_t)n > s.engine->n_ctx())
       knot::fail("kw_session_prefill: prompt has " + std::to_string(n) + " tokens but the context holds " +
-                 std::to_string(s.n_ctx()));
-    if (!s.external) s.engine->reset();
-    s.sampler.emplace(s.params.sampling, s.n_logits());
-    for (uint32_t k = 0; k < n; k++) s.sampler->accept(ids[k]);
-    s.dec.emplace(*s.m->tok);
-    s.text.clear();
-    s.ids.clear();
-    s.emitted = 0;
-    s.i = 0;
-    s.done = false;
-    s.reason.clear();
+                 std::to_string(s.engine->n_ctx()));
+    s.engine->reset();
     s.prefilled = false;
-    if (s.external) {
-      s.ext_n_pos = (int)n;
-      s.lg = nullptr;
-    } else {
-      s.lg = s.engine->eval(ids, (int)n);
-    }
+    s.gen.emplace(*s.m->tok, s.params, s.engine->n_logits(), s.engine->n_ctx());
+    s.gen->start(ids, (int)n);
+    s.lg = s.engine->eval(ids, (int)n);
     s.prefilled = true;
-    if (s.params.n_predict == 0) {
-      s.done = true;
-      s.reason = "length";
-    }
   });
 }
 
@@ -201,19 +214,15 @@ KW_EXPORT(kw_session_prefill_more)
 int kw_session_prefill_more(int32_t h, const int32_t* ids, uint32_t n) {
   return guard([&] {
     Session& s = session(h, "kw_session_prefill_more");
-    if (!s.prefilled || s.i > 0) knot::fail("kw_session_prefill_more: call kw_session_prefill first, before any step");
+    if (!s.prefilled || s.gen->n_generated() > 0)
+      knot::fail("kw_session_prefill_more: call kw_session_prefill first, before any step");
     if (n == 0) return;
-    if ((int64_t)s.n_pos() + n > s.n_ctx())
-      knot::fail("kw_session_prefill_more: prompt has " + std::to_string(s.n_pos() + (int64_t)n) +
-                 " tokens but the context holds " + std::to_string(s.n_ctx()));
+    if ((int64_t)s.engine->n_pos() + n > s.engine->n_ctx())
+      knot::fail("kw_session_prefill_more: prompt has " + std::to_string(s.engine->n_pos() + (int64_t)n) +
+                 " tokens but the context holds " + std::to_string(s.engine->n_ctx()));
     s.prefilled = false;
-    if (s.external) {
-      s.ext_n_pos += (int)n;
-      s.lg = nullptr;
-    } else {
-      s.lg = s.engine->eval(ids, (int)n);
-    }
-    for (uint32_t k = 0; k < n; k++) s.sampler->accept(ids[k]);
+    s.lg = s.engine->eval(ids, (int)n);
+    s.gen->extend_prompt(ids, (int)n);
     s.prefilled = true;
   });
 }
@@ -223,64 +232,17 @@ int kw_session_step(int32_t h) {
   return guard([&] {
     Session& s = session(h, "kw_session_step");
     if (!s.prefilled) knot::fail("kw_session_step: call kw_session_prefill first");
-    if (s.done) knot::fail("kw_session_step: generation already finished (" + s.reason + ")");
-    const knot::Tokenizer& tok = *s.m->tok;
-    const auto& p = s.params;
-    if (!s.lg) knot::fail("kw_session_step: external-logits session: call kw_session_set_logits before each step");
-    const int32_t id = s.sampler->sample(s.lg, s.n_logits());
+    if (s.gen->done()) knot::fail("kw_session_step: generation already finished (" + s.gen->reason() + ")");
+    const knot::GenStep st = s.gen->step(s.lg, s.engine->n_logits());
     json lp;  // logprobs of this position, before lg is overwritten by the next eval
     if (s.logprobs >= 0) {
-      const knot::SliceTopK top = knot::topk_lse(s.lg, 0, s.n_logits(), s.logprobs);
+      const knot::SliceTopK top = knot::topk_lse(s.lg, 0, s.engine->n_logits(), s.logprobs);
       json arr = json::array();
       for (size_t k = 0; k < top.ids.size(); k++) arr.push_back({top.ids[k], (double)top.logits[k] - top.lse});
-      lp = json{{"logprob", (double)s.lg[id] - top.lse}, {"top", std::move(arr)}};
+      lp = json{{"logprob", (double)s.lg[st.id] - top.lse}, {"top", std::move(arr)}};
     }
-    s.sampler->accept(id);
-    s.ids.push_back(id);
-    s.i++;
-    std::string piece;
-    auto emit = [&](size_t upto) {
-      if (upto <= s.emitted) return;
-      piece += s.text.substr(s.emitted, upto - s.emitted);
-      s.emitted = upto;
-    };
-    auto finish = [&](const char* why) {
-      s.done = true;
-      s.reason = why;
-      if (s.reason != "stop") {
-        s.text += s.dec->flush();
-        emit(s.text.size());
-      }
-    };
-    if (!p.ignore_eos && tok.is_eog(id)) {
-      finish("eog");
-    } else {
-      s.text += s.dec->push(id);
-      size_t at = std::string::npos;
-      if (!p.stop.empty()) {
-        const size_t from = s.emitted > s.max_stop ? s.emitted - s.max_stop : 0;
-        for (const auto& st : p.stop) {
-          if (st.empty()) continue;
-          size_t f = s.text.find(st, from);
-          if (f != std::string::npos && f < at) at = f;
-        }
-      }
-      if (at != std::string::npos) {
-        emit(std::max(at, s.emitted));
-        finish("stop");
-      } else {
-        emit(s.text.size() - stop_holdback(s.text, p.stop));
-        if (s.i >= p.n_predict) finish("length");
-        else if (s.n_pos() >= s.n_ctx()) finish("context");
-        else if (s.external) s.lg = nullptr, s.ext_n_pos++;  // the caller runs the forward pass
-        else s.lg = s.engine->eval(&id, 1);
-      }
-    }
-    // JSON strings must be valid UTF-8: send the piece as a separate binary tail.
-    json hj{{"id", id}, {"done", s.done}, {"reason", s.reason}, {"text_len", piece.size()}};
-    if (!lp.is_null()) hj.update(lp);
-    std::string head = hj.dump();
-    set_result(head + '\n' + piece);
+    if (!st.done) s.lg = s.engine->eval(&st.id, 1);
+    set_step_result(st, lp);
   });
 }
 
@@ -290,7 +252,6 @@ KW_EXPORT(kw_session_eval)
 int kw_session_eval(int32_t h, const int32_t* ids, uint32_t n) {
   return guard([&] {
     Session& s = session(h, "kw_session_eval");
-    if (s.external) knot::fail("kw_session_eval: an external-logits session has no engine");
     if (n == 0) knot::fail("kw_session_eval: no ids");
     const float* lg = s.engine->eval(ids, (int)n);
     set_result_bytes(lg, sizeof(float) * s.engine->n_logits());
@@ -301,7 +262,6 @@ KW_EXPORT(kw_session_reset)
 int kw_session_reset(int32_t h, int32_t n_pos) {
   return guard([&] {
     Session& s = session(h, "kw_session_reset");
-    if (s.external) knot::fail("kw_session_reset: an external-logits session has no engine");
     if (n_pos < 0 || n_pos > s.engine->n_pos()) knot::fail("kw_session_reset: n_pos out of range");
     s.engine->truncate(n_pos);
     s.prefilled = false;
@@ -312,34 +272,15 @@ KW_EXPORT(kw_session_telemetry)
 int kw_session_telemetry(int32_t h) {
   return guard([&] {
     Session& s = session(h, "kw_session_telemetry");
-    if (s.external) {
-      set_result(json{{"n_pos", s.ext_n_pos}, {"n_ctx", s.ext_n_ctx}, {"n_generated", s.i}, {"done", s.done},
-                      {"reason", s.reason}, {"engine_bytes", 0}, {"engine_peak_bytes", 0}, {"kv_bytes", 0}}.dump());
-      return;
-    }
     const knot::Engine& e = *s.engine;
     set_result(json{{"n_pos", e.n_pos()},
                     {"n_ctx", e.n_ctx()},
-                    {"n_generated", s.i},
-                    {"done", s.done},
-                    {"reason", s.reason},
+                    {"n_generated", s.gen ? s.gen->n_generated() : 0},
+                    {"done", s.gen && s.gen->done()},
+                    {"reason", s.gen ? s.gen->reason() : std::string()},
                     {"engine_bytes", e.bytes()},
                     {"engine_peak_bytes", e.peak_bytes()},
                     {"kv_bytes", e.kv().bytes()}}.dump());
-  });
-}
-
-// External-logits session: the logits of the last position, [n_vocab] (tokenizer vocab).
-KW_EXPORT(kw_session_set_logits)
-int kw_session_set_logits(int32_t h, const float* lg, uint32_t n) {
-  return guard([&] {
-    Session& s = session(h, "kw_session_set_logits");
-    if (!s.external) knot::fail("kw_session_set_logits: not an external-logits session");
-    if ((int64_t)n != s.ext_n_logits)
-      knot::fail("kw_session_set_logits: " + std::to_string(n) + " logits, the vocab has " + std::to_string(s.ext_n_logits));
-    if (!lg) knot::fail("kw_session_set_logits: null logits buffer");
-    s.ext_lg.assign(lg, lg + n);
-    s.lg = s.ext_lg.data();
   });
 }
 
@@ -347,5 +288,99 @@ KW_EXPORT(kw_session_free)
 int kw_session_free(int32_t h) {
   return guard([&] {
     if (!g_sessions.remove(h)) throw HandleError("kw_session_free: unknown or freed handle " + std::to_string(h));
+  });
+}
+
+// ---- generators (a mesh coordinator's sampling loop) -------------------------------------
+
+// opts: the sampling keys of kw_session_new, plus "n_ctx" (positions the mesh's KV holds;
+// 0: no limit). The model needs its tokenizer only (kw_model_finish, or the .knot
+// "tokenizer" entry loaded, or a GGUF header).
+KW_EXPORT(kw_generator_new)
+int kw_generator_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle) {
+  return guard([&] {
+    *out_handle = 0;
+    ModelEntry& m = g_models.get(model, "kw_generator_new");
+    json j = options_object(opts, opts_len, "kw_generator_new");
+    const knot::GenerateParams p = generate_params(j, "kw_generator_new");
+    int n_ctx = 0;
+    opt(j, "n_ctx", n_ctx);
+    const knot::Tokenizer& tok = tokenizer_of(m, "kw_generator_new");
+    const int n_vocab = m.model.config.n_vocab > 0 ? m.model.config.n_vocab : (int)m.model.tokenizer.tokens.size();
+    auto g = std::make_unique<Bound<knot::Generator>>();
+    g->model = model;
+    g->obj = std::make_unique<knot::Generator>(tok, p, n_vocab, n_ctx);
+    *out_handle = g_generators.add(std::move(g));
+  });
+}
+
+// result {"done", "reason"} (done at once when n_predict is 0)
+KW_EXPORT(kw_generator_start)
+int kw_generator_start(int32_t h, const int32_t* ids, uint32_t n) {
+  return guard([&] {
+    knot::Generator& g = *g_generators.get(h, "kw_generator_start").obj;
+    g.start(ids, (int)n);
+    set_result(json{{"done", g.done()}, {"reason", g.reason()}}.dump());
+  });
+}
+
+// From the full logits of the last position: [n >= n_vocab]. Result as kw_session_step.
+KW_EXPORT(kw_generator_step)
+int kw_generator_step(int32_t h, const float* logits, uint32_t n) {
+  return guard([&] {
+    knot::Generator& g = *g_generators.get(h, "kw_generator_step").obj;
+    if (!logits) knot::fail("kw_generator_step: null logits buffer");
+    set_step_result(g.step(logits, (int)n));
+  });
+}
+
+// From a merged shard top-k (JSON, see the header). Result as kw_session_step.
+KW_EXPORT(kw_generator_step_topk)
+int kw_generator_step_topk(int32_t h, const char* topk, uint32_t len) {
+  return guard([&] {
+    knot::Generator& g = *g_generators.get(h, "kw_generator_step_topk").obj;
+    json j = json::parse(str_arg(topk, len), nullptr, false);
+    if (j.is_discarded()) knot::fail("kw_generator_step_topk: top-k is not JSON");
+    set_step_result(g.step(topk_from_json(j, "kw_generator_step_topk")));
+  });
+}
+
+KW_EXPORT(kw_generator_stop)
+int kw_generator_stop(int32_t h, const char* reason, uint32_t len) {
+  return guard([&] {
+    knot::Generator& g = *g_generators.get(h, "kw_generator_stop").obj;
+    g.stop(len ? std::string(str_arg(reason, len)) : std::string("callback"));
+  });
+}
+
+KW_EXPORT(kw_generator_free)
+int kw_generator_free(int32_t h) {
+  return guard([&] {
+    if (!g_generators.remove(h)) throw HandleError("kw_generator_free: unknown or freed handle " + std::to_string(h));
+  });
+}
+
+// ---- shard top-k -------------------------------------------------------------------------
+
+// A slice's top-k (absolute ids, best first), log-sum-exp and lowest finite logit, for
+// exact merged sampling. logits: [v1-v0]. result: top-k JSON
+KW_EXPORT(kw_topk_lse)
+int kw_topk_lse(const float* logits, int32_t v0, int32_t v1, int32_t k) {
+  return guard([&] {
+    if (!logits) knot::fail("kw_topk_lse: null logits buffer");
+    if (v1 < v0) knot::fail("kw_topk_lse: empty or reversed slice [" + std::to_string(v0) + "," + std::to_string(v1) + ")");
+    set_result(topk_json(knot::topk_lse(logits, v0, v1, k)).dump());
+  });
+}
+
+// parts: JSON array of top-k objects (disjoint slices). result: the merged top-k JSON.
+KW_EXPORT(kw_topk_merge)
+int kw_topk_merge(const char* parts, uint32_t len, int32_t k) {
+  return guard([&] {
+    json j = json::parse(str_arg(parts, len), nullptr, false);
+    if (j.is_discarded() || !j.is_array()) knot::fail("kw_topk_merge: parts must be a JSON array of top-k objects");
+    std::vector<knot::SliceTopK> ps;
+    for (size_t i = 0; i < j.size(); i++) ps.push_back(topk_from_json(j[i], "kw_topk_merge: part " + std::to_string(i)));
+    set_result(topk_json(knot::merge_topk(ps, k)).dump());
   });
 }

@@ -166,7 +166,7 @@ int kw_model_slice_end(int32_t h, uint32_t i) {
     if (s.axis == 0) t.shape[1] = s.b - s.a;
     else t.shape[0] = s.b - s.a;
     t.size = (size_t)s.dst_size;
-    te.row0 = s.axis == 0 ? s.a : 0;
+    t.row0 = s.axis == 0 ? s.a : 0;
     te.loaded = true;
   });
 }

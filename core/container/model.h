@@ -53,6 +53,7 @@ struct Tensor {
   std::shared_ptr<uint8_t> bytes;  // owned, 64-byte aligned
   size_t size = 0;                 // bytes
   uint64_t hash = 0;               // content hash (see hash.h), 0 if unknown
+  int64_t row0 = 0;                // first row of the file's tensor held (a row range: shape[1] counts only those)
   int64_t ne0() const { return shape.empty() ? 1 : shape[0]; }
   int64_t nrows() const {
     int64_t r = 1;

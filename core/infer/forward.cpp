@@ -598,48 +598,4 @@ void lm_head_logits(const Tensor& W, const float* xn, int ntok, int64_t v0, int6
   if (softcap_c > 0) softcap(logits, (size_t)ntok * (v1 - v0), softcap_c);
 }
 
-SliceTopK topk_lse(const float* logits, int64_t v0, int64_t v1, int k) {
-  SliceTopK r;
-  const int64_t n = v1 - v0;
-  if (n <= 0) return r;
-  float mx = -INFINITY;
-  for (int64_t i = 0; i < n; i++) mx = std::max(mx, logits[i]);
-  double sum = 0;
-  for (int64_t i = 0; i < n; i++) sum += std::exp((double)logits[i] - mx);
-  r.lse = mx + std::log(sum);
-  k = (int)std::min<int64_t>(std::max(k, 0), n);
-  std::vector<int32_t> idx(n);
-  for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)i;
-  auto better = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), better);
-  for (int i = 0; i < k; i++) {
-    r.ids.push_back((int32_t)(idx[i] + v0));
-    r.logits.push_back(logits[idx[i]]);
-  }
-  return r;
-}
-
-SliceTopK merge_topk(const std::vector<SliceTopK>& parts, int k) {
-  SliceTopK r;
-  std::vector<std::pair<float, int32_t>> all;
-  double mx = -INFINITY;
-  for (const auto& p : parts) mx = std::max(mx, p.lse);
-  double sum = 0;
-  for (const auto& p : parts) {
-    if (std::isfinite(p.lse)) sum += std::exp(p.lse - mx);
-    for (size_t i = 0; i < p.ids.size(); i++) all.push_back({p.logits[i], p.ids[i]});
-  }
-  r.lse = std::isfinite(mx) ? mx + std::log(sum) : -INFINITY;
-  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  });
-  for (int i = 0; i < k && i < (int)all.size(); i++) {
-    r.ids.push_back(all[i].second);
-    r.logits.push_back(all[i].first);
-  }
-  return r;
-}
-
 }  // namespace knot

@@ -177,15 +177,4 @@ const Tensor& lm_head_tensor(const Model& m);
 void lm_head_logits(const Tensor& W, const float* xn, int ntok, int64_t v0, int64_t v1,
                     float* logits, Kernel k, float softcap_c = 0.f, int64_t tensor_row0 = 0);
 
-// A vocab slice's best k logits (ids absolute, descending; ties -> lower id first) and
-// log(sum(exp(logit))) over the whole slice, so a coordinator can sample exactly (for
-// top-k/top-p within k) from merged slices.
-struct SliceTopK {
-  std::vector<int32_t> ids;
-  std::vector<float> logits;
-  double lse = -INFINITY;
-};
-SliceTopK topk_lse(const float* logits, int64_t v0, int64_t v1, int k);  // logits: [v1-v0]
-SliceTopK merge_topk(const std::vector<SliceTopK>& parts, int k);
-
 }  // namespace knot

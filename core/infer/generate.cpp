@@ -25,21 +25,6 @@ double steady_seconds() {
 #endif
 }
 
-// Length of the longest suffix of text that is a proper prefix of some stop string:
-// that much text is held back until we know it does not start a stop string.
-size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
-  size_t best = 0;
-  for (const auto& s : stops) {
-    for (size_t n = std::min(s.size() - 1, text.size()); n > best; n--) {
-      if (text.compare(text.size() - n, n, s, 0, n) == 0) {
-        best = n;
-        break;
-      }
-    }
-  }
-  return best;
-}
-
 }  // namespace
 
 const char* mode_name(Mode m) { return m == Mode::Fast ? "fast" : "reference"; }
@@ -150,82 +135,27 @@ const float* Engine::eval(const int32_t* ids, int n) {
 
 GenerateResult Engine::generate(const Tokenizer& tok, const std::vector<int32_t>& prompt,
                                 const GenerateParams& p, const TextCallback& on_text) {
-  GenerateResult r;
   if (prompt.empty()) fail("generate: empty prompt (at least BOS is needed)");
-  if ((int)prompt.size() > n_ctx_)
-    fail("prompt has " + S((int64_t)prompt.size()) + " tokens but the context holds " + S(n_ctx_));
+  Generator gen(tok, p, n_logits_, n_ctx_);
+  gen.start(prompt.data(), (int)prompt.size());
   reset();
   tel_ = Telemetry{};
-  Sampler sampler(p.sampling, n_logits_);
-  for (int32_t id : prompt) sampler.accept(id);
-
-  double t0 = now();
+  const double t0 = now();
   const float* lg = eval(prompt.data(), (int)prompt.size());
-  double t1 = now();
+  const double t1 = now();
   tel_.n_prompt = (int)prompt.size();
   tel_.prefill_s = t1 - t0;
-
-  StreamDecoder dec(tok);
-  std::string text;    // all generated text so far
-  size_t emitted = 0;  // bytes of text already handed out
-  size_t max_stop = 0;
-  for (const auto& s : p.stop) max_stop = std::max(max_stop, s.size());
-  auto emit = [&](size_t upto) -> bool {
-    if (upto <= emitted) return true;
-    std::string piece = text.substr(emitted, upto - emitted);
-    emitted = upto;
-    r.text += piece;
-    return on_text ? on_text(piece) : true;
-  };
-
-  r.stop_reason = "length";
-  for (int i = 0; i < p.n_predict; i++) {
-    const int32_t id = sampler.sample(lg, n_logits_);
-    sampler.accept(id);
-    r.ids.push_back(id);
+  while (!gen.done()) {
+    const GenStep s = gen.step(lg, n_logits_);
     tel_.n_generated++;
-    if (!p.ignore_eos && tok.is_eog(id)) {
-      r.stop_reason = "eog";
-      break;
-    }
-    text += dec.push(id);
-    bool stopped = false;
-    if (!p.stop.empty()) {
-      const size_t from = emitted > max_stop ? emitted - max_stop : 0;
-      size_t at = std::string::npos;
-      for (const auto& s : p.stop) {
-        if (s.empty()) continue;
-        size_t f = text.find(s, from);
-        if (f != std::string::npos && f < at) at = f;
-      }
-      if (at != std::string::npos) {
-        emit(std::max(at, emitted));
-        r.stop_reason = "stop";
-        stopped = true;
-      } else if (!emit(text.size() - stop_holdback(text, p.stop))) {
-        r.stop_reason = "callback";
-        stopped = true;
-      }
-    } else if (!emit(text.size())) {
-      r.stop_reason = "callback";
-      stopped = true;
-    }
-    if (stopped) break;
-    if (i + 1 == p.n_predict) break;
-    if (kv_.n_pos() >= n_ctx_) {
-      r.stop_reason = "context";
-      break;
-    }
-    lg = eval(&id, 1);
+    if (!s.text.empty() && on_text && !on_text(s.text) && !s.done) gen.stop("callback");
+    if (gen.done()) break;
+    lg = eval(&s.id, 1);
     tel_.n_decoded++;
     tel_.decode_s = now() - t1;  // sampling included
   }
-  if (r.stop_reason == "length" || r.stop_reason == "eog" || r.stop_reason == "context") {
-    text += dec.flush();
-    emit(text.size());
-  }
   tel_.peak_bytes = std::max(tel_.peak_bytes, peak_bytes());
-  return r;
+  return GenerateResult{gen.ids(), gen.text(), gen.reason()};
 }
 
 }  // namespace knot

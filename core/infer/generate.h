@@ -1,5 +1,5 @@
-// generate.h — run a whole model locally: chunked prefill, one-position decode,
-// sampling, stop conditions, telemetry.
+// generate.h — run a whole model locally: chunked prefill, one-position decode, and the
+// token loop of text/generator.h (sampling, UTF-8 streaming, stop strings), telemetry.
 //
 // Modes:
 //   Mode::Fast      — Kernel::Simd (activations quantized inside matmul), F16 KV cache.
@@ -21,6 +21,7 @@
 #include "infer/forward.h"
 #include "infer/kv_cache.h"
 #include "container/model.h"
+#include "text/generator.h"
 #include "text/sampler.h"
 #include "text/vocab.h"
 
@@ -50,13 +51,6 @@ struct Telemetry {
   size_t peak_bytes = 0;
   double prefill_tok_s() const { return prefill_s > 0 ? n_prompt / prefill_s : 0; }
   double decode_tok_s() const { return decode_s > 0 ? n_decoded / decode_s : 0; }
-};
-
-struct GenerateParams {
-  int n_predict = 128;
-  SamplerParams sampling;
-  std::vector<std::string> stop;  // stop strings (not emitted)
-  bool ignore_eos = false;        // keep going past end-of-generation tokens
 };
 
 struct GenerateResult {
@@ -89,7 +83,8 @@ class Engine {
   void truncate(int n_pos) { kv_.truncate(n_pos); }
   void reset() { kv_.truncate(0); }
 
-  // Prefill prompt (from position 0), then sample up to n_predict tokens.
+  // Prefill prompt (from position 0), then sample up to n_predict tokens: a loop of
+  // Generator steps over eval(). on_text returning false ends it with reason "callback".
   GenerateResult generate(const Tokenizer& tok, const std::vector<int32_t>& prompt,
                           const GenerateParams& p, const TextCallback& on_text = {});
 

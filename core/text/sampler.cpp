@@ -112,14 +112,29 @@ int32_t Sampler::sample_candidates(const int32_t* ids, const float* logits, int 
   return sample_cand(false);
 }
 
+int32_t Sampler::sample_topk(const SliceTopK& t) {
+  if (t.ids.size() != t.logits.size())
+    fail("sampler: top-k list has " + std::to_string(t.ids.size()) + " ids but " + std::to_string(t.logits.size()) +
+         " logits");
+  cand_.clear();
+  for (size_t i = 0; i < t.ids.size(); i++)
+    if (t.ids[i] >= 0 && t.ids[i] < n_vocab_) cand_.push_back({t.logits[i], t.ids[i]});
+  if (cand_.empty()) fail("sampler: top-k list has no id below n_vocab " + std::to_string(n_vocab_));
+  // The full pass walks the vocabulary in id order; so must we, for the same draw.
+  std::sort(cand_.begin(), cand_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  for (size_t i = 1; i < cand_.size(); i++)
+    if (cand_[i].second == cand_[i - 1].second) fail("sampler: top-k list holds id " + std::to_string(cand_[i].second) + " twice");
+  return sample_cand(false, &t);
+}
+
 // top-p over an unsorted list without sorting all of it: bucket the candidates by
 // logit distance from the max, find the bucket where the cumulative mass (buckets in
 // descending-logit order) reaches target, keep every earlier bucket whole and sort
 // only the boundary bucket. Keeps the same set as a full sort up to summation order.
-void Sampler::top_p_unsorted(double target, float max_logit, const std::vector<double>& w) {
+void Sampler::top_p_unsorted(double target, float max_logit, float min_logit, const std::vector<double>& w) {
   constexpr int B = 1024;
   constexpr double kMaxRange = 80.0;  // exp(-80) ~ 2e-35: beyond that mass is nil
-  float min_logit = max_logit;
+  min_logit = std::min(min_logit, max_logit);
   for (const auto& c : cand_)
     if (c.first > -std::numeric_limits<float>::infinity()) min_logit = std::min(min_logit, c.first);
   const double range = std::min(kMaxRange, (double)max_logit - (double)min_logit);
@@ -154,7 +169,7 @@ void Sampler::top_p_unsorted(double target, float max_logit, const std::vector<d
   cand_.swap(kept);
 }
 
-int32_t Sampler::sample_cand(bool full_vocab) {
+int32_t Sampler::sample_cand(bool full_vocab, const SliceTopK* whole) {
   for (const auto& c : cand_)
     if (std::isnan(c.first)) fail("sampler: logit of token " + std::to_string(c.second) + " is NaN");
 
@@ -199,9 +214,11 @@ int32_t Sampler::sample_cand(bool full_vocab) {
   if (max_logit == std::numeric_limits<float>::infinity()) return best_id;
 
   bool sorted = false;  // cand_ in `better` order (else in input order)
-  if (p_.top_k > 0 && (size_t)p_.top_k < cand_.size()) {
-    std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), better);
-    cand_.resize(p_.top_k);
+  const size_t n_all = whole ? (size_t)n_vocab_ : cand_.size();  // tokens the list stands for
+  if (p_.top_k > 0 && (size_t)p_.top_k < n_all) {
+    const size_t k = std::min((size_t)p_.top_k, cand_.size());
+    std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), better);
+    cand_.resize(k);
     sorted = true;
   }
 
@@ -218,7 +235,10 @@ int32_t Sampler::sample_cand(bool full_vocab) {
 
   // top-p: smallest prefix (in `better` order) whose probability reaches p.
   if (p_.top_p < 1.0f) {
-    const double target = (double)p_.top_p * weigh(1.0f);
+    double total = weigh(1.0f);
+    // A shard list stands for the whole vocab: its mass relative to the max is exp(lse - max).
+    if (whole && !sorted && std::isfinite(whole->lse)) total = std::max(total, det_exp(whole->lse - (double)max_logit));
+    const double target = (double)p_.top_p * total;
     if (sorted) {
       double cum = 0;
       for (size_t i = 0; i < cand_.size(); i++) {
@@ -226,7 +246,7 @@ int32_t Sampler::sample_cand(bool full_vocab) {
         if (cum >= target) { cand_.resize(i + 1); break; }
       }
     } else {
-      top_p_unsorted(target, max_logit, w);
+      top_p_unsorted(target, max_logit, whole ? whole->min : max_logit, w);
     }
   }
 
@@ -248,6 +268,60 @@ int32_t Sampler::sample_cand(bool full_vocab) {
     if (u < cum) return cand_[i].second;
   }
   return cand_.back().second;  // u rounded up to sum
+}
+
+// ---- shard top-k -----------------------------------------------------------------------
+
+SliceTopK topk_lse(const float* logits, int64_t v0, int64_t v1, int k) {
+  SliceTopK r;
+  const int64_t n = v1 - v0;
+  if (n <= 0) return r;
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; i++) {
+    mx = std::max(mx, logits[i]);
+    if (std::isfinite(logits[i])) r.min = std::min(r.min, logits[i]);
+  }
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) sum += std::exp((double)logits[i] - mx);
+  r.lse = mx + std::log(sum);
+  k = (int)std::min<int64_t>(std::max(k, 0), n);
+  std::vector<int32_t> idx(n);
+  for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)i;
+  auto better_idx = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), better_idx);
+  for (int i = 0; i < k; i++) {
+    r.ids.push_back((int32_t)(idx[i] + v0));
+    r.logits.push_back(logits[idx[i]]);
+  }
+  return r;
+}
+
+SliceTopK merge_topk(const std::vector<SliceTopK>& parts, int k) {
+  SliceTopK r;
+  std::vector<std::pair<float, int32_t>> all;
+  double mx = -INFINITY;
+  for (const auto& p : parts) {
+    if (p.ids.size() != p.logits.size())
+      fail("merge_topk: a part has " + std::to_string(p.ids.size()) + " ids but " + std::to_string(p.logits.size()) +
+           " logits");
+    mx = std::max(mx, p.lse);
+    r.min = std::min(r.min, p.min);
+  }
+  double sum = 0;
+  for (const auto& p : parts) {
+    if (std::isfinite(p.lse)) sum += std::exp(p.lse - mx);
+    for (size_t i = 0; i < p.ids.size(); i++) all.push_back({p.logits[i], p.ids[i]});
+  }
+  r.lse = std::isfinite(mx) ? mx + std::log(sum) : -INFINITY;
+  const size_t n = std::min(all.size(), (size_t)std::max(k, 0));
+  std::partial_sort(all.begin(), all.begin() + n, all.end(), better);
+  for (size_t i = 0; i < n; i++) {
+    r.ids.push_back(all[i].second);
+    r.logits.push_back(all[i].first);
+  }
+  return r;
 }
 
 // ---- stop strings --------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // sampler.h — token sampling: greedy, temperature, top-k, top-p, min-p, repetition
 // penalty (multiplicative, and OpenAI's presence/frequency), seeded RNG (same seed + same logits -> same tokens on every platform).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -8,6 +9,20 @@
 #include <vector>
 
 namespace knot {
+
+// A vocab slice's best k logits (ids absolute, best first: logit desc, lower id on ties),
+// log(sum(exp(logit))) and the lowest finite logit over the whole slice: what a vocab
+// shard sends so a coordinator can sample exactly without the full logits (DESIGN §6).
+struct SliceTopK {
+  std::vector<int32_t> ids;
+  std::vector<float> logits;
+  double lse = -INFINITY;  // -inf: empty slice
+  float min = INFINITY;    // +inf: no finite logit
+};
+SliceTopK topk_lse(const float* logits, int64_t v0, int64_t v1, int k);  // logits: [v1-v0]
+// The best k of the parts' lists, their combined lse and min. Parts must cover disjoint
+// slices; each part's ids/logits must have the same length (else an error).
+SliceTopK merge_topk(const std::vector<SliceTopK>& parts, int k);
 
 struct SamplerParams {
   float temperature = 0.8f;  // <= 0: greedy (argmax; lowest id wins a tie)
@@ -36,6 +51,14 @@ class Sampler {
   // those filters keep; top-p and the final softmax use the list's own mass, so they
   // match only when the list carries (nearly) all of the probability.
   int32_t sample_candidates(const int32_t* ids, const float* logits, int n);
+  // From a merged shard top-k (SliceTopK over the whole vocab): the same id as sample()
+  // on the full logits — same seed, same draw — for greedy, and for top-k / top-p / min-p
+  // whenever the list holds every token those filters keep. It rebuilds what the full
+  // pass would see: candidates in id order, top-p's total mass from lse and its bucket
+  // range from min. Repetition / presence / frequency penalties apply to the listed tokens
+  // only, so they are exact when no unlisted penalised token matters (they lower logits;
+  // but top-p alone then uses the unpenalised lse).
+  int32_t sample_topk(const SliceTopK& t);
   const SamplerParams& params() const { return p_; }
 
  private:
@@ -44,8 +67,10 @@ class Sampler {
   uint64_t rng_state_;
   std::deque<int32_t> recent_;
   std::vector<std::pair<float, int32_t>> cand_;
-  int32_t sample_cand(bool full_vocab);  // filters cand_ and draws; full_vocab: cand_[id].second == id
-  void top_p_unsorted(double target, float max_logit, const std::vector<double>& w);
+  // Filters cand_ and draws. full_vocab: cand_[id].second == id. whole: cand_ is a shard
+  // top-k (in id order) standing for the whole vocab of that lse / min.
+  int32_t sample_cand(bool full_vocab, const SliceTopK* whole = nullptr);
+  void top_p_unsorted(double target, float max_logit, float min_logit, const std::vector<double>& w);
 };
 
 // The sampler's platform-independent building blocks (exposed for tests and for
