@@ -11,7 +11,7 @@ import {execFileSync} from "node:child_process";
 import {join} from "node:path";
 
 import * as kw from "../../bindings/knotwork.mjs";
-import {openParts, topkLse} from "../../bindings/mesh.mjs";
+import {openParts, topkLse, mergeTopK, openLocalMesh, checkPlan, meshGenerate, Generator} from "../../bindings/mesh.mjs";
 import {sharedModel, referenceOutputs, tmpDir, KNOT_BIN} from "./helpers.mjs";
 
 const NAME = "stories260K-pad256-llama-q4_k_m.gguf";
@@ -31,66 +31,18 @@ async function setup(t) {
 const add = (a, b) => { for (let i = 0; i < a.length; i++) a[i] += b[i]; return a; };
 const argmax = (a) => a.reduce((bi, v, i) => (v > a[bi] ? i : bi), 0);
 
-// A mesh: station A = layers [0,3) all heads; layers [3,5) split over two head-slice
-// stations; FFN of layers >= 3 in two column slices; two vocab shards, each its own
-// model handle holding only its rows of token_embd and output (as separate isolates would).
-async function buildMesh(parts, cfg, {fluid = false, nCtx = 64, name = "m.knot", splitFfn = true, splitHeads = true} = {}) {
-  const {n_layer: L, n_head: H, n_ff: F, n_vocab: V} = cfg;
-  const split = 3;
-  const A = parts.station({layers: [0, split], nCtx});
-  const B = splitHeads
-    ? [parts.station({layers: [split, L], heads: [0, H / 2], nCtx}), parts.station({layers: [split, L], heads: [H / 2, H], nCtx})]
-    : [parts.station({layers: [split, L], nCtx})];
-  const shards = [];
-  for (const [v0, v1] of [[0, V / 2], [V / 2, V]]) {
-    const sp = await openParts(kw.bytesSource(knot, `${name}#${v0}-${v1}`));
-    await sp.loadRows("token_embd_weight", v0, v1);
-    if (sp.has("output_weight")) await sp.loadRows("output_weight", v0, v1);
-    shards.push({parts: sp, v0, v1});
-  }
-  await parts.load(["output_norm_weight"]);
-  const all = [];
-  for (let l = 0; l < L; l++) for (const ph of ["attn", "ffn_gate", "ffn_up", "ffn_down"]) all.push(...parts.layerTensors(l, ph));
-  if (!fluid) await parts.load([...new Set(all)]);
-  const phase = async (l, ph, fn) => {
-    const names = parts.layerTensors(l, ph);
-    if (fluid) await parts.load(names);
-    const r = fn();
-    if (fluid) parts.evict(names);
-    return r;
-  };
-  let peakHeap = 0;
-  const note = async () => { peakHeap = Math.max(peakHeap, (await kw.memoryStats()).heap); };
+// open(role) for openLocalMesh: the stations share one ModelParts, each vocab shard gets
+// its own (holding only its rows, as separate isolates would).
+const openFrom = (bytes, name) => (role) => openParts(kw.bytesSource(bytes, role === "stations" ? name : `${name}#${role}`));
 
-  async function forward(ids, pos0) {
-    const E = cfg.n_embd, n = ids.length;
-    const x = new Float32Array(n * E);
-    for (const s of shards) add(x, s.parts.embed(ids, s.v0, s.v1, E));
-    for (let l = 0; l < L; l++) {
-      const group = l < split ? [A] : B;
-      add(x, await phase(l, "attn", () => group.reduce((acc, st) => add(acc, st.attn(l, pos0, x, n)), new Float32Array(n * E))));
-      await note();
-      const cols = l < split || !splitFfn ? [[0, F]] : [[0, F / 2], [F / 2, F]];
-      const d = new Float32Array(n * E);
-      const hs = [];
-      await phase(l, "ffn_gate", () => { for (const c of cols) hs.push(group[0].ffnGate(l, x, n, c)); });
-      await phase(l, "ffn_up", () => { cols.forEach((c, k) => { hs[k] = group[0].ffnUp(l, x, n, hs[k], c); }); });
-      await note();
-      await phase(l, "ffn_down", () => { cols.forEach((c, k) => add(d, group[0].ffnDown(l, hs[k], n, c, E))); });
-      await note();
-      add(x, d);
-    }
-    const xn = parts.outputNorm(x.subarray((n - 1) * E), 1);
-    const logits = new Float32Array(V);
-    for (const s of shards) logits.set(s.parts.lmHead(xn, 1, s.v0, s.v1), s.v0);
-    return logits;
-  }
-  async function close() {
-    for (const st of [A, ...B]) st.free();
-    for (const s of shards) await s.parts.close();
-  }
-  return {forward, stations: [A, ...B], peakHeap: () => peakHeap, close};
+// A mesh: station A = layers [0,3) all heads; layers [3,5) split over two head-slice
+// stations; FFN of layers >= 3 in two column slices; two vocab shards.
+function halves(cfg, {splitFfn = true, splitHeads = true} = {}) {
+  const {n_layer: L, n_head: H, n_ff: F, n_vocab: V} = cfg;
+  return {layers: [0, 3, L], heads: [[0, H], splitHeads ? [0, H / 2, H] : [0, H]],
+          ffn: [[0, F], splitFfn ? [0, F / 2, F] : [0, F]], vocab: [0, V / 2, V]};
 }
+const logitsOf = async (mesh, ids, pos0) => (await mesh.forward(ids, pos0, {logits: true})).logits;
 
 test("mesh forward (stations, head/FFN slices, vocab shards) matches the whole-model forward", async (t) => {
   const p = await setup(t);
@@ -103,8 +55,8 @@ test("mesh forward (stations, head/FFN slices, vocab shards) matches the whole-m
   const sess = whole.session({nCtx: 64});
   const want = sess.eval(prompt).slice();
   // Cuts on block boundaries (layer stations, vocab rows) reproduce the whole forward.
-  const exact = await buildMesh(parts, cfg, {splitFfn: false, splitHeads: false});
-  const e = await exact.forward(prompt, 0);
+  const exact = await openLocalMesh(openFrom(knot, "m.knot"), halves(cfg, {splitFfn: false, splitHeads: false}));
+  const e = await logitsOf(exact, prompt, 0);
   let exactDiff = 0;
   for (let i = 0; i < want.length; i++) exactDiff = Math.max(exactDiff, Math.abs(e[i] - want[i]));
   if (process.env.KW_DEBUG) console.error({exactDiff});
@@ -113,8 +65,8 @@ test("mesh forward (stations, head/FFN slices, vocab shards) matches the whole-m
   // Head slices (attn_output columns 0..127 | 128..255) and FFN column slices cut inside a
   // Q4_K/Q6_K block of 256, so they take the dequantized-f32 path (forward.h): the
   // difference is activation-quantization noise; compare loosely, then by tokens.
-  const mesh = await buildMesh(parts, cfg);
-  const got = await mesh.forward(prompt, 0);
+  const mesh = await openLocalMesh(openFrom(knot, "m.knot"), halves(cfg));
+  const got = await logitsOf(mesh, prompt, 0);
   // Calibrate "noise": the whole model's fast (quantized activations) vs reference (f32
   // activations) logits. The sliced mesh mixes both kinds of math, so it must sit within that.
   const rs = whole.session({nCtx: 64, reference: true});
@@ -131,19 +83,18 @@ test("mesh forward (stations, head/FFN slices, vocab shards) matches the whole-m
 
   // greedy decode through the mesh, one position at a time: the reference tokens
   const ids = [argmax(got)];
-  for (let k = 1; k < 16; k++) ids.push(argmax(await mesh.forward([ids[k - 1]], prompt.length + k - 1)));
+  for (let k = 1; k < 16; k++) ids.push(argmax(await logitsOf(mesh, [ids[k - 1]], prompt.length + k - 1)));
   assert.deepEqual(ids, ref.exactFloat64.tokenIds.slice(0, 16));
-  const info = mesh.stations[1].info();
+  const info = mesh.stations[1].heads[0].info();
   assert.equal(info.n_pos, prompt.length + 15);
 
   // exact sampling info from the shards: merged top-k equals the full top-k
   const V = cfg.n_vocab;
   const parts2 = [await topkLse(got.subarray(0, V / 2), 0, V / 2, 5), await topkLse(got.subarray(V / 2), V / 2, V, 5)];
   const full = await topkLse(got, 0, V, 5);
-  const merged = parts2.flatMap((s) => s.ids.map((id, i) => [s.logits[i], id])).sort((a, b) => b[0] - a[0] || a[1] - b[1]).slice(0, 5);
-  assert.deepEqual(merged.map((m) => m[1]), full.ids);
-  const lse = Math.log(parts2.reduce((a, s) => a + Math.exp(s.lse - full.lse), 0)) + full.lse;
-  assert.ok(Math.abs(lse - full.lse) < 1e-4, `${lse} vs ${full.lse}`);
+  const merged = await mergeTopK(parts2, 5);
+  assert.deepEqual(merged.ids, full.ids);
+  assert.ok(Math.abs(merged.lse - full.lse) < 1e-4, `${merged.lse} vs ${full.lse}`);
 
   await mesh.close();
   sess.free();
@@ -156,21 +107,56 @@ test("fluid mode (load, run, evict per phase) gives the same logits with less me
   if (!p) return;
   const a = await openParts(kw.bytesSource(knot, "a.knot"));
   const cfg = await a.config();
-  const prompt = referenceOutputs().models[NAME].promptTokenIds;
-  const resident = await buildMesh(a, cfg);
-  const la = await resident.forward(prompt, 0);
-  const residentHeap = resident.peakHeap();
-  await resident.close();
   await a.close();
+  const prompt = referenceOutputs().models[NAME].promptTokenIds;
+  const peakDuring = async (fluid, name) => {
+    const mesh = await openLocalMesh(openFrom(knot, name), halves(cfg), {fluid});
+    await kw.resetPeakMemory();
+    const logits = await logitsOf(mesh, prompt, 0);
+    const peak = (await kw.memoryStats()).peakHeap;
+    await mesh.close();
+    return {logits, peak};
+  };
+  const resident = await peakDuring(false, "a.knot");
+  const fluid = await peakDuring(true, "b.knot");
+  assert.deepEqual(Array.from(fluid.logits), Array.from(resident.logits));
+  if (process.env.KW_DEBUG) console.error({fluid: fluid.peak, resident: resident.peak});
+  assert.ok(fluid.peak < resident.peak - 500_000, `fluid peak heap ${fluid.peak} vs resident ${resident.peak}`);
+});
 
-  const b = await openParts(kw.bytesSource(knot, "b.knot"));
-  const fluid = await buildMesh(b, cfg, {fluid: true});
-  const lb = await fluid.forward(prompt, 0);
-  assert.deepEqual(Array.from(lb), Array.from(la));
-  if (process.env.KW_DEBUG) console.error({fluid: fluid.peakHeap(), residentHeap});
-  assert.ok(fluid.peakHeap() < residentHeap - 500_000, `fluid peak heap ${fluid.peakHeap()} vs resident ${residentHeap}`);
-  await fluid.close();
-  await b.close();
+test("meshGenerate: the coordinator loop (shards' merged top-k + core Generator) == model.generate()", async (t) => {
+  const p = await setup(t);
+  if (!p) return;
+  const whole = await kw.openModel(p);
+  const prompt = whole.tokenize("Once upon a time");
+  const opts = {maxTokens: 24, temperature: 0.8, seed: 3};  // top-k 40: covered by the shards' k
+  const want = await whole.complete(prompt, opts);
+  const parts = await openParts(kw.bytesSource(knot, "g.knot"));
+  const cfg = await parts.config();
+  await parts.close();
+  const plan = halves(cfg, {splitFfn: false, splitHeads: false});
+  const mesh = await openLocalMesh(openFrom(knot, "g.knot"), plan);
+  const gen = await Generator.open(mesh.parts, {...opts, nCtx: 64});  // tokenizer from the .knot blob
+  const ids = [];
+  let text = "";
+  for await (const s of meshGenerate(mesh, gen, prompt, {k: 40, chunk: 3})) {
+    ids.push(s.id);
+    text += s.text;
+  }
+  assert.deepEqual(ids, want.ids);
+  assert.equal(text, want.text);
+  assert.equal(gen.reason, want.reason);
+  // a second sequence on the same mesh after truncating its KV
+  mesh.truncate(0);
+  const again = [];
+  for await (const s of meshGenerate(mesh, gen, prompt, {k: 40})) again.push(s.id);
+  assert.deepEqual(again, want.ids);
+  gen.free();
+  await mesh.close();
+  whole.close();
+  assert.throws(() => checkPlan(cfg, {...plan, heads: [[0, 32], [0, 3, 32]]}), /station 1 heads cut 3 .*multiple of 2/);
+  assert.throws(() => checkPlan(cfg, {...plan, vocab: [0, 100, 600]}), /vocab must run from 0 to 512/);
+  assert.throws(() => checkPlan(cfg, {...plan, ffn: [[0, 256]]}), /2 stations need 2 head and 2 FFN/);
 });
 
 test("a phase without its tensors names tensor, layer and phase; bad slices are refused", async (t) => {
@@ -344,62 +330,12 @@ test("synthetic model: FFN column slices sum to the unsliced FFN (separate and c
   await parts.close();
 });
 
-// A mesh over the wasm ABI: stations by layer range, each with head slices (own KV caches)
-// and FFN column slices, and vocab shards that each hold only their rows of token_embd /
-// output in their own model handle (as separate isolates would).
+// A mesh over the wasm ABI (bindings/mesh.mjs openLocalMesh): stations by layer range,
+// each with head slices (own KV caches) and FFN column slices (separate gate/up phases and
+// the combined call, alternately), and vocab shards that each hold only their rows of
+// token_embd / output in their own model handle (as separate isolates would).
 async function slicedMesh(bytes, name, plan, {reference = false, nCtx = 32} = {}) {
-  const parts = await openParts(kw.bytesSource(bytes, name));
-  const cfg = await parts.config();
-  const {n_layer: L, n_embd: E} = cfg;
-  const all = ["output_norm_weight"];
-  for (let l = 0; l < L; l++) for (const ph of ["attn", "ffn_gate", "ffn_up", "ffn_down"]) all.push(...parts.layerTensors(l, ph));
-  await parts.load([...new Set(all)]);
-  const stations = plan.layers.slice(1).map((l1, s) => ({
-    l0: plan.layers[s], l1, ffn: plan.ffn[s],
-    heads: plan.heads[s].slice(1).map((h1, i) => parts.station({layers: [plan.layers[s], l1], heads: [plan.heads[s][i], h1], nCtx, reference})),
-  }));
-  const shards = [];
-  for (const [i, v1] of plan.vocab.slice(1).entries()) {
-    const v0 = plan.vocab[i];
-    const sp = await openParts(kw.bytesSource(bytes, `${name}#${v0}-${v1}`));
-    await sp.loadRows("token_embd_weight", v0, v1);
-    if (sp.has("output_weight")) await sp.loadRows("output_weight", v0, v1);
-    shards.push({parts: sp, v0, v1});
-  }
-  async function forward(ids, pos0) {
-    const n = ids.length, x = new Float32Array(n * E);
-    for (const s of shards) add(x, s.parts.embed(ids, s.v0, s.v1, E));
-    for (const st of stations) {
-      for (let l = st.l0; l < st.l1; l++) {
-        add(x, st.heads.reduce((acc, h) => add(acc, h.attn(l, pos0, x, n)), new Float32Array(n * E)));
-        const d = new Float32Array(n * E);
-        st.ffn.slice(1).forEach((c1, i) => {
-          const cols = [st.ffn[i], c1], run = st.heads[0];
-          const h = i % 2 ? run.ffnGateUp(l, x, n, cols) : run.ffnUp(l, x, n, run.ffnGate(l, x, n, cols), cols);
-          add(d, run.ffnDown(l, h, n, cols, E));
-        });
-        add(x, d);
-      }
-    }
-    const xn = parts.outputNorm(x.subarray((n - 1) * E), 1);
-    const logits = new Float32Array(cfg.n_vocab).fill(NaN);
-    const tops = [];
-    for (const s of shards) {
-      const lg = s.parts.lmHead(xn, 1, s.v0, s.v1, {reference});
-      logits.set(lg, s.v0);
-      tops.push(await topkLse(lg, s.v0, s.v1, 8));
-    }
-    const merged = tops.flatMap((s) => s.ids.map((id, i) => [s.logits[i], id])).sort((a, b) => b[0] - a[0] || a[1] - b[1]).slice(0, 8);
-    const m = Math.max(...tops.map((s) => s.lse));
-    const lse = m + Math.log(tops.reduce((a, s) => a + Math.exp(s.lse - m), 0));
-    return {logits, topIds: merged.map((e) => e[1]), lse};
-  }
-  async function close() {
-    for (const st of stations) for (const h of st.heads) h.free();
-    for (const s of shards) await s.parts.close();
-    await parts.close();
-  }
-  return {cfg, forward, stations, shards, close};
+  return openLocalMesh(openFrom(bytes, name), plan, {reference, nCtx, ffnCombined: (s, i) => i % 2 === 1});
 }
 
 // Prefill 8 tokens (mesh: chunks 5 + 3) and 16 decode steps fed with the whole model's
@@ -412,24 +348,25 @@ async function checkMesh(bytes, name, plan, {reference = false, tol = 1e-4, forc
   const V = mesh.cfg.n_vocab, prompt = [1, 17, 250, 99, 3, 288, 42, 160], P = prompt.length;
   let want = sess.eval(prompt).slice();
   assert.equal(want.length, V, "whole-model logits cover the tokenizer vocab only");
-  await mesh.forward(prompt.slice(0, 5), 0);
-  let o = await mesh.forward(prompt.slice(5), 5);
+  const step = (ids, pos0) => mesh.forward(ids, pos0, {k: 8, logits: true});
+  await step(prompt.slice(0, 5), 0);
+  let o = await step(prompt.slice(5), 5);
   let worst = 0;
   const ids = [];
   for (let i = 0; i < 16; i++) {
     const at = `${name} step ${i}`;
     worst = Math.max(worst, maxDiff(o.logits, want, at) / maxAbs(want));
     const own = await topkLse(o.logits, 0, V, 8);
-    assert.deepEqual(o.topIds, own.ids, `${at}: merged top-k`);
-    assert.ok(Math.abs(o.lse - own.lse) <= 1e-5 * Math.abs(own.lse) + 1e-5, `${at}: merged lse ${o.lse} vs ${own.lse}`);
+    assert.deepEqual(o.top.ids, own.ids, `${at}: merged top-k`);
+    assert.ok(Math.abs(o.top.lse - own.lse) <= 1e-5 * Math.abs(own.lse) + 1e-5, `${at}: merged lse ${o.top.lse} vs ${own.lse}`);
     const g = argmax(want);
     ids.push(g);
-    assert.equal(o.topIds[0], g, `${at}: greedy token`);
+    assert.equal(o.top.ids[0], g, `${at}: greedy token`);
     assert.ok(g < V);
     if (i < 15) {
       const next = forced ? forced[i] : g;
       want = sess.eval([next]).slice();
-      o = await mesh.forward([next], P + i);
+      o = await step([next], P + i);
     }
   }
   figures.push(`${name}: mesh vs whole model max rel logit err ${worst.toExponential(2)}`);
