@@ -33,6 +33,7 @@
 //        chunked prefill, then one position per step; gen = Generator (generator.mjs)
 //    openLocalMesh(open, plan, opts) -> LocalMesh: every piece in this isolate (tests,
 //        single-isolate deployments); open(role) returns the ModelParts a piece reads.
+//        Native twin: knot::LocalMesh (core/infer/mesh.h), same plan, same sums.
 //    topkLse / mergeTopK / Generator: re-exported from generator.mjs.
 //
 //   const mesh = await openLocalMesh((role) => openParts(src(role)), plan, {nCtx: 256});

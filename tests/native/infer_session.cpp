@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "infer/mesh.h"
 #include "infer_util.h"
 #include "kernels/quant.h"
 
@@ -389,96 +390,19 @@ namespace {
 
 // ---- the mesh on synthetic models (every head, FFN column and vocab row non-zero) --------
 
-// Layer stations, head/FFN slices inside each station, vocab shards.
-struct MeshPlan {
-  std::vector<int> layers;                   // station cuts {0, a, .., n_layer}
-  std::vector<std::vector<int>> heads, ffn;  // per station: head cuts, FFN column cuts
-  std::vector<int> vocab;                    // shard cuts {0, .., n_vocab}, end to end
-};
-
-// The coordinator's view: each (station, head slice) owns a KV cache of the station's
-// layers and the slice's KV heads only; partials of head slices, FFN slices and vocab
-// shards are summed (embeddings) or concatenated and merged (logits, top-k + lse).
-class SlicedMesh {
- public:
-  SlicedMesh(const Model& m, const MeshPlan& p, ForwardOptions fo, int n_ctx)
-      : m_(m), p_(p), fo_(fo) {
-    const ModelConfig& c = m.config;
-    const int g = c.n_head / c.n_head_kv;
-    for (size_t s = 0; s + 1 < p.layers.size(); s++) {
-      kv_.emplace_back();
-      for (size_t i = 0; i + 1 < p.heads[s].size(); i++)
-        kv_[s].emplace_back(c, p.layers[s], p.layers[s + 1], n_ctx, fo.kv_type, SIZE_MAX,
-                            p.heads[s][i] / g, p.heads[s][i + 1] / g);
-    }
-    for (int l = 0; l < c.n_layer; l++) lw_.push_back(layer_weights(m, l));
-  }
-
-  struct Out {
-    std::vector<float> logits;  // [n_vocab], assembled from the shards' slices
-    SliceTopK top;              // merged top-k + lse
-  };
-
-  // Positions [pos0, pos0 + ids.size()).
-  Out step(const std::vector<int32_t>& ids, int pos0) {
-    const ModelConfig& c = m_.config;
-    const int T = (int)ids.size(), E = c.n_embd, V = c.n_vocab;
-    const Tensor& te = m_.get("token_embd_weight");
-    std::vector<float> x((size_t)T * E, 0.f), part((size_t)T * E), d((size_t)T * E);
-    for (size_t s = 0; s + 1 < p_.vocab.size(); s++) {  // embed: sum of the shards' partials
-      embed_rows(te, ids.data(), T, p_.vocab[s], p_.vocab[s + 1], V, part.data());
-      for (size_t i = 0; i < x.size(); i++) x[i] += part[i];
-    }
-    for (size_t s = 0; s + 1 < p_.layers.size(); s++) {
-      const auto& hc = p_.heads[s];
-      const auto& fc = p_.ffn[s];
-      for (int l = p_.layers[s]; l < p_.layers[s + 1]; l++) {
-        std::fill(d.begin(), d.end(), 0.f);
-        for (size_t i = 0; i + 1 < hc.size(); i++) {
-          attn(c, lw_[l], kv_[s][i], pos0, x.data(), T, part.data(), fo_, ws_, hc[i], hc[i + 1]);
-          for (size_t j = 0; j < d.size(); j++) d[j] += part[j];
-        }
-        for (size_t j = 0; j < x.size(); j++) x[j] += d[j];
-        std::fill(d.begin(), d.end(), 0.f);
-        for (size_t i = 0; i + 1 < fc.size(); i++) {
-          const int c0 = fc[i], c1 = fc[i + 1];
-          std::vector<float> h((size_t)T * (c1 - c0));  // [T, c1-c0]
-          if (i % 2 == 0) {  // fluid-style separate phases and the combined call, alternately
-            ffn_gate(c, lw_[l], x.data(), T, h.data(), fo_, ws_, c0, c1);
-            ffn_up(c, lw_[l], x.data(), T, h.data(), fo_, ws_, c0, c1);
-          } else {
-            ffn_gate_up(c, lw_[l], x.data(), T, h.data(), fo_, ws_, c0, c1);
-          }
-          ffn_down(c, lw_[l], h.data(), T, part.data(), fo_, ws_, c0, c1);
-          for (size_t j = 0; j < d.size(); j++) d[j] += part[j];
-        }
-        for (size_t j = 0; j < x.size(); j++) x[j] += d[j];
-      }
-    }
-    std::vector<float> xn(E);
-    output_norm(c, m_.get("output_norm_weight"), x.data() + (size_t)(T - 1) * E, 1, xn.data(), ws_);
-    Out o;
-    o.logits.assign(V, NAN);
-    std::vector<SliceTopK> parts;
-    for (size_t s = 0; s + 1 < p_.vocab.size(); s++) {
-      const int v0 = p_.vocab[s], v1 = p_.vocab[s + 1];
-      lm_head_logits(lm_head_tensor(m_), xn.data(), 1, v0, v1, o.logits.data() + v0, fo_.kernel);
-      parts.push_back(topk_lse(o.logits.data() + v0, v0, v1, 8));
-    }
-    o.top = merge_topk(parts, 8);
-    return o;
-  }
-
-  const std::vector<std::vector<KvCache>>& kv() const { return kv_; }
-
- private:
-  const Model& m_;
-  MeshPlan p_;
-  ForwardOptions fo_;
-  std::vector<LayerWeights> lw_;
-  std::vector<std::vector<KvCache>> kv_;  // [station][head slice]
-  Workspace ws_;
-};
+// Layer stations, head/FFN slices inside each station, vocab shards: knot::LocalMesh
+// (infer/mesh.h), each (station, head slice) a knot::Station with its own KV cache of the
+// station's layers and the slice's KV heads; partials of head slices, FFN slices and vocab
+// shards are summed (embeddings) or concatenated and merged (logits, top-k + lse). FFN
+// slices alternate between the separate gate/up phases and the combined call.
+LocalMesh sliced_mesh(const Model& m, const MeshPlan& p, ForwardOptions fo, int n_ctx) {
+  MeshOptions o;
+  o.fo = fo;
+  o.n_ctx = n_ctx;
+  o.k = 8;
+  o.ffn_combined = [](int, int i) { return i % 2 == 1; };
+  return LocalMesh(m, p, o);
+}
 
 constexpr double kCalibrated = -1;  // rel_tol: 1.5 x the Engine's own Fast-vs-Reference gap
 
@@ -509,12 +433,12 @@ std::vector<int32_t> check_mesh(const Model& m, const MeshPlan& plan, Mode mode,
   eo.mode = Mode::Reference;
   std::optional<Engine> eref;
   if (!exact) eref.emplace(m, eo);
-  SlicedMesh mesh(m, plan, forward_options_for(mode), 32);
+  LocalMesh mesh = sliced_mesh(m, plan, forward_options_for(mode), 32);
 
   const float* want = e.eval(prompt.data(), P);
   const float* wref = exact ? nullptr : eref->eval(prompt.data(), P);
-  mesh.step({prompt.begin(), prompt.begin() + 5}, 0);
-  SlicedMesh::Out o = mesh.step({prompt.begin() + 5, prompt.end()}, 5);
+  mesh.step(prompt.data(), 5, 0);
+  MeshStep o = mesh.step(prompt.data() + 5, P - 5, 5);
   double worst = 0, noise = 0;
   int decisive = 0;
   std::vector<int32_t> greedy_ids;
@@ -544,7 +468,7 @@ std::vector<int32_t> check_mesh(const Model& m, const MeshPlan& plan, Mode mode,
       const int32_t next = forced.empty() ? g : forced[i];
       want = e.eval(&next, 1);
       if (!exact) wref = eref->eval(&next, 1);
-      o = mesh.step({next}, P + i);
+      o = mesh.step(&next, 1, P + i);
     }
   }
   report(what + " max |mesh - engine| / max |logit|", worst);
@@ -559,8 +483,8 @@ std::vector<int32_t> check_mesh(const Model& m, const MeshPlan& plan, Mode mode,
     std::set<int32_t> distinct(greedy_ids.begin(), greedy_ids.end());
     EXPECT_GE(distinct.size(), 3u) << what << ": degenerate continuation, the check would be weak";
   }
-  for (const auto& st : mesh.kv())
-    for (const KvCache& kv : st) EXPECT_EQ(kv.n_pos(), P + steps - 1) << what;
+  for (const auto& range : mesh.stations())
+    for (const Station& st : range) EXPECT_EQ(st.n_pos(), P + steps - 1) << what;
   return greedy_ids;
 }
 
@@ -600,6 +524,54 @@ TEST(SlicedMesh, Qwen3LayerHeadFfnVocabSlicesEqualEngine) {
 // Unaligned cuts (4-head = 128-column slices inside K-quant blocks, odd FFN columns)
 // take the dequantized gather; with the Reference kernels (f32 activations everywhere)
 // the mesh still equals the Engine up to float summation order.
+// The coordinator's loop natively: a Generator sampling from the mesh's merged top-k
+// (k = 8 >= top-k 8) gives the Engine's ids, text and stop reason; bad plans are refused.
+TEST(SlicedMesh, GeneratorOverMergedTopKEqualsEngineGenerate) {
+  const Model& m = synth(qwen_wide("Q4_K_M", 4));
+  MeshPlan p;
+  p.layers = {0, 2, 4};
+  p.heads = {{0, 16}, {0, 8, 16}};
+  p.ffn = {{0, 256, 512}, {0, 256, 512}};
+  p.vocab = {0, 97, 211, 300};
+  Tokenizer tok(m.tokenizer);
+  GenerateParams gp;
+  gp.n_predict = 20;
+  gp.ignore_eos = true;
+  gp.sampling.temperature = 0.9f;
+  gp.sampling.top_k = 8;
+  gp.sampling.seed = 21;
+  EngineOptions eo;
+  eo.mode = Mode::Reference;
+  eo.n_ctx = 32;
+  Engine e(m, eo);
+  const std::vector<int32_t> prompt = {1, 17, 250, 99, 3};
+  const GenerateResult want = e.generate(tok, prompt, gp);
+  LocalMesh mesh = sliced_mesh(m, p, forward_options_for(Mode::Reference), 32);
+  Generator gen(tok, gp, m.config.n_vocab, 32);
+  gen.start(prompt.data(), (int)prompt.size());
+  MeshStep o = mesh.step(prompt.data(), (int)prompt.size(), 0);
+  for (int pos = (int)prompt.size(); !gen.done(); pos++) {
+    const GenStep s = gen.step(o.top);
+    if (!s.done) o = mesh.step(&s.id, 1, pos);
+  }
+  EXPECT_EQ(gen.ids(), want.ids);
+  EXPECT_EQ(gen.text(), want.text);
+  EXPECT_EQ(gen.reason(), want.stop_reason);
+  EXPECT_GE(std::set<int32_t>(want.ids.begin(), want.ids.end()).size(), 3u);
+
+  MeshPlan bad = p;
+  bad.heads[1] = {0, 3, 16};
+  EXPECT_THROW(check_plan(m.config, bad), Error);
+  bad = p;
+  bad.vocab = {0, 97, 320};
+  try {
+    check_plan(m.config, bad);
+    ADD_FAILURE() << "padding rows accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("vocab must run from 0 to 300"), std::string::npos) << err.what();
+  }
+}
+
 TEST(SlicedMesh, UnalignedQ4KMReferenceEqualsEngine) {
   const Model& m = synth(qwen_wide("Q4_K_M", 4));
   MeshPlan p;
