@@ -57,11 +57,15 @@ export class Generator {
       stop: opts.stop, ignore_eos: opts.ignoreEos, n_ctx: opts.nCtx ?? 0,
     });
     const h = w.withString(o, (p, n) => withOut(w, (out) => w.call("kw_generator_new", model.handle, p, n, out)));
-    return new Generator(w, h);
+    return new Generator(w, h, w.resultJSON());
   }
-  constructor(w, handle) {
+  constructor(w, handle, params = {}) {
     this.w = w;
     this.handle = handle;
+    /** The resolved settings (core defaults filled in): n_vocab, n_ctx, n_predict, temperature,
+     *  top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty. */
+    this.params = params;
+    this.promptIds = [];
     this.ids = [];
     this.text = "";
     this.done = false;
@@ -73,6 +77,7 @@ export class Generator {
     const p = w.copyIn(new Uint8Array(a.buffer));
     try { w.call("kw_generator_start", this.handle, p, a.length); } finally { w.free(p); }
     const r = w.resultJSON();
+    this.promptIds = Array.from(promptIds);
     this.ids = [];
     this.text = "";
     this.done = r.done;

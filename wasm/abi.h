@@ -69,7 +69,7 @@ int kw_model_open(const uint8_t* prefix, uint32_t len, double file_size, const c
 int kw_model_tensor_buffer(int32_t h, uint32_t i, uint8_t** out_ptr);
 int kw_model_tensor_loaded(int32_t h, uint32_t i);
 int kw_model_finish(int32_t h);
-int kw_model_text_finish(int32_t h);  // tokenizer + config only (mesh coordinator); result {config, format}
+int kw_model_text_finish(int32_t h);  // tokenizer + config only (mesh coordinator: tokenize, chat, kw_generator_*); result {config, format}
 int kw_model_free(int32_t h);  // frees its sessions too
 int kw_model_info(int32_t h);
 int kw_model_to_knot(int32_t h);  // result: .knot file bytes
@@ -91,10 +91,6 @@ int kw_session_prefill_more(int32_t s, const int32_t* ids, uint32_t n);
 // One token: result = JSON line {"id", "done", "reason", "text_len"[, "logprob", "top"]}
 // + '\n' + text bytes.
 int kw_session_step(int32_t s);
-// External logits (mesh coordinator): a session opened with {"external": true} has no
-// engine; the caller hands it the logits of the last position before every step, and a
-// step samples without running a forward pass.
-int kw_session_set_logits(int32_t s, const float* logits, uint32_t n);
 int kw_session_eval(int32_t s, const int32_t* ids, uint32_t n);  // result f32 logits [n_vocab]
 int kw_session_reset(int32_t s, int32_t n_pos);
 int kw_session_telemetry(int32_t s);

@@ -277,8 +277,8 @@ int kw_model_finish(int32_t h) {
 }
 
 // A mesh coordinator's model: config and tokenizer only (.knot: entry 0, the tokenizer
-// blob, loaded; no tensors). Tokenize / detokenize / chat and external-logits sessions work
-// on it; a forward session is refused.
+// blob, loaded; no tensors). Tokenize / detokenize / chat and Generators (kw_generator_*,
+// fed the shards' merged top-k) work on it; a session (it needs weights) is refused.
 KW_EXPORT(kw_model_text_finish)
 int kw_model_text_finish(int32_t h) {
   return guard([&] {

@@ -155,6 +155,8 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
   return guard([&] {
     *out_handle = 0;
     ModelEntry& m = ready_model(model, "kw_session_new");
+    if (m.text_only)
+      knot::fail("kw_session_new: model " + m.what + " holds no tensors (kw_model_text_finish): sample with kw_generator_new");
     json j = options_object(opts, opts_len, "kw_session_new");
     knot::EngineOptions eo;
     std::string mode = "fast";
@@ -294,8 +296,11 @@ int kw_session_free(int32_t h) {
 // ---- generators (a mesh coordinator's sampling loop) -------------------------------------
 
 // opts: the sampling keys of kw_session_new, plus "n_ctx" (positions the mesh's KV holds;
-// 0: no limit). The model needs its tokenizer only (kw_model_finish, or the .knot
-// "tokenizer" entry loaded, or a GGUF header).
+// 0: no limit). The model needs its tokenizer only (kw_model_finish, kw_model_text_finish,
+// or the .knot "tokenizer" entry loaded, or a GGUF header).
+// result: the resolved settings, so a caller can size the shards' top-k (see
+// workers/coordinator/mesh.mjs): {"n_vocab", "n_ctx", "n_predict", "temperature", "top_k",
+// "top_p", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty"}
 KW_EXPORT(kw_generator_new)
 int kw_generator_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle) {
   return guard([&] {
@@ -311,6 +316,11 @@ int kw_generator_new(int32_t model, const char* opts, uint32_t opts_len, int32_t
     g->model = model;
     g->obj = std::make_unique<knot::Generator>(tok, p, n_vocab, n_ctx);
     *out_handle = g_generators.add(std::move(g));
+    const knot::SamplerParams& s = p.sampling;
+    set_result(json{{"n_vocab", n_vocab}, {"n_ctx", n_ctx}, {"n_predict", p.n_predict}, {"temperature", s.temperature},
+                    {"top_k", s.top_k}, {"top_p", s.top_p}, {"min_p", s.min_p}, {"repeat_penalty", s.repeat_penalty},
+                    {"repeat_last_n", s.repeat_last_n}, {"presence_penalty", s.presence_penalty},
+                    {"frequency_penalty", s.frequency_penalty}}.dump());
   });
 }
 
