@@ -4,7 +4,7 @@ import {test} from "node:test";
 import assert from "node:assert/strict";
 import * as kw from "../../bindings/knotwork.mjs";
 import {openParts} from "../../bindings/mesh.mjs";
-import {encodeFrame, decodeFrame, FLAG} from "../../workers/lib/frame.mjs";
+import {encodeFrame, decodeFrame, decodeTopK, FLAG} from "../../workers/lib/frame.mjs";
 import {sharedKnot, single, meshFor, startMesh, topologyFromCounts, configOf} from "./helpers.mjs";
 
 const MODEL = "stories260K-pad256-llama-q4_k_m.gguf";
@@ -90,12 +90,14 @@ test("vocab shard softcap: full logits == c * tanh(x / c) of the uncapped slice;
     r.frame.data.forEach((x, i) => assert.ok(Math.abs(x - capped[i]) < 1e-4, `logit ${v0 + i}: ${x} vs ${capped[i]}`));
     assert.ok(Math.max(...r.frame.data) <= cap);
     r = await post(mesh, "sh1", encodeFrame({kind: "lmhead", sid: "c", reqId: 2, pos: 5, width: E, data: xn}), "c");
-    const d = r.frame.data, k = d[1];
+    const top = decodeTopK(r.frame.data), k = top.ids.length;
+    assert.equal(k, 5);
     const order = [...capped.keys()].sort((a, b) => capped[b] - capped[a]).slice(0, k).map((i) => i + v0);
-    assert.deepEqual(Array.from(d.subarray(2, 2 + k)), order);
+    assert.deepEqual(top.ids, order);
     const m = Math.max(...capped);
     const lse = m + Math.log(capped.reduce((a, x) => a + Math.exp(x - m), 0));
-    assert.ok(Math.abs(d[0] - lse) < 1e-4, `lse ${d[0]} vs ${lse}`);
+    assert.ok(Math.abs(top.lse - lse) < 1e-4, `lse ${top.lse} vs ${lse}`);
+    assert.ok(Math.abs(top.min - Math.min(...capped)) < 1e-4, `min ${top.min}`);
     // the uncapped shard answers the plain logits
     const [u0, u1] = topology.shards[0].vocab;
     r = await post(mesh, "sh0", encodeFrame({kind: "lmhead", sid: "c", reqId: 3, width: E, flags: FLAG.fullLogits, data: xn}), "c");

@@ -3,6 +3,8 @@
 import {test} from "node:test";
 import assert from "node:assert/strict";
 import {sharedKnot, synthKnot, single, meshFor, SYNTH_QWEN, SYNTH_QWEN3, SYNTH_TIED} from "./helpers.mjs";
+import {openModel, bytesSource} from "../../bindings/knotwork.mjs";
+import {shardK} from "../../workers/coordinator/mesh.mjs";
 
 const PROMPT = "Once upon a time";
 const GREEDY = {maxTokens: 24, temperature: 0};
@@ -76,7 +78,62 @@ test("sampled output with a seed (temperature, top-k, top-p, repeat penalty): id
   if (!bytes) return;
   for (const seed of [1, 42])
     await same(t, bytes, {stations: [2, 3], shards: 3}, {options: {maxTokens: 32, temperature: 0.9, topK: 40, topP: 0.95,
-      repeatPenalty: 1.1, seed}, check: (r) => assert.equal(r.telemetry.find((e) => e.event === "route").logits, "full")});
+      repeatPenalty: 1.1, seed}, check: (r) => {
+      // the core Generator samples the shards' merged top-k: k = top-k 40 + the distinct
+      // penalised ids of the window (here the whole prompt)
+      const route = r.telemetry.find((e) => e.event === "route");
+      assert.equal(route.logits, "top-k+lse");
+      assert.equal(route.k, 40 + new Set(r.summary.promptIds).size);
+      assert.ok(r.summary.shardK > route.k, `k grows with the window: ${r.summary.shardK}`);
+    }});
+});
+
+test("shards' k (shardK): bounded samplers use the merged top-k, unbounded ones the full slices", () => {
+  const p = {n_vocab: 512, temperature: 0.8, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1, repeat_last_n: 64,
+             presence_penalty: 0, frequency_penalty: 0};
+  assert.deepEqual(shardK(p, [1, 2, 2]), {full: false, k: 40});
+  assert.deepEqual(shardK({...p, temperature: 0}, [1, 2, 2]), {full: false, k: 1});
+  assert.deepEqual(shardK({...p, temperature: 0}, [1, 2, 2], 5), {full: false, k: 5});
+  assert.deepEqual(shardK({...p, presence_penalty: 0.5}, [1, 2, 2, 3]), {full: false, k: 43});  // + distinct ids
+  assert.deepEqual(shardK({...p, frequency_penalty: 0.5, repeat_last_n: 2}, [1, 2, 3, 3]), {full: false, k: 41});
+  assert.deepEqual(shardK({...p, repeat_penalty: 1.3, repeat_last_n: 0}, [1, 2, 3]), {full: false, k: 40});  // no window
+  assert.deepEqual(shardK({...p, repeat_penalty: 1.3, repeat_last_n: -1}, Array.from({length: 600}, (_, i) => i)), {full: false, k: 512});
+  assert.deepEqual(shardK({...p, top_k: 0}, [1]), {full: true});           // top-p / min-p alone: unbounded
+  assert.deepEqual(shardK({...p, top_k: 512}, [1]), {full: true});
+  assert.deepEqual(shardK({...p, presence_penalty: -0.5}, [1]), {full: true});  // raises old tokens
+  assert.deepEqual(shardK({...p, repeat_penalty: 0.9}, [1]), {full: true});
+});
+
+test("top-k off (top-p and min-p alone): every shard sends its full slice; ids == single process", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!bytes) return;
+  await same(t, bytes, {stations: [2, 3], shards: 3}, {options: {maxTokens: 24, temperature: 1, topK: 0, topP: 0.9, minP: 0.02,
+    seed: 9}, check: (r) => assert.equal(r.telemetry.find((e) => e.event === "route").logits, "full")});
+});
+
+test("presence / frequency penalties and logprobs (merged top-k, and full slices for a negative penalty) == single process", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-qwen2-q4_k_m.gguf");
+  if (!bytes) return;
+  for (const [opts, logits] of [[{temperature: 0.7, presencePenalty: 0.6, frequencyPenalty: 0.4, seed: 3}, "top-k+lse"],
+                                [{temperature: 0, frequencyPenalty: 1.5}, "top-k+lse"],
+                                [{temperature: 0.7, presencePenalty: -0.5, seed: 4}, "full"]]) {
+    const options = {maxTokens: 20, logprobs: 3, ...opts};
+    const m = await openModel(bytesSource(bytes, "single.knot"));
+    const wantTokens = [];
+    try {
+      for await (const e of m.generate(m.tokenize(PROMPT), options)) if (e.type === "token") wantTokens.push(e);
+    } finally { m.close(); }
+    await same(t, bytes, {stations: [2, 3], shards: 4}, {options, check: (r) => {
+      assert.equal(r.telemetry.find((e) => e.event === "route").logits, logits, JSON.stringify(opts));
+      assert.equal(r.tokens.length, wantTokens.length);
+      r.tokens.forEach((e, i) => {
+        const w = wantTokens[i];
+        assert.ok(Math.abs(e.logprob - w.logprob) < 1e-9, `token ${i}: logprob ${e.logprob} vs ${w.logprob}`);
+        assert.deepEqual(e.top.map((x) => x.token), w.top.map((x) => x.token), `token ${i}: top ids`);
+        e.top.forEach((x, j) => assert.ok(Math.abs(x.logprob - w.top[j].logprob) < 1e-9, `token ${i} top ${j}`));
+      });
+    }});
+  }
 });
 
 test("chunked prefill (chunk 3) and stop strings: same ids and text as single process", async (t) => {

@@ -4,6 +4,7 @@ import {test} from "node:test";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import {sharedKnot, single, meshFor} from "./helpers.mjs";
+import * as kw from "../../bindings/knotwork.mjs";
 
 test("openai client -> entry Worker -> mesh: completions and chat (streamed) equal single-process greedy text", async (t) => {
   const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
@@ -61,5 +62,30 @@ test("a client that disconnects mid-stream frees the session on every station (K
       assert.equal(after[n].stats.liveSessions, 0, `${n}: session freed after the disconnect`);
       assert.equal(after[n].memory.heap, before[n].memory.heap, `${n}: wasm heap back to its level before the request`);
     }
+  } finally { await mesh.close(); }
+});
+
+test("openai client -> mesh: seeded sampling with presence/frequency penalties and logprobs equals one process", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!bytes) return;
+  const opts = {maxTokens: 16, temperature: 0.8, seed: 11, presencePenalty: 0.7, frequencyPenalty: 0.3, logprobs: 2};
+  const m = await kw.openModel(kw.bytesSource(bytes, "single.knot"));
+  const want = [];
+  try {
+    for await (const e of m.generate(m.tokenize("Once upon a time"), opts)) if (e.type === "token") want.push(e);
+  } finally { m.close(); }
+  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 3}, {port: 0});
+  try {
+    const client = new OpenAI({baseURL: new URL("/v1", mesh.url).href, apiKey: "unused"});
+    const c = await client.completions.create({model: "model", prompt: "Once upon a time", max_tokens: 16, temperature: 0.8,
+      seed: 11, presence_penalty: 0.7, frequency_penalty: 0.3, logprobs: 2});
+    assert.equal(c.choices[0].text, want.map((e) => e.text).join(""));
+    const lp = c.choices[0].logprobs;
+    assert.equal(lp.token_logprobs.length, want.length);
+    lp.token_logprobs.forEach((x, i) => assert.ok(Math.abs(x - want[i].logprob) < 1e-9, `token ${i}: ${x} vs ${want[i].logprob}`));
+    lp.top_logprobs.forEach((top, i) => {
+      assert.ok(Object.keys(top).length >= 1, `token ${i}: top_logprobs`);
+      for (const v of Object.values(top)) assert.ok(want[i].top.some((x) => Math.abs(x.logprob - v) < 1e-9), `token ${i}: top ${v}`);
+    });
   } finally { await mesh.close(); }
 });

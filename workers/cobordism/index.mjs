@@ -9,7 +9,8 @@
 // FOLLOWERS? (JSON [{name, vocab}], service bindings F_<name>): this shard is the hub of a
 // shard group — it forwards each frame to its followers (over links it keeps for the life of
 // the coordinator's link) and answers for the whole group: embed partials summed, top-k lists
-// merged (lse combined), full logits concatenated over the group's contiguous range. A
+// merged by the core (mergeTopK: best k, lse and min combined), full logits concatenated over
+// the group's contiguous range. A
 // follower that fails is left out and named by bit i+1 of the answer's flags (the group
 // abstains for that slice), so the coordinator holds one link per group, not per shard
 // (DESIGN §8: at most 6 simultaneous connections).
@@ -17,11 +18,12 @@
 //   embed  (i32 ids, width 1)  -> f32 [rows, n_embd]: rows of owned ids, zeros elsewhere
 //   lmhead (f32 normed hidden [1, n_embd]), pos = k:
 //       flag fullLogits -> f32 [v1 - v0] the slice's logits
-//       else            -> f32 [2 + 2k]: lse, k, k ids, k logits (ids absolute, exact in f32)
+//       else            -> the slice's top-k + log-sum-exp + min (lib/frame.mjs encodeTopK:
+//                          ids absolute, best first), what the coordinator's Generator samples
 import wasmModule from "../../build/wasm/knotwork.wasm";
 import {init, memoryStats} from "../../bindings/knotwork.mjs";
-import {openParts, topkLse} from "../../bindings/mesh.mjs";
-import {decodeFrame, encodeFrame, FLAG} from "../lib/frame.mjs";
+import {openParts, topkLse, mergeTopK} from "../../bindings/mesh.mjs";
+import {decodeFrame, encodeFrame, encodeTopK, decodeTopK, FLAG} from "../lib/frame.mjs";
 import {r2Source} from "../lib/sources.mjs";
 import {Link, Counter, gather} from "../lib/link.mjs";
 import {jsonBinding, HttpError, errorResponse, applyFault, debugRoute, messageBytes, bootCache} from "../lib/common.mjs";
@@ -82,15 +84,7 @@ async function handle(env, bytes, links) {
     data.set(m.data, 0);
     for (const [x, d] of parts) data.set(d, x.vocab[0] - v0);
   } else {
-    const lists = [m.data, ...parts.map(([, d]) => d)];
-    const all = lists.flatMap((d) => Array.from({length: d[1]}, (_, i) => [d[2 + d[1] + i], d[2 + i]]));
-    all.sort((a, b) => b[0] - a[0] || a[1] - b[1]);
-    const k = m.data[1], top = all.slice(0, k);
-    const mx = Math.max(...lists.map((d) => d[0]));
-    const lse = mx + Math.log(lists.reduce((a, d) => a + Math.exp(d[0] - mx), 0));
-    data = new Float32Array(2 + 2 * top.length);
-    data[0] = lse; data[1] = top.length;
-    top.forEach(([v, id], i) => { data[2 + i] = id; data[2 + top.length + i] = v; });
+    data = encodeTopK(await mergeTopK([m.data, ...parts.map(([, d]) => d)].map(decodeTopK), shardK(f)));
   }
   return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: f.kind === "embed" ? sh.c.n_embd : data.length, flags: failed, data});
 }
@@ -121,13 +115,13 @@ async function own(sh, f, env) {
   stats.lmheads++;
   const logits = sh.parts.lmHead(f.data, 1, v0, v1, {softcap: sh.cfg.softcap ?? 0});
   if (f.flags & FLAG.fullLogits) return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: v1 - v0, data: logits});
-  const k = Math.max(1, Math.min(f.pos || 8, v1 - v0));
-  const t = await topkLse(logits, v0, v1, k);
-  const out = new Float32Array(2 + 2 * t.ids.length);
-  out[0] = t.lse; out[1] = t.ids.length;
-  out.set(t.ids, 2); out.set(t.logits, 2 + t.ids.length);
+  const out = encodeTopK(await topkLse(logits, v0, v1, shardK(f)));
   return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: out.length, data: out});
 }
+
+// The k an lm-head frame asks for (its pos field; the coordinator sizes it so the merged list
+// covers every token its sampler can keep).
+const shardK = (f) => Math.max(1, f.pos || 8);
 
 const linkMap = (mode) => Object.assign(new Map(), {mode});
 

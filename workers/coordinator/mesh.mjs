@@ -2,17 +2,50 @@
 // where it runs (a session Durable Object; Node tests drive it the same way):
 //   tokens -> embed (fan-out to the shards owning them; partials summed) -> stations in order
 //   (a split station: head-group / FFN-slice partials summed per layer) -> exit: normed last
-//   row -> lm-head fan-out (top-k + lse, or full slice logits) -> merge -> the core sampler.
+//   row -> lm-head fan-out (top-k + lse + min per shard, merged by the core; or full slice
+//   logits) -> the core Generator (bindings/generator.mjs: sampler, UTF-8 streaming, stop
+//   strings, stop reason: the loop Engine::generate runs, so the same ids as one process).
+// How many candidates the shards send: shardK() below.
 // Shard fan-outs are fork/race/fold gathers: Accept (all answered), Abstain (some: merged
 // without them, telemetry names the missing slice and the tokens it touched), Decline
 // (none: a clear error). A station answering 409 (session lost) triggers one re-prefill of
 // everything fed so far. Prefill is chunked; each station appends its own KV.
-import {encodeFrame, decodeFrame, FLAG} from "../lib/frame.mjs";
+import {encodeFrame, decodeFrame, decodeTopK, FLAG} from "../lib/frame.mjs";
 import {Counter, LinkError, gather} from "../lib/link.mjs";
-import {ExternalSampler} from "../lib/text.mjs";
+import {Generator, mergeTopK, topkLse} from "../../bindings/generator.mjs";
 import {linkBudget} from "../lib/topology.mjs";
 
 export class MeshError extends Error {}
+
+/**
+ * What the shards send for the next step so that sampling equals sampling from the full
+ * logits (Sampler::sample_topk is exact whenever the merged list holds every token the
+ * sampler can keep). p: a Generator's resolved params; history: the ids the penalty window
+ * sees (prompt + generated); logprobs: top entries reported (or undefined).
+ *   greedy: 1; temperature > 0 with top-k T (0 < T < n_vocab): T — top-p and min-p act
+ *   inside the top T;
+ *   penalties that only lower logits (repeat_penalty >= 1, presence/frequency >= 0), with
+ *   P distinct ids in the window: + P. A lowered token can only fall, and past any token
+ *   only unpenalised ones rise, so the penalised top T lies in the unpenalised top T + P;
+ *   logprobs n: at least n (the raw top n, and the sampled token's raw logit, are listed).
+ * Unbounded — top-k off with temperature > 0, or a penalty that raises logits (an old token
+ * could climb from anywhere) — returns {full: true}: every shard sends its whole slice and
+ * the Generator samples the full logits.
+ * @returns {{full: true} | {full: false, k: number}}
+ */
+export function shardK(p, history, logprobs) {
+  const V = p.n_vocab, greedy = p.temperature <= 0;
+  const pen = p.repeat_penalty !== 1 || p.presence_penalty !== 0 || p.frequency_penalty !== 0;
+  if (pen && (p.repeat_penalty < 1 || p.presence_penalty < 0 || p.frequency_penalty < 0)) return {full: true};
+  if (!greedy && !(p.top_k > 0 && p.top_k < V)) return {full: true};
+  let k = greedy ? 1 : p.top_k;
+  if (pen && p.repeat_last_n !== 0) {
+    const win = p.repeat_last_n > 0 ? history.slice(-p.repeat_last_n) : history;
+    k += new Set(win).size;
+  }
+  if (logprobs >= 0) k = Math.max(k, logprobs);
+  return {full: false, k: Math.min(k, V)};
+}
 
 let nextSid = 1;
 
@@ -24,8 +57,8 @@ export class MeshCoordinator {
    * @param {(name: string, sid: string) => import("../lib/link.mjs").Link} a.connect  a link to a member or shard
    * @param {{shardMs?: number, stationMs?: number}} [a.timeouts]
    */
-  constructor({topology, text, connect, timeouts = {}, counter = new Counter(), topk = 8}) {
-    Object.assign(this, {topology: topology, text, connect, counter, topk});
+  constructor({topology, text, connect, timeouts = {}, counter = new Counter()}) {
+    Object.assign(this, {topology: topology, text, connect, counter});
     this.timeouts = {shardMs: timeouts.shardMs ?? 15_000, stationMs: timeouts.stationMs ?? 60_000};
     this.E = topology.n_embd;
     this.V = topology.n_vocab;
@@ -36,7 +69,8 @@ export class MeshCoordinator {
   /**
    * Stream a completion: {type: "telemetry", event, ...} events, {type: "token", token, text,
    * telemetry} per token, then {type: "summary", ...}. prompt: token ids (use text.tokenize /
-   * applyChatTemplate first). opts: Model.generate's sampling options plus chunk, sid.
+   * applyChatTemplate first). opts: Model.generate's sampling options (logprobs: n adds each
+   * token's raw logprob and top n, from the merged top-k or the full logits) plus chunk, sid, nCtx.
    */
   async *generate(ids, opts = {}) {
     const t = this.topology;
@@ -45,29 +79,31 @@ export class MeshCoordinator {
     const link = (name) => { if (!links.has(name)) links.set(name, this.connect(name, sid)); return links.get(name); };
     const events = [];
     const ev = (e) => events.push({type: "telemetry", ...e});
-    const sampler = new ExternalSampler(this.text, opts);
-    // greedy (an explicit temperature <= 0; the core's default is 0.8) needs only the merged
-    // top-k; any other sampler sees the full logits, exactly as in one process
-    const greedyTopk = typeof opts.temperature === "number" && opts.temperature <= 0 && (opts.repeatPenalty ?? 1) === 1 &&
-      !opts.presencePenalty && !opts.frequencyPenalty && !(opts.logprobs >= 0);
-    const state = {sid, reqId: 1, nCtx: sampler.nCtx, fed: [], link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: []};
+    const c = this.text.info.config;
+    const nCtx = opts.nCtx > 0 ? opts.nCtx : c.n_ctx_train > 0 ? Math.min(c.n_ctx_train, 2048) : 2048;
+    if (opts.logprobs > 20) throw new MeshError(`logprobs must be at most 20, got ${opts.logprobs}`);
+    const gen = await Generator.open(this.text, {...opts, nCtx});
+    const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
+    const first = shardK(gen.params, ids, logprobs);
+    const state = {sid, reqId: 1, nCtx, fed: [], link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0};
     const chunk = opts.chunk ?? 64;
     const t0 = Date.now();
     const out = [];
     let text = "", reason = "", prefillMs = 0, decodeMs = 0, nDecoded = 0;
     try {
       ev({event: "route", sid, stations: t.stations.length, members: t.stations.reduce((a, s) => a + s.members.length, 0),
-          shards: t.shards.length, knot: t.knot, nCtx: sampler.nCtx, logits: greedyTopk ? `top-${this.topk}+lse` : "full"});
+          shards: t.shards.length, knot: t.knot, nCtx, logits: first.full ? "full" : "top-k+lse", k: first.full ? undefined : first.k});
       ev({event: "prefill_started", tokens: ids.length});
-      sampler.prompt(ids);
+      gen.start(ids);
       let xn = await this.#feed(state, ids, 0, chunk, (done) => ev({event: "prefill_progress", done, total: ids.length}));
       prefillMs = Date.now() - t0;
       ev({event: "prefill_completed", tokens: ids.length, ms: prefillMs});
       yield* events.splice(0);
-      let logits = await this.#lmHead(state, xn, greedyTopk);
+      let next = await this.#lmHead(state, xn, shardK(gen.params, ids, logprobs));
       ev({event: "decode_started"});
       for (;;) {
-        const s = sampler.step(logits);
+        const s = gen.step(next.top ?? next.logits);
+        if (logprobs !== undefined) Object.assign(s, await this.#logprobs(next, s.id, logprobs));
         out.push(s.id);
         text += s.text;
         yield* events.splice(0);
@@ -77,18 +113,18 @@ export class MeshCoordinator {
         if (s.done) { reason = s.reason; break; }
         const ts = Date.now();
         xn = await this.#feed(state, [s.id], ids.length + out.length - 1, chunk);
-        logits = await this.#lmHead(state, xn, greedyTopk);
+        next = await this.#lmHead(state, xn, shardK(gen.params, ids.concat(out), logprobs));
         decodeMs += Date.now() - ts;
         nDecoded++;
         void dt;
       }
       yield* events.splice(0);
       yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length, nGenerated: out.length, nDecoded,
-             nCtx: sampler.nCtx, prefillMs, decodeMs, prefillTokS: ids.length / (prefillMs / 1000),
+             nCtx, shardK: state.maxK || "full", prefillMs, decodeMs, prefillTokS: ids.length / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", hops: state.hops,
              reprefills: state.reprefills, abstains: state.abstains, flaggedTokens: state.flagged, ...this.counter.snapshot()};
     } finally {
-      sampler.free();
+      gen.free();
       // explicit end: stations free the session's KV (best effort; the TTL covers the rest);
       // in a chain the first leader passes it on
       await Promise.all(t.stations.flatMap((s) => s.members.map((m) => links.get(m.name)?.request(
@@ -209,22 +245,37 @@ export class MeshCoordinator {
     return null;
   }
 
-  async #lmHead(state, xn, greedyTopk) {
-    const frame = () => encodeFrame({kind: "lmhead", sid: state.sid, reqId: state.reqId++, pos: greedyTopk ? this.topk : 0,
-      width: this.E, flags: greedyTopk ? 0 : FLAG.fullLogits, data: xn});
+  // The lm-head fan-out for one step: {top} (the shards' top-k lists merged by the core) or,
+  // when want.full, {logits} [n_vocab] (the slices side by side; a slice that abstained is -inf).
+  async #lmHead(state, xn, want) {
+    if (!want.full) state.maxK = Math.max(state.maxK, want.k);
+    const frame = () => encodeFrame({kind: "lmhead", sid: state.sid, reqId: state.reqId++, pos: want.full ? 0 : want.k,
+      width: this.E, flags: want.full ? FLAG.fullLogits : 0, data: xn});
     const answers = await this.#fanOut(state, this.groups, frame, "lm-head");
+    if (!want.full) {
+      const parts = answers.map(({grp, f}) => {
+        try { return decodeTopK(f.data); } catch (e) { throw new MeshError(`shard ${grp.hub}: ${e.message}`); }
+      });
+      return {top: await mergeTopK(parts, want.k)};
+    }
     const logits = new Float32Array(this.V).fill(-Infinity);
     for (const {grp, f} of answers) {
-      const d = f.data, [v0, v1] = grp.vocab, r = {task: {name: grp.hub}};
-      if (greedyTopk) {
-        const k = d[1];
-        for (let i = 0; i < k; i++) logits[d[2 + i]] = d[2 + k + i];
-      } else {
-        if (d.length !== v1 - v0) throw new MeshError(`shard ${r.task.name}: ${d.length} logits for slice [${v0},${v1})`);
-        logits.set(d, v0);
-      }
+      const d = f.data, [v0, v1] = grp.vocab;
+      if (d.length !== v1 - v0) throw new MeshError(`shard ${grp.hub}: ${d.length} logits for slice [${v0},${v1})`);
+      logits.set(d, v0);
     }
-    return logits;
+    return {logits};
+  }
+
+  // A token's raw log-probability and the top n, as one process reports them (kw_session_step):
+  // logit - lse over the whole vocabulary, from the merged list (it holds the top n and every
+  // token the sampler can pick) or from the full logits.
+  async #logprobs(next, id, n) {
+    const top = next.top ?? await topkLse(next.logits, 0, next.logits.length, n);
+    const lse = top.lse ?? -Infinity;
+    const at = top.ids.indexOf(id);
+    const logit = next.logits ? next.logits[id] : at >= 0 ? top.logits[at] : -Infinity;
+    return {logprob: logit - lse, top: top.ids.slice(0, n).map((token, i) => ({token, logprob: top.logits[i] - lse}))};
   }
 }
 

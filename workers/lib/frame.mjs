@@ -92,3 +92,28 @@ export function decodeFrame(buf, expect = {}) {
   return {kind, dtype, reqId: v.getUint32(8, true), pos: v.getUint32(12, true), rows, width,
           layer: v.getUint16(24, true), phase, flags: v.getUint8(27), nCtx: v.getUint32(28, true), sid, data};
 }
+
+// An lm-head answer in top-k form (a TopK of bindings/generator.mjs) as an f32 payload:
+//   [lse_hi, lse_lo, min, n, ids x n, logits x n]
+// lse travels as two floats (lse_hi = f32(lse), lse_lo = f32(lse - lse_hi)) so the merged
+// log-sum-exp keeps ~48 bits (logprobs equal one process's to ~1e-12); ids are exact in f32
+// (< 2^24). -inf lse / +inf min (an empty or all -inf slice) pass as IEEE infinities.
+export function encodeTopK(t) {
+  const n = t.ids.length, out = new Float32Array(4 + 2 * n);
+  const lse = t.lse ?? -Infinity, min = t.min ?? Infinity;
+  out[0] = lse;
+  out[1] = Number.isFinite(lse) ? lse - out[0] : 0;
+  out[2] = min;
+  out[3] = n;
+  out.set(t.ids, 4);
+  out.set(t.logits, 4 + n);
+  return out;
+}
+
+/** The TopK of an encodeTopK payload; a payload of the wrong length is a FrameError. */
+export function decodeTopK(d) {
+  const n = d[3];
+  if (!(d.length >= 4 && Number.isInteger(n) && d.length === 4 + 2 * n))
+    throw new FrameError(`top-k payload: ${d.length} values, header says ${n} entries (want 4 + 2n)`);
+  return {ids: Array.from(d.subarray(4, 4 + n)), logits: Array.from(d.subarray(4 + n)), lse: d[0] + d[1], min: d[2]};
+}
