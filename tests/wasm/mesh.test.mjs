@@ -223,6 +223,10 @@ const QWEN = ["--arch", "qwen2", "--hidden", "512", "--layers", "4", "--heads", 
 // llama, tied embeddings, token_embd padded to 320 rows for a 300-token vocab, Q8_0.
 const TIED = ["--arch", "llama", "--hidden", "256", "--layers", "2", "--heads", "8", "--kv-heads", "2",
               "--ffn", "512", "--vocab", "300", "--vocab-tensor", "320", "--tied", "--type", "Q8_0", "--seed", "7"];
+// qwen3: per-head q/k RMSNorm before RoPE, no biases, head_dim 128 != hidden 256 / 4 heads;
+// 2 KV heads (group 2): a 2-head cut = 256 columns of q (on K-quant blocks).
+const QWEN3 = ["--arch", "qwen3", "--hidden", "256", "--layers", "4", "--heads", "4", "--kv-heads", "2",
+               "--head-dim", "128", "--ffn", "512", "--vocab", "300", "--type", "Q4_K_M", "--seed", "5"];
 
 const l2 = (a) => Math.sqrt(a.reduce((s, v) => s + v * v, 0));
 const maxAbs = (a) => a.reduce((m, v) => Math.max(m, Math.abs(v)), 0);
@@ -389,6 +393,18 @@ test("synthetic model: 2 stations x head/FFN slices x 3 vocab shards == the whol
   await checkMesh(bytes, "qwen-unaligned", {layers: [0, 1, 4], heads: [[0, 4, 16], [0, 4, 8, 12, 16]],
                                            ffn: [[0, 100, 512], [0, 300, 301, 512]], vocab: [0, 1, 150, 300]},
                   {reference: true});
+});
+
+test("qwen3 synthetic model (q/k norms, head_dim 128 != hidden/heads): wasm Stations by layer x head x FFN x vocab == the whole model", async (t) => {
+  const bytes = synthKnot(t, "qwen3", QWEN3);
+  if (!bytes) return;
+  assert.equal((await kw.parseKnotHeader(kw.bytesSource(bytes, "q3.knot"))).config.head_dim, 128);
+  const ids = await checkMesh(bytes, "qwen3-aligned", {layers: [0, 2, 4], heads: [[0, 4], [0, 2, 4]],
+                                                      ffn: [[0, 256, 512], [0, 256, 512]], vocab: [0, 97, 211, 300]});
+  assert.ok(new Set(ids).size >= 3, `degenerate continuation ${ids}`);
+  await checkMesh(bytes, "qwen3-unaligned", {layers: [0, 1, 4], heads: [[0, 2, 4], [0, 2, 4]],
+                                            ffn: [[0, 100, 512], [0, 300, 301, 512]], vocab: [0, 1, 150, 300]},
+                  {reference: true, tol: 1e-5});
 });
 
 test("synthetic tied model with a padded vocab: shards meet end to end, own no padding row, match the whole model", async (t) => {
