@@ -29,7 +29,7 @@ size_t utf8_complete_prefix(std::string_view s);
 // Replaces malformed bytes with U+FFFD (one per maximal invalid subpart).
 std::string utf8_sanitize(std::string_view s);
 
-// Character classes (approximate \p{L}, \p{N}, \s; see unicode.cpp for coverage).
+// Character classes: \p{L}, \p{N} (generated tables) and \s (Unicode White_Space).
 bool is_letter(uint32_t cp);
 bool is_number(uint32_t cp);
 bool is_space(uint32_t cp);
