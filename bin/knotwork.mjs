@@ -5,6 +5,7 @@
 //   node bin/knotwork.mjs generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [--temp T] [--top-k K] [--top-p P]
 //        [--min-p M] [--repeat-penalty R] [--seed S] [--ctx N] [--chunk N] [--stop TEXT]...
 //        [--ignore-eos] [--reference] [--ids]
+//   node bin/knotwork.mjs tokenize MODEL (-p TEXT | --prompt-file FILE) [--ids] [--no-bos] [--no-special]
 //   node bin/knotwork.mjs inspect MODEL [--json]
 //   node bin/knotwork.mjs convert IN.gguf OUT.knot      (types kept; hashes computed)
 //   node bin/knotwork.mjs serve MODEL [--port N] [--host H] [--api-key KEY] [--ctx N] [--name ID]
@@ -17,6 +18,8 @@ import {writePlanWranglerConfigs} from "../workers/lib/wrangler.mjs";
 const USAGE = `usage: knotwork <command> [args]
   generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]
                                             run a model in wasm (see generate --help)
+  tokenize MODEL (-p TEXT | --prompt-file FILE) [--ids] [--no-bos] [--no-special]
+                                            token ids and pieces (see tokenize --help)
   inspect MODEL [--json]                    header: config and tensor table
   convert IN.gguf OUT.knot                  re-encode as .knot (types kept)
   serve MODEL [--port N] [--api-key KEY]    OpenAI-compatible API + chat page (see serve --help)
@@ -57,6 +60,15 @@ const GEN_USAGE = `usage: knotwork generate MODEL (-p TEXT | --prompt-file FILE)
   --ignore-eos         keep generating past end-of-generation tokens
   --reference          reference mode: dequantized f32 math, f32 KV cache
   --ids                print only a JSON array of the generated ids
+`;
+
+const TOK_USAGE = `usage: knotwork tokenize MODEL (-p TEXT | --prompt-file FILE) [--ids] [--no-bos] [--no-special]
+  -p, --prompt TEXT    text to tokenize
+  --prompt-file FILE   text from a file, bytes as they are
+  --ids                print only the ids, as [1, 2, 3]
+  --no-bos             do not add BOS (added only when the vocab asks for it)
+  --no-special         special-token text (<|im_start|>) is plain text
+  --special            parse special-token text (the default)
 `;
 
 class UsageError extends Error {}
@@ -339,6 +351,44 @@ async function upload(args) {
   return 0;
 }
 
+// Output byte-identical to the native `knot tokenize` (cli/tokenize.cpp).
+async function tokenize(args) {
+  let model = null, prompt = null, idsOnly = false, addBos = true, special = true;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i];
+    const val = () => { if (i + 1 >= args.length) throw new UsageError(`option ${a} needs a value`); return args[++i]; };
+    switch (a) {
+      case "-h": case "--help": process.stdout.write(TOK_USAGE); return 0;
+      case "-p": case "--prompt": case "--prompt-file":
+        if (prompt !== null) throw new UsageError("give the prompt once (-p or --prompt-file)");
+        prompt = a === "--prompt-file" ? readPromptFile(val()) : Buffer.from(val(), "utf8");
+        break;
+      case "--ids": idsOnly = true; break;
+      case "--no-bos": addBos = false; break;
+      case "--no-special": special = false; break;
+      case "--special": special = true; break;
+      default:
+        if (a.startsWith("-") && a !== "-") throw new UsageError(`unknown option ${a} (see knotwork tokenize --help)`);
+        if (model !== null) throw new UsageError(`unexpected argument '${a}'`);
+        model = a;
+    }
+  }
+  if (model === null) { process.stderr.write(TOK_USAGE); return 2; }
+  if (prompt === null) throw new UsageError("no prompt: pass -p TEXT or --prompt-file FILE");
+  const src = await source(model);
+  let m;
+  try { m = await kw.openModel(src); } finally { await src.close?.(); }
+  try {
+    const ids = m.tokenize(prompt, {addBos, parseSpecial: special});
+    if (idsOnly) { process.stdout.write(`[${ids.join(", ")}]\n`); return 0; }
+    const parts = [];
+    for (const id of ids)
+      parts.push(Buffer.from(`${String(id).padStart(6)} -> '`), m.tokenBytes(id, {special: true}), Buffer.from("'\n"));
+    process.stdout.write(Buffer.concat(parts));
+    return 0;
+  } finally { m.close(); }
+}
+
 // printf("%g"): 6 significant digits, trailing zeros dropped, exponent form below 1e-4
 // or from 1e6 with at least two exponent digits — so inspect prints floats like native.
 function fmtG(x) {
@@ -536,6 +586,7 @@ async function main(argv) {
       case "upload": return await upload(args);
       case "plan": return await plan(args);
       case "wrangler": return await wrangler(args);
+      case "tokenize": return await tokenize(args);
       case "inspect": return await inspect(args);
       case "convert": return await convert(args);
       case "serve": return await serve(args);

@@ -317,9 +317,13 @@ export class Model {
     return w.resultText();
   }
 
-  /** @returns {Uint8Array} the bytes of one token (need not be valid UTF-8 alone) */
-  tokenBytes(id) {
-    this.w.call("kw_token_piece", this.#h(), id);
+  /**
+   * The bytes of one token (need not be valid UTF-8 alone).
+   * special: control tokens give their text ("<|im_end|>") instead of nothing.
+   * @returns {Uint8Array}
+   */
+  tokenBytes(id, {special = false} = {}) {
+    this.w.call("kw_token_piece", this.#h(), id, special ? 1 : 0);
     return this.w.resultBytes().slice();
   }
 

@@ -13,6 +13,7 @@ int cmd_plan(int argc, char** argv);
 // the one writer (workers/lib/wrangler.mjs through bin/knotwork.mjs); model_key is the
 // model's R2 object key ("" = the plan's model name as .knot). Fails with a message.
 int write_wrangler_configs(const std::string& plan_json, const std::string& dir, const std::string& model_key);
+int cmd_tokenize(int argc, char** argv);  // cli/tokenize.cpp
 // Implemented in cli/generate.cpp; knot.cpp carries a weak fallback so the CLI links
 // without it.
 int cmd_generate(int argc, char** argv);

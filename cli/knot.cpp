@@ -50,11 +50,16 @@ static const char* USAGE =
     "        [--fast] [--header-only] OUT(.gguf|.knot)\n"
     "                                 deterministic random-weight model (--fast: rows drawn\n"
     "                                 from a pool of quantized blocks, seconds for a 7B shape;\n"
-    "                                 --header-only: .gguf header + sparse zero payload)\n"
+    "                                 --header-only: .gguf header + sparse zero payload);\n"
+    "                                 --vocab-from tokenizer.json [--tokenizer-config\n"
+    "                                 tokenizer_config.json]: that real byte-level BPE\n"
+    "                                 vocabulary (--vocab N then pads it to N tokens)\n"
     "  plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
     "       [--shards N] [--stations N] [--wrangler DIR [--knot NAME]]\n"
     "                                 mesh topology for a per-isolate memory budget, as JSON\n"
     "                                 (--wrangler: write one Worker config per isolate)\n"
+    "  tokenize MODEL (-p TEXT | --prompt-file FILE) [--ids] [--no-bos] [--no-special]\n"
+    "                                 token ids and pieces (see `knot tokenize --help`)\n"
     "  generate MODEL (-p TEXT | --prompt-file FILE) [options]\n"
     "                                 run a model (see `knot generate --help`)\n"
     "  help                           this text\n";
@@ -318,7 +323,11 @@ int cmd_synth(int argc, char** argv) {
   o.kv_heads = (int)parse_int(take_opt(args, "--kv-heads", std::to_string(o.kv_heads)), "--kv-heads");
   o.ffn = (int)parse_int(take_opt(args, "--ffn", std::to_string(o.ffn)), "--ffn");
   o.head_dim = (int)parse_int(take_opt(args, "--head-dim", "0"), "--head-dim", 0);
-  o.vocab = (int)parse_int(take_opt(args, "--vocab", std::to_string(o.vocab)), "--vocab");
+  o.vocab_from = take_opt(args, "--vocab-from", "");
+  o.tokenizer_config = take_opt(args, "--tokenizer-config", "");
+  // with --vocab-from, --vocab only pads (default: the file's token count)
+  o.vocab = (int)parse_int(take_opt(args, "--vocab", o.vocab_from.empty() ? std::to_string(o.vocab) : "0"), "--vocab",
+                           o.vocab_from.empty() ? 1 : 0);
   o.ctx = (int)parse_int(take_opt(args, "--ctx", std::to_string(o.ctx)), "--ctx", 0);
   o.vocab_tensor = (int)parse_int(take_opt(args, "--vocab-tensor", "0"), "--vocab-tensor", 0);
   o.type = take_opt(args, "--type", o.type);
@@ -329,9 +338,10 @@ int cmd_synth(int argc, char** argv) {
   no_unknown_flags(args);
   if (args.size() != 1) fail("usage: knot synth --arch llama|qwen2|qwen3 --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N [--type T] [--seed S] OUT");
   o.progress = progress_bar("synth");
-  synth_model(o, args[0]);
-  std::printf("%s: synthetic %s, hidden %d, %d layers, %d/%d heads, ffn %d, vocab %d, %s, seed %llu\n", args[0].c_str(), o.arch.c_str(),
-              o.hidden, o.layers, o.heads, o.kv_heads, o.ffn, o.vocab, o.type.c_str(), (unsigned long long)o.seed);
+  o.vocab = synth_model(o, args[0]).n_vocab;
+  std::printf("%s: synthetic %s, hidden %d, %d layers, %d/%d heads, ffn %d, vocab %d%s%s, %s, seed %llu\n", args[0].c_str(), o.arch.c_str(),
+              o.hidden, o.layers, o.heads, o.kv_heads, o.ffn, o.vocab, o.vocab_from.empty() ? "" : " from ", o.vocab_from.c_str(),
+              o.type.c_str(), (unsigned long long)o.seed);
   return 0;
 }
 
@@ -396,6 +406,7 @@ int main(int argc, char** argv) {
     if (cmd == "synth") return cmd_synth(argc - 1, argv + 1);
     if (cmd == "plan") return cmd_plan(argc - 1, argv + 1);
     if (cmd == "generate") return cmd_generate(argc - 1, argv + 1);
+    if (cmd == "tokenize") return cmd_tokenize(argc - 1, argv + 1);
     std::fprintf(stderr, "knot: error: unknown command '%s'\n%s", cmd.c_str(), USAGE);
     return 1;
   } catch (const std::exception& e) {

@@ -330,12 +330,12 @@ int kw_detokenize(int32_t h, const int32_t* ids, uint32_t n) {
   });
 }
 
-// result: raw bytes of one token's text
+// result: raw bytes of one token's text (render_special: control tokens as their text)
 KW_EXPORT(kw_token_piece)
-int kw_token_piece(int32_t h, int32_t id) {
+int kw_token_piece(int32_t h, int32_t id, int32_t render_special) {
   return guard([&] {
     ModelEntry& m = ready_model(h, "kw_token_piece");
-    set_result(m.tok->token_to_piece(id));
+    set_result(m.tok->token_to_piece(id, render_special != 0));
   });
 }
 

@@ -13,6 +13,7 @@
 #include "container/gguf.h"
 #include "container/hash.h"
 #include "container/arch.h"
+#include "container/hf_vocab.h"
 #include "container/knot.h"
 #include "container/model_io.h"
 
@@ -228,10 +229,20 @@ std::vector<KnotTensorDesc> synth_tensors(const SynthOptions& o) {
   return out;
 }
 
-void synth_model(const SynthOptions& o, const std::string& path) {
-  check_target_type(o.type);
+TokenizerData synth_model_tokenizer(const SynthOptions& o) {
+  if (o.vocab_from.empty()) {
+    if (!o.tokenizer_config.empty()) fail("synth: --tokenizer-config needs --vocab-from");
+    return synth_tokenizer(o.vocab);
+  }
+  return tokenizer_from_hf_files(o.vocab_from, o.tokenizer_config, o.vocab);
+}
+
+ModelConfig synth_model(const SynthOptions& o_in, const std::string& path) {
+  check_target_type(o_in.type);
+  TokenizerData tok = synth_model_tokenizer(o_in);
+  SynthOptions o = o_in;
+  o.vocab = (int)tok.tokens.size();
   ModelConfig c = synth_config(o);
-  TokenizerData tok = synth_tokenizer(o.vocab);
   std::vector<Spec> specs = synth_specs(c);
   std::vector<DType> types;
   uint64_t total = 0;
@@ -295,6 +306,7 @@ void synth_model(const SynthOptions& o, const std::string& path) {
     if (o.progress) o.progress(total, total, "");
     if (std::fclose(fp.release()) != 0) fail(tmp + ": close failed");
     if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(path + ": cannot rename from " + tmp + ": " + std::strerror(errno));
+    return c;
   } catch (...) {
     fp.reset();
     std::remove(tmp.c_str());

@@ -33,6 +33,10 @@ struct SynthOptions {
   // header_only (.gguf only): the header, then a sparse all-zero payload of the right
   // size — a multi-GB tensor table in no time, for `knot plan` / header tests.
   bool header_only = false;
+  // A real byte-level BPE vocabulary (tokenizer.json, optional tokenizer_config.json; see
+  // hf_vocab.h) instead of the synthetic SPM one. Then vocab = 0 takes the file's token
+  // count, a larger vocab pads with unused "[PAD<id>]" tokens (Qwen: 151,936).
+  std::string vocab_from, tokenizer_config;
   std::function<void(uint64_t done, uint64_t total, const std::string& name)> progress;
 };
 
@@ -42,7 +46,10 @@ TokenizerData synth_tokenizer(int vocab);         // vocab >= 260
 // The tensor table synth_model writes: knot names, types chosen for o.type, shapes.
 std::vector<KnotTensorDesc> synth_tensors(const SynthOptions& o);
 
-// Writes GGUF when path ends in .gguf, .knot otherwise.
-void synth_model(const SynthOptions& o, const std::string& path);
+// The tokenizer synth_model writes: synth_tokenizer(o.vocab) or the imported vocabulary.
+TokenizerData synth_model_tokenizer(const SynthOptions& o);
+
+// Writes GGUF when path ends in .gguf, .knot otherwise; returns the config written.
+ModelConfig synth_model(const SynthOptions& o, const std::string& path);
 
 }  // namespace knot
