@@ -405,6 +405,10 @@ int kw_chat_apply(int32_t h, const char* msgs, uint32_t msgs_len, int32_t add_ge
                   const char* tmpl, uint32_t tmpl_len) {
   return guard([&] {
     ModelEntry& m = ready_model(h, "kw_chat_apply");
+    if (str_arg(tmpl, tmpl_len) == "jinja") {  // the file's own template: messages passed whole
+      set_result(knot::jinja_chat_prompt(m.model.tokenizer, std::string(str_arg(msgs, msgs_len)), add_generation_prompt != 0));
+      return;
+    }
     json j = json::parse(str_arg(msgs, msgs_len), nullptr, false);
     if (j.is_discarded() || !j.is_array()) knot::fail("kw_chat_apply: messages are not a JSON array");
     std::vector<knot::ChatMessage> v;

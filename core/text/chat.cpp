@@ -3,7 +3,10 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "kernels/common.h"
+#include "text/jinja.h"
 
 namespace knot {
 
@@ -112,6 +115,10 @@ std::string render_zephyr(const TokenizerData& tok, const std::vector<ChatMessag
   return out;
 }
 
+std::string json_quote(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace
 
 const std::vector<std::string>& chat_template_names() {
@@ -133,15 +140,51 @@ std::string detect_chat_template(const TokenizerData& tok) {
   return "llama2";
 }
 
+std::string render_jinja_chat(const TokenizerData& tok, const std::string& messages_json, bool add_generation_prompt,
+                              const std::string& extra_vars_json) {
+  if (tok.chat_template.empty()) fail("chat: the model has no chat template (tokenizer.chat_template) to render");
+  jinja::Value vars = jinja::Value::object();
+  jinja::Value msgs = jinja::from_json(messages_json, "chat: messages");
+  if (msgs.kind != jinja::Value::Array) fail("chat: messages are not a JSON array");
+  vars.set("messages", msgs);
+  vars.set("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
+  vars.set("bos_token", jinja::Value::str(token_text(tok, tok.bos_id, "")));
+  vars.set("eos_token", jinja::Value::str(token_text(tok, tok.eos_id, "")));
+  if (!extra_vars_json.empty()) {
+    jinja::Value extra = jinja::from_json(extra_vars_json, "chat: template variables");
+    if (extra.kind != jinja::Value::Object) fail("chat: template variables are not a JSON object");
+    for (const auto& [k, v] : *extra.obj) vars.set(k, v);
+  }
+  return jinja::Template(tok.chat_template).render(vars);
+}
+
+std::string jinja_chat_prompt(const TokenizerData& tok, const std::string& messages_json, bool add_generation_prompt,
+                              const std::string& extra_vars_json) {
+  std::string out = render_jinja_chat(tok, messages_json, add_generation_prompt, extra_vars_json);
+  const std::string bos = token_text(tok, tok.bos_id, "");
+  if (tok.add_bos && !bos.empty() && out.compare(0, bos.size(), bos) == 0) out.erase(0, bos.size());
+  return out;
+}
+
 std::string apply_chat_template(const TokenizerData& tok, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt, const std::string& force_name) {
   std::string name = force_name.empty() ? detect_chat_template(tok) : force_name;
+  if (name == "jinja") {
+    std::string js = "[";
+    for (size_t i = 0; i < msgs.size(); i++) {
+      // role/content as JSON strings (invalid UTF-8 becomes U+FFFD)
+      js += (i ? "," : "") + std::string("{\"role\":") + json_quote(msgs[i].role) + ",\"content\":" + json_quote(msgs[i].content) + "}";
+    }
+    js += "]";
+    return jinja_chat_prompt(tok, js, add_generation_prompt);
+  }
   if (name == "chatml") return render_chatml(tok, msgs, add_generation_prompt);
   if (name == "llama2") return render_llama2(tok, msgs);
   if (name == "llama3") return render_llama3(msgs, add_generation_prompt);
   if (name == "zephyr") return render_zephyr(tok, msgs, add_generation_prompt);
   std::string known;
   for (const auto& n : chat_template_names()) known += (known.empty() ? "" : ", ") + n;
+  known += ", jinja";
   fail("chat: unknown chat template '" + name + "' (known: " + known + ")");
 }
 

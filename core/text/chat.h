@@ -21,8 +21,22 @@ struct ChatMessage {
 std::string detect_chat_template(const TokenizerData& tok);
 const std::vector<std::string>& chat_template_names();
 
-// force_name: one of chat_template_names() to override detection; unknown names throw.
+// force_name: one of chat_template_names() to override detection, or "jinja": the file's
+// own template rendered by the Jinja interpreter (jinja.h), minus a leading BOS text when
+// the vocab adds BOS itself; unknown names throw.
 std::string apply_chat_template(const TokenizerData& tok, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt, const std::string& force_name = "");
+
+// The file's tokenizer.chat_template rendered exactly as Hugging Face's apply_chat_template
+// does (trim_blocks, lstrip_blocks; variables messages, add_generation_prompt, bos_token,
+// eos_token, plus extra_vars_json's keys, e.g. {"enable_thinking": false}). messages_json
+// is a JSON array of message objects (role, content and any other fields the template
+// reads). No template, or a construct the interpreter lacks: knot::Error naming it.
+std::string render_jinja_chat(const TokenizerData& tok, const std::string& messages_json, bool add_generation_prompt,
+                              const std::string& extra_vars_json = "");
+// render_jinja_chat minus a leading BOS text when the vocab adds BOS itself (the prompt
+// contract above: encode it with add_bos=true, parse_special=true).
+std::string jinja_chat_prompt(const TokenizerData& tok, const std::string& messages_json, bool add_generation_prompt,
+                              const std::string& extra_vars_json = "");
 
 }  // namespace knot
