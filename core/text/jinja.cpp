@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 
@@ -22,7 +24,9 @@ namespace {
 }
 
 constexpr int kMaxDepth = 128;          // nesting of expressions and blocks
-constexpr size_t kMaxOutput = 64 << 20;  // rendered bytes
+constexpr size_t kMaxOutput = 64 << 20;  // rendered bytes, and any one string
+constexpr long long kMaxSteps = 2000000;   // expression evaluations + loop iterations
+constexpr int kMaxValueDepth = 256;      // nesting of lists/dicts (JSON input, printing)
 
 // ---- values --------------------------------------------------------------------------
 
@@ -49,13 +53,16 @@ std::string py_float(double x) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, x);
-  std::string s(buf, r.ptr);
+  for (int prec = 1; prec <= 17; prec++) {  // shortest text that reads back exactly, as Python's repr
+    std::snprintf(buf, sizeof buf, "%.*g", prec, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  std::string s(buf);
   if (s.find_first_of(".en") == std::string::npos) s += ".0";
   return s;
 }
 
-std::string repr(const Value& v);
+std::string repr(const Value& v, int depth = 0);
 
 std::string to_str(const Value& v) {  // what {{ v }} prints (Python str())
   switch (v.kind) {
@@ -69,7 +76,8 @@ std::string to_str(const Value& v) {  // what {{ v }} prints (Python str())
   }
 }
 
-std::string repr(const Value& v) {  // Python repr() of lists and dicts
+std::string repr(const Value& v, int depth) {  // Python repr() of lists and dicts
+  if (depth > kMaxValueDepth) err(0, "value nested deeper than " + std::to_string(kMaxValueDepth));
   if (v.kind == Value::Str) {
     std::string o = "'";
     for (char c : v.s) {
@@ -81,13 +89,13 @@ std::string repr(const Value& v) {  // Python repr() of lists and dicts
   }
   if (v.kind == Value::Array) {
     std::string o = "[";
-    for (size_t k = 0; k < v.arr->size(); k++) o += (k ? ", " : "") + repr((*v.arr)[k]);
+    for (size_t k = 0; k < v.arr->size(); k++) o += (k ? ", " : "") + repr((*v.arr)[k], depth + 1);
     return o + "]";
   }
   if (v.kind == Value::Object) {
     std::string o = "{";
     for (size_t k = 0; k < v.obj->size(); k++)
-      o += (k ? ", " : "") + repr(Value::str((*v.obj)[k].first)) + ": " + repr((*v.obj)[k].second);
+      o += (k ? ", " : "") + repr(Value::str((*v.obj)[k].first)) + ": " + repr((*v.obj)[k].second, depth + 1);
     return o + "}";
   }
   if (v.kind == Value::Func) return "<function " + v.s + ">";
@@ -96,6 +104,8 @@ std::string repr(const Value& v) {  // Python repr() of lists and dicts
 
 // json.dumps(x, ensure_ascii=False[, indent]) as transformers' tojson filter.
 void dump_json(const Value& v, std::string& o, int indent, int level, int line) {
+  if (level > kMaxValueDepth) err(line, "tojson: value nested deeper than " + std::to_string(kMaxValueDepth));
+  if (o.size() > kMaxOutput) err(line, "tojson: output too large");
   auto nl = [&](int lv) {
     if (indent < 0) return;
     o += '\n';
@@ -158,7 +168,8 @@ void dump_json(const Value& v, std::string& o, int indent, int level, int line) 
   }
 }
 
-bool equal(const Value& a, const Value& b) {
+bool equal(const Value& a, const Value& b, int depth = 0) {
+  if (depth > kMaxValueDepth) err(0, "comparison of values nested deeper than " + std::to_string(kMaxValueDepth));
   const bool an = a.kind == Value::Int || a.kind == Value::Float || a.kind == Value::Bool;
   const bool bn = b.kind == Value::Int || b.kind == Value::Float || b.kind == Value::Bool;
   if (an && bn) {
@@ -172,12 +183,12 @@ bool equal(const Value& a, const Value& b) {
     case Value::Array:
       if (a.arr->size() != b.arr->size()) return false;
       for (size_t k = 0; k < a.arr->size(); k++)
-        if (!equal((*a.arr)[k], (*b.arr)[k])) return false;
+        if (!equal((*a.arr)[k], (*b.arr)[k], depth + 1)) return false;
       return true;
     case Value::Object:
       if (a.obj->size() != b.obj->size()) return false;
       for (const auto& [key, val] : *a.obj)
-        if (!equal(val, b.get(key))) return false;
+        if (!equal(val, b.get(key), depth + 1)) return false;
       return true;
     case Value::Func: return a.s == b.s;
     default: return false;
@@ -863,6 +874,7 @@ class Evaluator {
  private:
   std::vector<Scope> scopes_;
   int depth_ = 0;
+  long long steps_ = 0;
 
   Value lookup(const std::string& k) {
     for (size_t i = scopes_.size(); i-- > 0;)
@@ -900,6 +912,7 @@ class Evaluator {
         } else {
           Value target = lookup(n.vars[0]);
           if (target.kind != Value::Object) err(n.line, "cannot set attribute '" + n.vars[1] + "' of " + kind_name(target) + " '" + n.vars[0] + "'");
+          if (holds(v, target.obj.get(), 0)) err(n.line, "cyclic assignment: '" + n.vars[0] + "' would contain itself");
           target.set(n.vars[1], std::move(v));  // shared: a namespace() changes in place
         }
         return Flow::Normal;
@@ -930,6 +943,7 @@ class Evaluator {
         if (items.empty()) return exec(n.else_body, out) == Flow::Break ? Flow::Normal : Flow::Normal;
         const long long len = (long long)items.size();
         for (long long k = 0; k < len; k++) {
+          step(n.line);
           scopes_.emplace_back();
           Value loop = Value::object();
           loop.set("index0", Value::integer(k));
@@ -951,6 +965,24 @@ class Evaluator {
       }
     }
     return Flow::Normal;
+  }
+
+  // True when v is, or (within the depth limit) contains, the object o.
+  static bool holds(const Value& v, const void* o, int depth) {
+    if (depth > kMaxValueDepth) return true;
+    if (v.kind == Value::Object) {
+      if (v.obj.get() == o) return true;
+      for (const auto& kv : *v.obj)
+        if (holds(kv.second, o, depth + 1)) return true;
+    } else if (v.kind == Value::Array) {
+      for (const Value& x : *v.arr)
+        if (holds(x, o, depth + 1)) return true;
+    }
+    return false;
+  }
+
+  void step(int line) {
+    if (++steps_ > kMaxSteps) err(line, "template runs too long (more than " + std::to_string(kMaxSteps) + " steps)");
   }
 
   void bind(const Node& n, const Value& it) {
@@ -1201,7 +1233,10 @@ class Evaluator {
       const Value sep = arg(e, 0, "d", Value::str(""));
       if (v.kind != Value::Array) err(ln, std::string("join of a ") + kind_name(v));
       std::string r;
-      for (size_t k = 0; k < v.arr->size(); k++) r += (k ? to_str(sep) : "") + to_str((*v.arr)[k]);
+      for (size_t k = 0; k < v.arr->size(); k++) {
+        r += (k ? to_str(sep) : "") + to_str((*v.arr)[k]);
+        if (r.size() > kMaxOutput) err(ln, "join result too large");
+      }
       return Value::str(r);
     }
     if (f == "default" || f == "d") {
@@ -1333,7 +1368,11 @@ class Evaluator {
     if (op == "!=") return Value::boolean(!equal(l, r));
     if (op == "in") return Value::boolean(contains(r, l, ln));
     if (op == "not in") return Value::boolean(!contains(r, l, ln));
-    if (op == "~") return Value::str(to_str(l) + to_str(r));
+    if (op == "~") {
+      std::string a = to_str(l), b = to_str(r);
+      if (a.size() + b.size() > kMaxOutput) err(ln, "string too large");
+      return Value::str(a + b);
+    }
     if (op == "<" || op == "<=" || op == ">" || op == ">=") {
       int c;
       if (is_num(l) && is_num(r)) c = num(l) < num(r) ? -1 : num(l) > num(r) ? 1 : 0;
@@ -1381,6 +1420,7 @@ class Evaluator {
   }
 
   Value eval(const Expr& e) {
+    step(e.line);
     if (++depth_ > 4 * kMaxDepth) err(e.line, "expression nesting too deep");
     struct Dec { int& d; ~Dec() { d--; } } dec{depth_};
     switch (e.kind) {
@@ -1420,7 +1460,8 @@ class Evaluator {
   }
 };
 
-Value from_nlohmann(const nlohmann::ordered_json& j) {
+Value from_nlohmann(const nlohmann::ordered_json& j, int depth = 0) {
+  if (depth > kMaxValueDepth) fail("JSON nested deeper than " + std::to_string(kMaxValueDepth));
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return Value::none();
     case nlohmann::ordered_json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -1430,12 +1471,12 @@ Value from_nlohmann(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::string: return Value::str(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       Value r = Value::array();
-      for (const auto& x : j) r.arr->push_back(from_nlohmann(x));
+      for (const auto& x : j) r.arr->push_back(from_nlohmann(x, depth + 1));
       return r;
     }
     case nlohmann::ordered_json::value_t::object: {
       Value r = Value::object();
-      for (auto it = j.begin(); it != j.end(); ++it) r.set(it.key(), from_nlohmann(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) r.set(it.key(), from_nlohmann(it.value(), depth + 1));
       return r;
     }
     default: return Value();

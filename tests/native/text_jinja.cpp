@@ -113,6 +113,15 @@ TEST(TextJinja, ErrorsNameTheConstruct) {
   EXPECT_NE(error_of("{{ 1 // 0 }}").find("division by zero"), std::string::npos);
   // deep nesting is an error, not a stack overflow
   EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nesting"), std::string::npos);
+  // self-reference, runaway loops and growth are errors, not hangs or leaks
+  EXPECT_NE(error_of("{% set ns = namespace(a=1) %}{% set ns.b = [ns] %}").find("cyclic"), std::string::npos);
+  EXPECT_NE(error_of("{% for i in range(2000) %}{% for j in range(2000) %}{% endfor %}{% endfor %}").find("too long"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}")
+                .find("too large"),
+            std::string::npos);
+  std::string deep_json = std::string(1000, '[') + std::string(1000, ']');
+  EXPECT_THROW(knot::jinja::from_json(deep_json, "x"), knot::Error);
   std::string deep;
   for (int i = 0; i < 3000; i++) deep += "{% if true %}";
   EXPECT_NE(error_of(deep).find("nesting"), std::string::npos);
