@@ -94,7 +94,7 @@ export async function compileWasm(source) {
 }
 
 const te = new TextEncoder();
-const td = new TextDecoder("utf-8", {fatal: false});
+const td = new TextDecoder("utf-8", {fatal: false, ignoreBOM: true});  // a leading U+FEFF is text, not a marker
 
 /** Thrown for a non-zero ABI status; message is the core's kw_last_error(). */
 export class KnotworkError extends Error {

@@ -27,16 +27,19 @@ before(() => {
 const piecesBytes = (m, ids) => Buffer.concat(ids.map((id) => m.tokenPiece(id)));
 
 for (const name of Object.keys(VOCABS)) {
+  // the whole corpus on the .knot file; the GGUF (same vocabulary, other container; both
+  // are compared in full natively) on every 8th string
   for (const ext of ["knot", "gguf"]) {
     test(`${name} (${ext}): ids == @lenml/tokenizers on the corpus; exact byte round trip`, async (t) => {
       if (skip) return t.skip(skip);
       const ref = await referenceTokenizers(name);
       const m = await kw.openModel(models[name][ext]);
+      const every = ext === "knot" ? 1 : 8;
       try {
         assert.equal(m.info.config.n_vocab, VOCABS[name].vocab);
         assert.equal(m.info.config.n_vocab_tensor, VOCABS[name].rows);
         let checked = 0, invalid = 0, nfcDiffers = 0;
-        for (const e of corpus()) {
+        for (const e of corpus().filter((_, i) => i % every === 0)) {
           const special = m.tokenize(e.bytes, {addBos: false, parseSpecial: true});
           const plain = m.tokenize(e.bytes, {addBos: false, parseSpecial: false});
           assert.deepEqual(piecesBytes(m, plain), e.bytes, `round trip ${e.label}`);
@@ -49,9 +52,11 @@ for (const name of Object.keys(VOCABS)) {
           else if (JSON.stringify(special) !== JSON.stringify(original)) nfcDiffers++;
           checked++;
         }
-        assert.ok(checked >= 300, `${checked} strings compared`);
-        assert.ok(invalid >= 10, `${invalid} invalid UTF-8 inputs`);
-        if (name === "qwen3") assert.ok(nfcDiffers >= 3, "the corpus shows our no-NFC choice");
+        if (every === 1) {
+          assert.ok(checked >= 300, `${checked} strings compared`);
+          assert.ok(invalid >= 10, `${invalid} invalid UTF-8 inputs`);
+          if (name === "qwen3") assert.ok(nfcDiffers >= 3, "the corpus shows our no-NFC choice");
+        }
         // BOS: Llama-3 adds <|begin_of_text|>, Qwen3 (add_bos_token false) adds nothing
         const withBos = m.tokenize("Hello", {addBos: true, parseSpecial: true});
         if (VOCABS[name].bos === null) assert.deepEqual(withBos, m.tokenize("Hello", {addBos: false}));
@@ -97,7 +102,7 @@ test("knot tokenize == node bin/knotwork.mjs tokenize (byte-identical)", async (
     ["-p", "<|begin_of_text|>x", "--no-bos", "--special"],
   ];
   for (const name of Object.keys(VOCABS)) {
-    for (const args of cases) {
+    for (const args of name === "qwen3" ? cases : cases.slice(2)) {
       const model = models[name].gguf;
       const native = execFileSync(KNOT_BIN, ["tokenize", model, ...args]);
       const wasm = execFileSync(process.execPath, [join(ROOT, "bin/knotwork.mjs"), "tokenize", model, ...args]);
