@@ -24,7 +24,7 @@ before(() => {
   for (const name of Object.keys(VOCABS)) models[name] = synthModels(name, dir, KNOT_BIN);
 });
 
-const piecesBytes = (m, ids) => Buffer.concat(ids.map((id) => m.tokenPiece(id)));
+const piecesBytes = (m, ids) => Buffer.concat(ids.map((id) => m.tokenBytes(id)));
 
 for (const name of Object.keys(VOCABS)) {
   // the whole corpus on the .knot file; the GGUF (same vocabulary, other container; both
