@@ -239,6 +239,7 @@ TokenizerData synth_model_tokenizer(const SynthOptions& o) {
 
 ModelConfig synth_model(const SynthOptions& o_in, const std::string& path) {
   check_target_type(o_in.type);
+  if (o_in.vocab_from.empty()) synth_config(o_in);  // dims and --vocab first, named as options
   TokenizerData tok = synth_model_tokenizer(o_in);
   SynthOptions o = o_in;
   o.vocab = (int)tok.tokens.size();

@@ -101,7 +101,9 @@ TEST_P(RealVocab, IdsEqualReferenceAndRoundTrip) {
   }
   EXPECT_GE(n_checked, 300u);
   EXPECT_GE(n_invalid, 10u);
-  if (vocab == "qwen3") EXPECT_GE(n_nfc, 3u) << "the corpus must show the NFC difference";
+  if (vocab == "qwen3") {
+    EXPECT_GE(n_nfc, 3u) << "the corpus must show the NFC difference";
+  }
 }
 
 TEST_P(RealVocab, TypesBosAndSpecials) {
