@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "container/model_io.h"
+#include "container/loader.h"
 #include "text/vocab.h"
 
 int main(int argc, char** argv) {

@@ -305,8 +305,10 @@ export class Model {
   }
 
   /**
-   * Format chat messages with the model's template (ChatML, Llama-2, Llama-3, ... detected
-   * from the file, or `template` to force one). Generate from the result with
+   * Format chat messages with the model's template: the file's own Jinja template when the
+   * core's interpreter parses it, else the format its markers (or the vocab) name (ChatML,
+   * Llama-2, Llama-3, Zephyr); `template` forces one of those or "jinja". serve's OpenAI
+   * handler and the mesh coordinator use this default. Generate from the result with
    * {parseSpecial: true} so the role markers become their special tokens.
    * @param {{role: string, content: string}[]} messages
    */

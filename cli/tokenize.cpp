@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "container/model_io.h"
+#include "container/loader.h"
 #include "kernels/common.h"
 #include "text/vocab.h"
 

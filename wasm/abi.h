@@ -77,7 +77,8 @@ int kw_tokenize(int32_t h, const char* text, uint32_t len, int32_t add_bos, int3
 int kw_detokenize(int32_t h, const int32_t* ids, uint32_t n);  // result UTF-8
 int kw_token_piece(int32_t h, int32_t id, int32_t render_special);  // result: raw bytes
 int kw_chat_apply(int32_t h, const char* msgs_json, uint32_t msgs_len, int32_t add_generation_prompt,
-                  const char* tmpl, uint32_t tmpl_len);  // result: prompt text
+                  const char* tmpl, uint32_t tmpl_len);  // result: prompt text; tmpl "" = the
+                  // file's own Jinja template when it parses (knot::default_chat_template)
 
 // ---- generation (abi_session.cpp) ----
 // opts JSON: mode ("fast"|"reference"), n_ctx, chunk, kv_budget, n_predict, temperature,

@@ -405,7 +405,9 @@ int kw_chat_apply(int32_t h, const char* msgs, uint32_t msgs_len, int32_t add_ge
                   const char* tmpl, uint32_t tmpl_len) {
   return guard([&] {
     ModelEntry& m = ready_model(h, "kw_chat_apply");
-    if (str_arg(tmpl, tmpl_len) == "jinja") {  // the file's own template: messages passed whole
+    std::string name(str_arg(tmpl, tmpl_len));
+    if (name.empty()) name = knot::default_chat_template(m.model.tokenizer);
+    if (name == "jinja") {  // the file's own template: messages passed whole (tool_calls, reasoning_content, ...)
       set_result(knot::jinja_chat_prompt(m.model.tokenizer, std::string(str_arg(msgs, msgs_len)), add_generation_prompt != 0));
       return;
     }
@@ -418,7 +420,6 @@ int kw_chat_apply(int32_t h, const char* msgs, uint32_t msgs_len, int32_t add_ge
         knot::fail("kw_chat_apply: each message needs string \"role\" and \"content\": " + e.dump());
       v.push_back({e["role"].get<std::string>(), e["content"].get<std::string>()});
     }
-    set_result(knot::apply_chat_template(m.model.tokenizer, v, add_generation_prompt != 0,
-                                         std::string(str_arg(tmpl, tmpl_len))));
+    set_result(knot::apply_chat_template(m.model.tokenizer, v, add_generation_prompt != 0, name));
   });
 }

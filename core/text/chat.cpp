@@ -140,6 +140,18 @@ std::string detect_chat_template(const TokenizerData& tok) {
   return "llama2";
 }
 
+std::string default_chat_template(const TokenizerData& tok) {
+  if (!tok.chat_template.empty()) {
+    try {
+      jinja::Template parsed(tok.chat_template);  // parse only: render errors are the caller's
+      return "jinja";
+    } catch (const Error&) {
+      // a construct the interpreter lacks: the format its markers name, as before
+    }
+  }
+  return detect_chat_template(tok);
+}
+
 std::string render_jinja_chat(const TokenizerData& tok, const std::string& messages_json, bool add_generation_prompt,
                               const std::string& extra_vars_json) {
   if (tok.chat_template.empty()) fail("chat: the model has no chat template (tokenizer.chat_template) to render");
@@ -168,7 +180,8 @@ std::string jinja_chat_prompt(const TokenizerData& tok, const std::string& messa
 
 std::string apply_chat_template(const TokenizerData& tok, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt, const std::string& force_name) {
-  std::string name = force_name.empty() ? detect_chat_template(tok) : force_name;
+  std::string name = force_name;
+  if (name.empty()) name = default_chat_template(tok);
   if (name == "jinja") {
     std::string js = "[";
     for (size_t i = 0; i < msgs.size(); i++) {

@@ -1,7 +1,9 @@
-// chat.h — chat prompt formatting. The template is recognised from markers in the
-// file's tokenizer.chat_template (no Jinja engine): ChatML, Llama-2 [INST], Llama-3
-// header tokens, Zephyr (<|user|>, TinyLlama-chat). Without a template: ChatML if the vocab has <|im_start|>, Llama-3 if
-// it has <|start_header_id|>, else Llama-2.
+// chat.h — chat prompt formatting. The file's tokenizer.chat_template is rendered by the
+// Jinja interpreter (jinja.h) as Hugging Face's apply_chat_template does. A template the
+// interpreter cannot parse is recognised from its markers and rendered by a built-in
+// format: ChatML, Llama-2 [INST], Llama-3 header tokens, Zephyr (<|user|>, TinyLlama-chat).
+// Without a template: ChatML if the vocab has <|im_start|>, Llama-3 if it has
+// <|start_header_id|>, else Llama-2.
 // Contract: the output is the prompt text WITHOUT the leading BOS (encode it with
 // add_bos=true, parse_special=true so BOS is added once and the markers become tokens).
 #pragma once
@@ -17,13 +19,18 @@ struct ChatMessage {
   std::string content;
 };
 
-// "chatml" | "llama2" | "llama3" | "zephyr"
+// "chatml" | "llama2" | "llama3" | "zephyr": the format the template's markers (or, without
+// a template, the vocab's special tokens) name.
 std::string detect_chat_template(const TokenizerData& tok);
+// What apply_chat_template renders when no name is forced: "jinja" (the file's own template)
+// when the file has one the interpreter parses, else detect_chat_template(). Every chat
+// path (serve's OpenAI handler, the mesh coordinator, applyChatTemplate) takes this default.
+std::string default_chat_template(const TokenizerData& tok);
 const std::vector<std::string>& chat_template_names();
 
-// force_name: one of chat_template_names() to override detection, or "jinja": the file's
-// own template rendered by the Jinja interpreter (jinja.h), minus a leading BOS text when
-// the vocab adds BOS itself; unknown names throw.
+// force_name: "" for default_chat_template(), one of chat_template_names() to force a
+// built-in format, or "jinja": the file's own template rendered by the Jinja interpreter
+// (jinja.h), minus a leading BOS text when the vocab adds BOS itself; unknown names throw.
 std::string apply_chat_template(const TokenizerData& tok, const std::vector<ChatMessage>& msgs,
                                 bool add_generation_prompt, const std::string& force_name = "");
 

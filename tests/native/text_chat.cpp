@@ -10,7 +10,9 @@ using knot::TokenizerData;
 
 namespace {
 
-// Jinja snippets in the style of the real templates (only their markers matter).
+// Jinja snippets in the style of the real templates. Only their markers matter to
+// detect_chat_template; the built-in formats are tested by passing its name, since by default
+// a template that parses is rendered as written (DefaultIsTheFilesTemplate).
 const char* kChatmlTmpl =
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
     "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
@@ -75,7 +77,7 @@ TEST(TextChat, ChatML) {
   EXPECT_EQ(knot::apply_chat_template(d, {{"user", "Hi"}}, false),
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
             "<|im_start|>user\nHi<|im_end|>\n");
-  EXPECT_EQ(knot::apply_chat_template(vocab_with({}, kQwen25Tmpl), {{"user", "Hi"}}, true),
+  EXPECT_EQ(knot::apply_chat_template(vocab_with({}, kQwen25Tmpl), {{"user", "Hi"}}, true, "chatml"),
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   // Without a template there is no default system prompt.
@@ -92,18 +94,18 @@ TEST(TextChat, Llama2) {
 
 TEST(TextChat, Llama3) {
   const TokenizerData d = vocab_with({}, kLlama3Tmpl);
-  EXPECT_EQ(knot::apply_chat_template(d, {{"system", "Be brief."}, {"user", " Hi\n"}}, true),
+  EXPECT_EQ(knot::apply_chat_template(d, {{"system", "Be brief."}, {"user", " Hi\n"}}, true, knot::detect_chat_template(d)),
             "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_EQ(knot::apply_chat_template(d, {{"user", "Hi"}}, false),
+  EXPECT_EQ(knot::apply_chat_template(d, {{"user", "Hi"}}, false, knot::detect_chat_template(d)),
             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
 }
 
 TEST(TextChat, Zephyr) {
   const TokenizerData d = vocab_with({}, kZephyrTmpl);
   EXPECT_EQ(knot::detect_chat_template(d), "zephyr");
-  EXPECT_EQ(knot::apply_chat_template(d, {{"system", "Be brief."}, {"user", "Hi"}}, true),
+  EXPECT_EQ(knot::apply_chat_template(d, {{"system", "Be brief."}, {"user", "Hi"}}, true, knot::detect_chat_template(d)),
             "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\n");
 }
 
@@ -113,6 +115,28 @@ TEST(TextChat, ForceByName) {
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_THROW(knot::apply_chat_template(d, {{"user", "Hi"}}, true, "vicuna"), knot::Error);
   EXPECT_EQ(knot::chat_template_names().size(), 4u);
+}
+
+// No forced name: the file's own template when the interpreter parses it (every chat path
+// takes this default); a template it cannot parse falls back to its markers' format; no
+// template: the vocab's special tokens.
+TEST(TextChat, DefaultIsTheFilesTemplate) {
+  const TokenizerData zephyr = vocab_with({}, kZephyrTmpl);
+  EXPECT_EQ(knot::default_chat_template(zephyr), "jinja");
+  // as written: this template drops system messages (the built-in Zephyr format keeps them)
+  EXPECT_EQ(knot::apply_chat_template(zephyr, {{"system", "Be brief."}, {"user", "Hi"}}, true),
+            "<|user|>\nHi</s><|assistant|>");
+  EXPECT_EQ(knot::apply_chat_template(zephyr, {{"system", "Be brief."}, {"user", "Hi"}}, true),
+            knot::apply_chat_template(zephyr, {{"system", "Be brief."}, {"user", "Hi"}}, true, "jinja"));
+  // kLlama2Tmpl is a fragment (an unclosed if): its markers name Llama-2
+  EXPECT_THROW(knot::apply_chat_template(vocab_with({}, kLlama2Tmpl), {{"user", "Hi"}}, true, "jinja"), knot::Error);
+  EXPECT_EQ(knot::default_chat_template(vocab_with({}, kLlama2Tmpl)), "llama2");
+  EXPECT_EQ(knot::apply_chat_template(vocab_with({}, kLlama2Tmpl), {{"user", "Hi"}}, true), "[INST] Hi [/INST]");
+  EXPECT_EQ(knot::default_chat_template(vocab_with({"<|im_start|>"}, "")), "chatml");
+  // an error the template raises while rendering is the caller's, not a fallback
+  const TokenizerData raising = vocab_with({}, "{{ raise_exception('roles must alternate') }}");
+  EXPECT_EQ(knot::default_chat_template(raising), "jinja");
+  EXPECT_THROW(knot::apply_chat_template(raising, {{"user", "Hi"}}, true), knot::Error);
 }
 
 // The Llama-2 prompt encodes with the markers as text and "</s><s>" as special tokens.

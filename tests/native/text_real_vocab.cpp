@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "container/model_io.h"
+#include "container/loader.h"
 #include "text/chat.h"
 #include "text/unicode.h"
 #include "text/vocab.h"
@@ -170,6 +170,7 @@ TEST_P(RealVocab, ChatTemplateEqualsReference) {
     EXPECT_EQ(got, c["expected"].get<std::string>()) << c["messages"].dump();
     n++;
   }
+  EXPECT_EQ(knot::default_chat_template(m.tokenizer), "jinja");  // what every chat path renders by default
   EXPECT_GE(n, 8u);
 }
 

@@ -10,7 +10,7 @@ import {join} from "node:path";
 
 import * as kw from "../../bindings/knotwork.mjs";
 import {KNOT_BIN, ROOT, tmpDir} from "./helpers.mjs";
-import {CHATS, VOCABS, corpus, haveReference, referenceChat, referenceTokenizers, refIds, synthModels} from "./tokenizer-ref.mjs";
+import {CHATS, VOCABS, corpus, haveReference, llamaCppJinja, referenceChat, referenceTokenizers, refIds, synthModels} from "./tokenizer-ref.mjs";
 
 const models = {};
 let skip = null;
@@ -75,6 +75,8 @@ for (const name of Object.keys(VOCABS)) {
         if (chat.extra) continue;  // extra template variables: native test (render_jinja_chat)
         const expected = await referenceChat(ref.config, chat);
         const ours = m.applyChatTemplate(chat.messages, {template: "jinja", addGenerationPrompt: chat.add_generation_prompt});
+        // the default (serve's OpenAI handler, the mesh coordinator) renders the file's own template
+        assert.equal(m.applyChatTemplate(chat.messages, {addGenerationPrompt: chat.add_generation_prompt}), ours);
         // the prompt form drops a leading BOS text when the vocab adds BOS itself
         const bos = VOCABS[name].bos === null ? "" : ref.config.bos_token;
         assert.equal(bos + ours, expected, JSON.stringify(chat.messages).slice(0, 100));
@@ -92,6 +94,32 @@ for (const name of Object.keys(VOCABS)) {
     } finally { m.close(); }
   });
 }
+
+// llama.cpp's Jinja engine (node-llama-cpp's native renderer) as a second reference, where
+// ../shared/peers/setup.sh installed it; CI has @huggingface/jinja only (README).
+test("chat templates: ours == llama.cpp's Jinja (node-llama-cpp) for Qwen3 and Llama-3", async (t) => {
+  if (skip) return t.skip(skip);
+  const nlc = await llamaCppJinja();
+  if (nlc.skip) return t.skip(nlc.skip);  // the reason is printed: "# SKIP node-llama-cpp is not installed ..."
+  try {
+    t.diagnostic(`node-llama-cpp ${nlc.version}, llama.cpp ${nlc.llamaCpp}`);
+    for (const name of Object.keys(VOCABS)) {
+      const ref = await referenceTokenizers(name);
+      const m = await kw.openModel(models[name].knot);
+      try {
+        const bos = VOCABS[name].bos === null ? "" : ref.config.bos_token;
+        for (const chat of CHATS) {
+          const expected = nlc.render(ref.config, chat);
+          const what = `${name} ${JSON.stringify(chat.messages).slice(0, 80)}`;
+          // the two references agree (extra variables too: tools, enable_thinking)
+          assert.equal(await referenceChat(ref.config, chat), expected, what);
+          if (chat.extra) continue;  // extra template variables: not in the JS API
+          assert.equal(bos + m.applyChatTemplate(chat.messages, {addGenerationPrompt: chat.add_generation_prompt}), expected, what);
+        }
+      } finally { m.close(); }
+    }
+  } finally { await nlc.dispose(); }
+});
 
 test("knot tokenize == node bin/knotwork.mjs tokenize (byte-identical)", async (t) => {
   if (skip) return t.skip(skip);

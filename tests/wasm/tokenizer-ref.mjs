@@ -16,7 +16,7 @@ import {execFileSync} from "node:child_process";
 import {mkdirSync, readFileSync, writeFileSync, existsSync, renameSync} from "node:fs";
 import {createRequire} from "node:module";
 import {dirname, join, resolve} from "node:path";
-import {fileURLToPath} from "node:url";
+import {fileURLToPath, pathToFileURL} from "node:url";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const require = createRequire(join(ROOT, "package.json"));
@@ -109,12 +109,41 @@ export async function referenceChat(config, chat) {
     ...chat.extra});
 }
 
+/**
+ * llama.cpp's own Jinja engine (the native AddonJinjaRenderer of node-llama-cpp, as
+ * installed by ../shared/peers/setup.sh into $KNOT_PEERS, default /tmp/peers), or
+ * {skip: reason} when it is not installed. Not a devDependency: its npm install pulls
+ * ~700 MB of optional GPU builds unless trimmed as setup.sh does, so CI compares with
+ * @huggingface/jinja (referenceChat) and this runs wherever the peers are installed.
+ */
+export async function llamaCppJinja() {
+  const dir = process.env.KNOT_PEERS ?? "/tmp/peers";
+  const req = createRequire(join(dir, "package.json"));
+  let entry;
+  try { entry = req.resolve("node-llama-cpp"); } catch {
+    return {skip: `node-llama-cpp is not installed in ${dir} (bash ../shared/peers/setup.sh ${dir}; or set KNOT_PEERS)`};
+  }
+  const {getLlama} = await import(pathToFileURL(entry).href);
+  const llama = await getLlama({gpu: false, build: "never", skipDownload: true, logLevel: "error"});
+  const version = JSON.parse(readFileSync(join(dirname(dirname(entry)), "package.json"), "utf8")).version;
+  return {
+    version, llamaCpp: llama.llamaCppRelease.release,
+    render(config, chat) {
+      return new llama._bindings.AddonJinjaRenderer(config.chat_template).render({
+        messages: chat.messages, add_generation_prompt: chat.add_generation_prompt,
+        bos_token: typeof config.bos_token === "string" ? config.bos_token : "",
+        eos_token: typeof config.eos_token === "string" ? config.eos_token : "", ...chat.extra});
+    },
+    dispose: () => llama.dispose(),
+  };
+}
+
 /** Synthesizes DIR/<name>.gguf and .knot with the real vocabulary (tiny dims: fast). */
 export function synthModels(name, dir, knotBin) {
   const f = vocabFiles(name), v = VOCABS[name];
   const out = {gguf: join(dir, `${name}.gguf`), knot: join(dir, `${name}.knot`)};
   for (const p of [out.gguf, out.knot])
-    execFileSync(knotBin, ["synth", "--arch", name === "qwen3" ? "qwen2" : "llama", "--hidden", "32", "--layers", "1",
+    execFileSync(knotBin, ["synth", "--arch", name === "qwen3" ? "qwen3" : "llama", "--hidden", "32", "--layers", "1",
       "--heads", "2", "--kv-heads", "1", "--ffn", "32", "--type", "Q8_0", "--tied", "--vocab-from", f.tokenizer,
       "--tokenizer-config", f.config, "--vocab", String(v.vocab), "--vocab-tensor", String(v.rows), p], {stdio: ["ignore", "ignore", "inherit"]});
   return out;
