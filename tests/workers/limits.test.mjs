@@ -59,6 +59,8 @@ test("measured: a session's subrequests and connections per token under workerd 
     // hops per decode token = stations + embed hub + lm-head hubs
     const perToken = linkBudget(mesh.topology).perToken;
     assert.equal(perToken, 2 + 1 + 4);
+    // through hubs too, greedy steps take their input row from the lm-head answer
+    assert.equal(s.rowsPrefetched, s.nDecoded);
     const lim = checkLimits(mesh.topology, {tokens: 4096, mode: "ws"});
     assert.ok(lim.ok && lim.subrequests === s.subrequests && lim.connections >= s.maxConnections, JSON.stringify(lim));
     // every hub held at most its followers' links

@@ -31,6 +31,8 @@ test("1 station + 1 shard: greedy ids == single process (llama Q4_K_M)", async (
     assert.ok(r.telemetry.some((e) => e.event === "route"));
     assert.ok(r.telemetry.some((e) => e.event === "prefill_completed"));
     assert.ok(r.summary.hops > 0);
+    // greedy: every decode step's input row came with the lm-head answer (no embed round trip)
+    assert.equal(r.summary.rowsPrefetched, r.summary.nDecoded);
   }});
 });
 

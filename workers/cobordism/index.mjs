@@ -23,7 +23,7 @@
 import wasmModule from "../../build/wasm/knotwork.wasm";
 import {init, memoryStats} from "../../bindings/knotwork.mjs";
 import {openParts, topkLse, mergeTopK} from "../../bindings/mesh.mjs";
-import {decodeFrame, encodeFrame, encodeTopK, decodeTopK, FLAG} from "../lib/frame.mjs";
+import {decodeFrame, encodeFrame, encodeTopK, decodeTopK, splitTopRow, FLAG} from "../lib/frame.mjs";
 import {r2Source} from "../lib/sources.mjs";
 import {Link, Counter, gather} from "../lib/link.mjs";
 import {jsonBinding, HttpError, errorResponse, applyFault, debugRoute, messageBytes, bootCache} from "../lib/common.mjs";
@@ -47,7 +47,7 @@ async function bootShard(env) {
     if (!(env.COB_WARDEN && untied)) await parts.loadRows("token_embd_weight", v0, v1);
     if (untied) await parts.loadRows("output_weight", v0, v1);
     const warden = env.COB_WARDEN ? {key, identity: {knot: cfg.knot, etag: r2.etag, size: r2.size}} : null;
-    return {cfg, c, parts, key, v0, v1, warden};
+    return {cfg, c, parts, key, v0, v1, warden, holdsEmbed: !(env.COB_WARDEN && untied)};
   });
 }
 
@@ -84,7 +84,12 @@ async function handle(env, bytes, links) {
     data.set(m.data, 0);
     for (const [x, d] of parts) data.set(d, x.vocab[0] - v0);
   } else {
-    data = encodeTopK(await mergeTopK([m.data, ...parts.map(([, d]) => d)].map(decodeTopK), shardK(f)));
+    // with FLAG.topRow each answer may carry its best token's embedding row: pass on the
+    // row of the merged best token, when its owner sent one
+    const split = [m.data, ...parts.map(([, d]) => d)].map((d) => splitTopRow(d, sh.c.n_embd));
+    const merged = await mergeTopK(split.map((x) => decodeTopK(x.top)), shardK(f));
+    const best = split.find((x) => x.row && merged.ids.length && x.top[4] === merged.ids[0]);
+    data = withTopRow(encodeTopK(merged), f.flags & FLAG.topRow && best ? best.row : null);
   }
   return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: f.kind === "embed" ? sh.c.n_embd : data.length, flags: failed, data});
 }
@@ -115,8 +120,17 @@ async function own(sh, f, env) {
   stats.lmheads++;
   const logits = sh.parts.lmHead(f.data, 1, v0, v1, {softcap: sh.cfg.softcap ?? 0});
   if (f.flags & FLAG.fullLogits) return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: v1 - v0, data: logits});
-  const out = encodeTopK(await topkLse(logits, v0, v1, shardK(f)));
+  const t = await topkLse(logits, v0, v1, shardK(f));
+  const out = withTopRow(encodeTopK(t), f.flags & FLAG.topRow && sh.holdsEmbed && t.ids.length ? sh.parts.embed([t.ids[0]], v0, v1, E) : null);
   return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: out.length, data: out});
+}
+
+function withTopRow(top, row) {
+  if (!row) return top;
+  const out = new Float32Array(top.length + row.length);
+  out.set(top);
+  out.set(row, top.length);
+  return out;
 }
 
 // The k an lm-head frame asks for (its pos field; the coordinator sizes it so the merged list

@@ -10,7 +10,7 @@
 // without them, telemetry names the missing slice and the tokens it touched), Decline
 // (none: a clear error). A station answering 409 (session lost) triggers one re-prefill of
 // everything fed so far. Prefill is chunked; each station appends its own KV.
-import {encodeFrame, decodeFrame, decodeTopK, FLAG} from "../lib/frame.mjs";
+import {encodeFrame, decodeFrame, decodeTopK, splitTopRow, FLAG} from "../lib/frame.mjs";
 import {Counter, LinkError, gather} from "../lib/link.mjs";
 import {Generator, mergeTopK, topkLse} from "../../bindings/generator.mjs";
 import {linkBudget} from "../lib/topology.mjs";
@@ -85,7 +85,8 @@ export class MeshCoordinator {
     const gen = await Generator.open(this.text, {...opts, nCtx});
     const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
     const first = shardK(gen.params, ids, logprobs);
-    const state = {sid, reqId: 1, nCtx, fed: [], link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0};
+    const state = {sid, reqId: 1, nCtx, fed: [], link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0,
+                   nextRow: null, rowsPrefetched: 0};
     const chunk = opts.chunk ?? 64;
     const t0 = Date.now();
     const out = [];
@@ -122,7 +123,7 @@ export class MeshCoordinator {
       yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length, nGenerated: out.length, nDecoded,
              nCtx, shardK: state.maxK || "full", prefillMs, decodeMs, prefillTokS: ids.length / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", hops: state.hops,
-             reprefills: state.reprefills, abstains: state.abstains, flaggedTokens: state.flagged, ...this.counter.snapshot()};
+             reprefills: state.reprefills, abstains: state.abstains, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
     } finally {
       gen.free();
       // explicit end: stations free the session's KV (best effort; the TTL covers the rest);
@@ -190,6 +191,9 @@ export class MeshCoordinator {
 
   async #embed(state, ids, pos) {
     for (const id of ids) if (!(id >= 0 && id < this.V)) throw new MeshError(`token id ${id} outside the vocabulary [0, ${this.V})`);
+    const pre = state.nextRow;
+    state.nextRow = null;
+    if (ids.length === 1 && pre?.id === ids[0]) { state.rowsPrefetched++; return Float32Array.from(pre.row); }
     const groups = this.groups.filter((grp) => grp.shards.some((s) => ids.some((id) => id >= s.vocab[0] && id < s.vocab[1])));
     const frame = () => encodeFrame({kind: "embed", sid: state.sid, reqId: state.reqId++, pos, width: 1, data: Int32Array.from(ids)});
     const x = new Float32Array(ids.length * this.E);
@@ -249,14 +253,26 @@ export class MeshCoordinator {
   // when want.full, {logits} [n_vocab] (the slices side by side; a slice that abstained is -inf).
   async #lmHead(state, xn, want) {
     if (!want.full) state.maxK = Math.max(state.maxK, want.k);
+    // greedy (k = 1): each shard also sends its best token's embedding row, so the next step
+    // needs no embed round trip when the pick is one of them (it always is for greedy)
+    const topRow = !want.full && want.k === 1;
     const frame = () => encodeFrame({kind: "lmhead", sid: state.sid, reqId: state.reqId++, pos: want.full ? 0 : want.k,
-      width: this.E, flags: want.full ? FLAG.fullLogits : 0, data: xn});
+      width: this.E, flags: want.full ? FLAG.fullLogits : topRow ? FLAG.topRow : 0, data: xn});
     const answers = await this.#fanOut(state, this.groups, frame, "lm-head");
+    state.nextRow = null;
     if (!want.full) {
+      const rows = new Map();
       const parts = answers.map(({grp, f}) => {
-        try { return decodeTopK(f.data); } catch (e) { throw new MeshError(`shard ${grp.hub}: ${e.message}`); }
+        try {
+          const {top, row} = topRow ? splitTopRow(f.data, this.E) : {top: f.data, row: null};
+          const t = decodeTopK(top);
+          if (row && t.ids.length) rows.set(t.ids[0], row);
+          return t;
+        } catch (e) { throw new MeshError(`shard ${grp.hub}: ${e.message}`); }
       });
-      return {top: await mergeTopK(parts, want.k)};
+      const top = await mergeTopK(parts, want.k);
+      if (top.ids.length && rows.has(top.ids[0])) state.nextRow = {id: top.ids[0], row: rows.get(top.ids[0])};
+      return {top};
     }
     const logits = new Float32Array(this.V).fill(-Infinity);
     for (const {grp, f} of answers) {

@@ -15,7 +15,7 @@ export const VERSION = 1;
 export const HEADER = 36;
 export const KIND = Object.freeze({prefill: 1, decode: 2, embed: 3, lmhead: 4, result: 5, end: 6});
 export const PHASE = Object.freeze({all: 0, attn: 1, ffn: 2, norm: 3});
-export const FLAG = Object.freeze({normLast: 1, fullLogits: 2, chain: 4});
+export const FLAG = Object.freeze({normLast: 1, fullLogits: 2, chain: 4, topRow: 8});
 const DTYPES = [Float32Array, Int32Array];
 const KIND_NAMES = Object.fromEntries(Object.entries(KIND).map(([k, v]) => [v, k]));
 
@@ -108,6 +108,18 @@ export function encodeTopK(t) {
   out.set(t.ids, 4);
   out.set(t.logits, 4 + n);
   return out;
+}
+
+/**
+ * An lm-head answer asked with FLAG.topRow: the encodeTopK payload, then (when the shard holds
+ * its embedding rows) the embedding row [n_embd] of its best token — the next step's input
+ * when the coordinator picks that token (greedy), so no embed round trip follows.
+ * Returns {top: payload, row: Float32Array | null}.
+ */
+export function splitTopRow(d, nEmbd) {
+  const n = d[3], len = 4 + 2 * n;
+  if (Number.isInteger(n) && d.length === len + nEmbd) return {top: d.subarray(0, len), row: d.subarray(len)};
+  return {top: d, row: null};
 }
 
 /** The TopK of an encodeTopK payload; a payload of the wrong length is a FrameError. */
