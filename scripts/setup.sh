@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(build-essential cmake git googletest libgtest-dev libgmock-dev nlohmann-json3-dev emscripten nodejs npm chromium
+pkgs=(build-essential cmake git googletest libxxhash0 libgtest-dev libgmock-dev nlohmann-json3-dev emscripten nodejs npm chromium
       clang libclang-rt-14-dev ccache)
 missing=()
 for p in "${pkgs[@]}"; do

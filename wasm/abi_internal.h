@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -43,6 +44,9 @@ int guard(F&& f) {
   } catch (const std::bad_alloc&) {
     g_error = "out of memory: wasm linear memory is capped at 128 MB";
     status = KW_ERR_OOM;
+  } catch (const std::length_error& e) {  // a container asked for more than size_t holds
+    g_error = std::string("out of memory: a buffer larger than wasm32 can address was requested (") + e.what() + ")";
+    status = KW_ERR_OOM;
   } catch (const std::exception& e) {
     g_error = e.what();
     status = KW_ERR_STD;
@@ -70,6 +74,12 @@ class Table {
   }
   bool remove(int h) { return items_.erase(h) > 0; }
   template <class Pred>
+  size_t count_if(Pred pred) const {
+    size_t n = 0;
+    for (const auto& [h, v] : items_) n += pred(*v) ? 1 : 0;
+    return n;
+  }
+  template <class Pred>
   void remove_if(Pred pred) {
     for (auto it = items_.begin(); it != items_.end();) it = pred(*it->second) ? items_.erase(it) : std::next(it);
   }
@@ -82,6 +92,31 @@ class Table {
 inline std::string_view str_arg(const char* p, uint32_t n) {
   return p ? std::string_view(p, n) : std::string_view();
 }
+
+// JS numbers crossing into the module (file sizes, offsets, lengths, row indices): a
+// non-negative integer exact in a double (<= 2^53), else refused naming the argument —
+// casting NaN, a negative or 1e300 to an integer is undefined behaviour.
+inline uint64_t u64_arg(double v, const char* fn, const char* arg) {
+  if (!(v >= 0) || v > 9007199254740992.0 || v != (double)(uint64_t)v)
+    knot::fail(std::string(fn) + ": " + arg + " = " + std::to_string(v) + " is not an integer in [0, 2^53]");
+  return (uint64_t)v;
+}
+
+// A byte count headed for a buffer in linear memory: size_t is 32 bits here and the
+// memory is capped, so anything past the cap is refused, naming `what` and the value,
+// before it is narrowed or allocated.
+inline size_t mem_bytes(uint64_t n, const std::string& what) {
+  if (n > kLinearCap)
+    knot::fail(what + ": " + std::to_string(n) + " bytes do not fit this module's linear memory (capped at " +
+               std::to_string(kLinearCap >> 20) + " MiB)");
+  return (size_t)n;
+}
+
+// size_t is 32 bits in wasm: a tensor of 4 GiB or more cannot be held here, and
+// narrowing its size would later size a small buffer and copy the full tensor into it.
+// Its Tensor::size stays 0 until loaded; a whole load is refused by mem_bytes() on the
+// table's uint64 size (naming tensor and value) before any byte is read.
+inline size_t fit_size(uint64_t size) { return size <= SIZE_MAX ? (size_t)size : 0; }
 
 inline void set_result(std::string s) { g_result = std::move(s); }
 inline void set_result_bytes(const void* p, size_t n) { g_result.assign((const char*)p, n); }

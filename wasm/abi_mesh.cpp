@@ -56,10 +56,11 @@ int kw_model_tensor_evict(int32_t h, uint32_t i) {
     ModelEntry& m = model_of(h, "kw_model_tensor_evict");
     TableEntry& te = m.table[table_index(m, i, "kw_model_tensor_evict")];
     if (te.tokenizer) knot::fail("kw_model_tensor_evict: entry " + std::to_string(i) + " is the tokenizer blob");
+    refuse_if_sessions(h, m, "kw_model_tensor_evict", "tensor " + te.name);
     knot::Tensor& t = m.model.tensors.at(te.name);
     t.bytes.reset();
     t.shape = te.shape;
-    t.size = te.size;
+    t.size = fit_size(te.size);
     t.row0 = 0;
     te.loaded = false;
   });
@@ -71,7 +72,13 @@ int kw_model_rows_plan(int32_t h, uint32_t i, double r0, double r1) {
   return guard([&] {
     ModelEntry& m = model_of(h, "kw_model_rows_plan");
     const TableEntry& te = m.table[table_index(m, i, "kw_model_rows_plan")];
-    auto [off, len] = knot::rows_file_range(m.what, m.knot_header.get(), file_tensor(m, te), (int64_t)r0, (int64_t)r1);
+    const int64_t a = (int64_t)u64_arg(r0, "kw_model_rows_plan", "r0"), b = (int64_t)u64_arg(r1, "kw_model_rows_plan", "r1");
+    auto [off, len] = knot::rows_file_range(m.what, m.knot_header.get(), file_tensor(m, te), a, b);
+    // refused before JS fetches it (a tensor without chunk hashes is verified whole)
+    if (len > kLinearCap)
+      knot::fail(m.what + ": tensor " + te.name + " rows [" + std::to_string(a) + ", " + std::to_string(b) + ") need a read of " +
+                 std::to_string(len) + " bytes (whole chunks, or the whole tensor when it has no chunk hashes), more than " +
+                 "this module's linear memory (capped at " + std::to_string(kLinearCap >> 20) + " MiB)");
     set_result(json{{"offset", off}, {"size", len}}.dump());
   });
 }
@@ -84,14 +91,17 @@ int kw_model_rows_load(int32_t h, uint32_t i, double r0d, double r1d, const uint
   return guard([&] {
     ModelEntry& m = model_of(h, "kw_model_rows_load");
     TableEntry& te = m.table[table_index(m, i, "kw_model_rows_load")];
+    refuse_if_sessions(h, m, "kw_model_rows_load", "tensor " + te.name);
     need_ptr(p, "kw_model_rows_load", "fetched bytes");
-    const int64_t r0 = (int64_t)r0d, r1 = (int64_t)r1d;
+    const int64_t r0 = (int64_t)u64_arg(r0d, "kw_model_rows_load", "r0"), r1 = (int64_t)u64_arg(r1d, "kw_model_rows_load", "r1");
     const knot::FileTensor ft = file_tensor(m, te);
     knot::rows_file_range(m.what, m.knot_header.get(), ft, r0, r1);  // validates [r0, r1) before allocating
+    const uint64_t off = u64_arg(offd, "kw_model_rows_load", "offset"), len = u64_arg(lend, "kw_model_rows_load", "len");
+    mem_bytes(len, m.what + ": tensor " + te.name + " rows [" + std::to_string(r0) + ", " + std::to_string(r1) + ")");
     knot::Tensor& t = m.model.tensors.at(te.name);
     const uint64_t rs = knot::row_bytes(t.type, te.shape[0], te.name);
     auto buf = knot::alloc_aligned((size_t)((r1 - r0) * (int64_t)rs));
-    knot::rows_from_window(m.what, m.knot_header.get(), ft, r0, r1, p, (uint64_t)offd, (uint64_t)lend, buf.get());
+    knot::rows_from_window(m.what, m.knot_header.get(), ft, r0, r1, p, off, len, buf.get());
     t.bytes = buf;
     t.shape = te.shape;
     t.shape[1] = r1 - r0;

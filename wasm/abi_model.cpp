@@ -19,6 +19,7 @@
 #include "container/gguf.h"
 #include "container/hash.h"
 #include "container/arch.h"
+#include "container/json_limits.h"
 #include "container/knot.h"
 #include "container/model.h"
 #include "container/model_io.h"
@@ -119,7 +120,7 @@ bool open_gguf(ModelEntry& e, const uint8_t* p, size_t n, uint64_t file_size, ui
     t.name = knot::knot_tensor_name(ti.name);
     t.type = ti.type;
     t.shape = ti.shape;
-    t.size = ti.size;
+    t.size = fit_size(ti.size);
     e.table.push_back({t.name, f.data_offset + ti.offset, ti.size, 0, false, false, ti.shape});
     e.model.tensors.emplace(t.name, std::move(t));
   }
@@ -144,7 +145,7 @@ bool open_knot(ModelEntry& e, const uint8_t* p, size_t n, uint64_t file_size, ui
     t.name = kt.name;
     t.type = kt.type;
     t.shape = kt.shape;
-    t.size = kt.size;
+    t.size = fit_size(kt.size);
     t.hash = kt.hash;
     e.table.push_back({kt.name, h.payload_offset + kt.offset, kt.size, kt.hash, false, false, kt.shape});
     e.model.tensors.emplace(kt.name, std::move(t));
@@ -163,7 +164,7 @@ int kw_model_open(const uint8_t* prefix, uint32_t len, double file_size, const c
     *out_handle = 0;
     auto e = std::make_unique<ModelEntry>();
     e->what = name_len ? std::string(str_arg(name, name_len)) : std::string("model");
-    uint64_t size = (uint64_t)file_size;
+    uint64_t size = u64_arg(file_size, "kw_model_open", "file_size");
     if (len > size) knot::fail(e->what + ": prefix of " + std::to_string(len) + " bytes is longer than the file (" + std::to_string(size) + ")");
     uint64_t need = 0;
     bool done;
@@ -194,16 +195,19 @@ int kw_model_tensor_buffer(int32_t h, uint32_t i, uint8_t** out_ptr) {
     ModelEntry& m = g_models.get(h, "kw_model_tensor_buffer");
     if (i >= m.table.size()) knot::fail(m.what + ": tensor index " + std::to_string(i) + " out of range");
     if (m.table[i].tokenizer) {
-      m.tok_blob.assign(m.table[i].size, 0);
+      m.tok_blob.assign(mem_bytes(m.table[i].size, m.what + ": tokenizer blob"), 0);
       *out_ptr = m.tok_blob.data();
       return;
     }
     TableEntry& te = m.table[i];
+    refuse_if_sessions(h, m, "kw_model_tensor_buffer", "tensor " + te.name);
+    // refused before any byte is read: JS copies te.size bytes into what this returns
+    mem_bytes(te.size, m.what + ": tensor " + te.name);
     knot::Tensor& t = m.model.tensors.at(te.name);
     if (t.row0 != 0 || t.size != te.size) {  // held a row range before: back to whole
       t.bytes.reset();
       t.shape = te.shape;
-      t.size = te.size;
+      t.size = (size_t)te.size;
       t.row0 = 0;
     }
     te.loaded = false;
@@ -345,7 +349,7 @@ KW_EXPORT(kw_parse_header)
 int kw_parse_header(const uint8_t* prefix, uint32_t len, double file_size, const char* name, uint32_t name_len) {
   return guard([&] {
     std::string what = name_len ? std::string(str_arg(name, name_len)) : std::string("model");
-    uint64_t size = (uint64_t)file_size;
+    uint64_t size = u64_arg(file_size, "kw_parse_header", "file_size");
     if (len > size) knot::fail(what + ": prefix of " + std::to_string(len) + " bytes is longer than the file (" + std::to_string(size) + ")");
     json out;
     if (is_knot(prefix, len)) {
@@ -405,6 +409,7 @@ int kw_chat_apply(int32_t h, const char* msgs, uint32_t msgs_len, int32_t add_ge
                   const char* tmpl, uint32_t tmpl_len) {
   return guard([&] {
     ModelEntry& m = ready_model(h, "kw_chat_apply");
+    knot::check_json_depth(str_arg(msgs, msgs_len), "kw_chat_apply: messages");
     std::string name(str_arg(tmpl, tmpl_len));
     if (name.empty()) name = knot::default_chat_template(m.model.tokenizer);
     if (name == "jinja") {  // the file's own template: messages passed whole (tool_calls, reasoning_content, ...)

@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "abi_model.h"
+#include "container/json_limits.h"
 #include "infer/generate.h"
 #include "text/generator.h"
 #include "text/sampler.h"
@@ -84,6 +85,7 @@ knot::GenerateParams generate_params(const json& j, const char* fn) {
 }
 
 json options_object(const char* opts, uint32_t opts_len, const char* fn) {
+  if (opts_len) knot::check_json_depth(str_arg(opts, opts_len), std::string(fn) + ": options");
   json j = opts_len ? json::parse(str_arg(opts, opts_len), nullptr, false) : json::object();
   if (j.is_discarded() || !j.is_object()) knot::fail(std::string(fn) + ": options are not a JSON object");
   return j;
@@ -140,6 +142,14 @@ const knot::Tokenizer& tokenizer_of(ModelEntry& m, const char* fn) {
 void free_sessions_of(int model_handle) {
   g_sessions.remove_if([&](const Session& s) { return s.model == model_handle; });
   g_generators.remove_if([&](const Bound<knot::Generator>& g) { return g.model == model_handle; });
+}
+
+void refuse_if_sessions(int model_handle, const ModelEntry& m, const char* fn, const std::string& what) {
+  const size_t n = g_sessions.count_if([&](const Session& s) { return s.model == model_handle; });
+  if (n)
+    knot::fail(std::string(fn) + ": " + m.what + ": " + what + " is in use by " + std::to_string(n) +
+               " live session(s); their weights must not change under them. Free the sessions first, or load "
+               "the rows into a model handle of their own");
 }
 
 }  // namespace kw

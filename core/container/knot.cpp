@@ -11,6 +11,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "container/json_limits.h"
+
 namespace knot {
 
 using json = nlohmann::json;
@@ -152,6 +154,7 @@ HeaderParse parse_knot_header(const uint8_t* buf, size_t len, uint64_t file_size
     fail(stale_msg(what, std::string("codec marker at offset ") + std::to_string(h.align) + " is " + b + ", expected 0x40"));
   }
 
+  check_json_depth(std::string_view(js, h.meta_len), what + ": metadata");
   json j = json::parse(js, js + h.meta_len, nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail(what + ": metadata JSON at offset 10 (" + std::to_string(h.meta_len) + " bytes) does not parse");
   h.meta_json.assign(js, h.meta_len);
@@ -224,8 +227,9 @@ static void parse_meta(const json& j, KnotHeader& h, const std::string& what) {
       t.chunk_rows = (int64_t)j_u64(jt, "chunk_rows", ctx);
       if (t.chunk_rows <= 0) fail(ctx + ": chunk_rows must be > 0");
       if (!jt.contains("chunk_hashes") || !jt["chunk_hashes"].is_array()) fail(ctx + ": chunk_rows without chunk_hashes");
-      size_t want = (size_t)((t.nrows() + t.chunk_rows - 1) / t.chunk_rows);
-      if (jt["chunk_hashes"].size() != want)
+      // ceil(nrows / chunk_rows) without the signed sum that overflows for chunk_rows = INT64_MAX
+      const uint64_t want = (uint64_t)(t.nrows() / t.chunk_rows + (t.nrows() % t.chunk_rows != 0));
+      if ((uint64_t)jt["chunk_hashes"].size() != want)
         fail(ctx + ": " + std::to_string(jt["chunk_hashes"].size()) + " chunk hashes, expected " + std::to_string(want));
       for (auto& c : jt["chunk_hashes"]) {
         if (!c.is_string()) fail(ctx + ": chunk hash is not a string");
@@ -353,7 +357,7 @@ void read_knot_rows(ByteSource& src, const KnotHeader& h, const KnotTensor& t, i
   }
   if (t.chunk_rows > 0) {
     // read whole chunks covering [r0, r1), verify each, copy the wanted rows
-    const int64_t c0 = r0 / t.chunk_rows, c1 = (r1 + t.chunk_rows - 1) / t.chunk_rows;
+    const int64_t c0 = r0 / t.chunk_rows, c1 = r1 / t.chunk_rows + (r1 % t.chunk_rows != 0);
     const int64_t a = c0 * t.chunk_rows, b = std::min(nrows, c1 * t.chunk_rows);
     std::vector<uint8_t> tmp((size_t)((b - a) * (int64_t)rs));
     src.read(base + (uint64_t)a * rs, tmp.size(), tmp.data());

@@ -2,6 +2,7 @@
 // used by the .knot container; the tensor-set and finiteness checks both loaders share.
 #include "container/model_io.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@
 
 #include "container/arch.h"
 #include "container/hash.h"
+#include "container/json_limits.h"
 
 namespace knot {
 
@@ -291,6 +293,7 @@ static ModelConfig config_from_j(const json& j, const std::string& what) {
 }
 
 ModelConfig config_from_json(std::string_view s, const std::string& what) {
+  check_json_depth(s, what + ": config");
   json j = json::parse(s, nullptr, false);
   if (j.is_discarded()) fail(what + ": config is not valid JSON");
   return config_from_j(j, what);
@@ -457,14 +460,29 @@ std::vector<std::string> check_tensor_set(const ModelConfig& c, const std::vecto
   for (auto& t : tensors) by[t.knot_name] = &t;
   std::vector<std::string> problems;
   const ArchInfo& arch = arch_info(c.arch, what);
+  // A crafted config may claim 2^31-1 layers: count the layers the file holds first, and
+  // stop after the first few missing tensors rather than building millions of messages.
+  constexpr int kMaxMissing = 8;
+  int missing = 0;
+  int64_t layers_present = 0;
+  for (auto& t : tensors)
+    if (t.knot_name.rfind("blk_", 0) == 0)
+      layers_present = std::max<int64_t>(layers_present, std::strtol(t.knot_name.c_str() + 4, nullptr, 10) + 1);
   // each tensor of the architecture's table, at layer `layer` (-1: model-level)
   auto check = [&](int layer, const ArchTensor& at) {
+    if (missing >= kMaxMissing) return;
     const std::string kn = tensor_knot_name(at.id, layer);
     const std::string lay = layer < 0 ? "" : "layer " + std::to_string(layer) + ": ";
     const bool required = at.need == Need::Required || (at.need == Need::UnlessTied && !c.tied_embeddings);
     auto it = by.find(kn);
     if (it == by.end()) {
-      if (required) problems.push_back(what + ": " + lay + "missing tensor " + (gguf_names ? tensor_gguf_name(at.id, layer) : kn));
+      if (required) {
+        problems.push_back(what + ": " + lay + "missing tensor " + (gguf_names ? tensor_gguf_name(at.id, layer) : kn));
+        if (++missing == kMaxMissing)
+          problems.push_back(what + ": stopped after " + std::to_string(kMaxMissing) + " missing tensors (config n_layer = " +
+                             std::to_string(c.n_layer) + ", the file has tensors for " + std::to_string(layers_present) +
+                             " layers)");
+      }
       return;
     }
     const std::vector<int64_t> want = tensor_shape(at.id, c);
@@ -474,7 +492,7 @@ std::vector<std::string> check_tensor_set(const ModelConfig& c, const std::vecto
   };
   for (const ArchTensor& at : arch.tensors)
     if (!tensor_info(at.id).per_layer) check(-1, at);
-  for (int l = 0; l < c.n_layer; l++)
+  for (int l = 0; l < c.n_layer && missing < kMaxMissing; l++)
     for (const ArchTensor& at : arch.tensors)
       if (tensor_info(at.id).per_layer) check(l, at);
   for (auto& t : tensors) {

@@ -28,7 +28,8 @@ std::pair<uint64_t, uint64_t> rows_file_range(const std::string& what, const Kno
     const KnotTensor& kt = kh->get(t.name);
     if (kt.chunk_rows > 0) {
       const int64_t a = r0 / kt.chunk_rows * kt.chunk_rows;
-      const int64_t b = std::min(nrows, (r1 + kt.chunk_rows - 1) / kt.chunk_rows * kt.chunk_rows);
+      const int64_t c1 = r1 / kt.chunk_rows + (r1 % kt.chunk_rows != 0);  // no r1 + chunk_rows - 1: it overflows
+      const int64_t b = std::min(nrows, c1 * kt.chunk_rows);
       return {t.offset + (uint64_t)a * rs, (uint64_t)(b - a) * rs};
     }
     return {t.offset, t.size};

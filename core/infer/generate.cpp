@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <string>
 
+#include "container/arch.h"
 #include "kernels/common.h"
 
 #if !defined(__wasm__)
@@ -23,6 +26,26 @@ double steady_seconds() {
 #else
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 #endif
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string o;
+  for (size_t i = 0; i < s.size(); i++) o += (i ? " x " : "") + S(s[i]);
+  return o;
+}
+
+// A layer's tensor shapes against the config (the architecture table's shapes), named as
+// the forward pass names them (tensor, layer, phase) with the config fields of the shape.
+void check_layer_shapes(const Model& m, int l) {
+  for (const ArchTensor& at : arch_info(m.config.arch, "model").tensors) {
+    const TensorInfo& ti = tensor_info(at.id);
+    if (!ti.per_layer) continue;
+    const Tensor* t = m.find(tensor_knot_name(at.id, l));
+    const std::vector<int64_t> want = tensor_shape(at.id, m.config);
+    if (t && t->shape != want)
+      fail("tensor " + t->name + " has shape " + shape_text(t->shape) + ", the config wants " + shape_text(want) + " (" +
+           tensor_dims_text(at.id) + ") (layer " + S(l) + ", phase " + phase_name(ti.phases & (~ti.phases + 1)) + ")");
+  }
 }
 
 }  // namespace
@@ -64,17 +87,28 @@ Engine::Engine(const Model& m, const EngineOptions& o) : m_(m), opt_(o) {
     fail("vocabulary of " + S(n_logits_) + " tokens but tensor token_embd_weight has only " +
          S(tok_embd_->nrows()) + " rows");
 
-  layers_.resize(c.n_layer);
+  // Every buffer below is sized from the config, so the config is checked against the
+  // tensors first: a crafted n_layer = 2^31-1 stops at the first missing layer, and a
+  // crafted n_ff = 2^28 is a shape error naming the field, not a 1 TB allocation.
   for (int l = 0; l < c.n_layer; l++) {
     check_layer_tensors(m, l);
-    layers_[l] = layer_weights(m, l);
+    check_layer_shapes(m, l);
   }
-
-  kv_ = KvCache(c, 0, c.n_layer, n_ctx_, fo_.kv_type, o.kv_budget);
-  ws_.reserve(c, chunk_, n_ctx_);
-  x_.resize((size_t)chunk_ * c.n_embd);
-  xl_.resize(c.n_embd);
-  logits_.resize(n_logits_);
+  try {
+    layers_.resize(c.n_layer);
+    for (int l = 0; l < c.n_layer; l++) layers_[l] = layer_weights(m, l);
+    kv_ = KvCache(c, 0, c.n_layer, n_ctx_, fo_.kv_type, o.kv_budget);
+    ws_.reserve(c, chunk_, n_ctx_);
+    x_.resize((size_t)chunk_ * c.n_embd);
+    xl_.resize(c.n_embd);
+    logits_.resize(n_logits_);
+  } catch (const std::bad_alloc&) {
+    fail("out of memory sizing the session's buffers (n_ctx " + S(n_ctx_) + ", chunk " + S(chunk_) + ", n_embd " +
+         S(c.n_embd) + ", n_ff " + S(c.n_ff) + ", n_layer " + S(c.n_layer) + ")");
+  } catch (const std::length_error&) {
+    fail("session buffers too large for this platform (n_ctx " + S(n_ctx_) + ", chunk " + S(chunk_) + ", n_embd " +
+         S(c.n_embd) + ", n_ff " + S(c.n_ff) + ", n_layer " + S(c.n_layer) + ")");
+  }
   tel_.peak_bytes = peak_bytes();
 }
 
