@@ -2,6 +2,9 @@
 // activation-quantization bound, Simd vs Scalar bit-exact (quantized types), matmul vs a
 // loop of matvec, matmul_rows vs a slice, argument errors, and the full kernel_selftest.
 #include <gtest/gtest.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include <cmath>
 #include <cstring>
@@ -139,7 +142,10 @@ TEST(KernelsDot, SelftestCatchesBrokenSimdKernels) {
 
 TEST(KernelsDot, SimdIsActiveOnAvx2Machines) {
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+  // F16C from CPUID leaf 1 ECX bit 29: clang's __builtin_cpu_supports has no "f16c"
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c) {
     EXPECT_TRUE(simd_compiled());
   }
 #endif
