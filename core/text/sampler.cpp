@@ -143,7 +143,9 @@ void Sampler::top_p_unsorted(double target, float max_logit, float min_logit, co
   std::vector<double> mass(B, 0.0);             // [B]
   for (size_t i = 0; i < cand_.size(); i++) {  // hot loop
     const double d = (double)max_logit - (double)cand_[i].first;
-    const int b = d < range ? std::min(B - 1, (int)(d * scale)) : B - 1;  // -inf -> last
+    // the max (d = 0) is always bucket 0, also when every logit is equal (range 0): it
+    // went to the last bucket then, and top_p <= 0 kept nothing (found by fuzz_sampler)
+    const int b = d <= 0 ? 0 : d < range ? std::min(B - 1, (int)(d * scale)) : B - 1;  // -inf -> last
     bucket[i] = (uint16_t)b;
     mass[b] += w[i];
   }
