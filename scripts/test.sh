@@ -9,13 +9,25 @@ rc=0
 ctest --test-dir build --output-on-failure -j2 2>&1 | tee build/ctest.log || rc=1
 node --test --test-reporter=tap tests/wasm/ tests/workers/ 2>&1 | tee build/node-test.log || rc=1
 
-# One closing line over both runners.
+# Sanitizers (scripts/fuzz.sh builds build-asan with clang: ASan + UBSan, -O1): the
+# native suite again, then each libFuzzer harness for a few seconds on its seed corpus.
+bash scripts/fuzz.sh --build-only || rc=1
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j2 2>&1 | tee build/ctest-asan.log || rc=1
+bash scripts/fuzz.sh "${KNOT_FUZZ_SECONDS:-10}" 2>&1 | tee build/fuzz.log || rc=1
+
+# One closing line over every runner.
 native_total=$(grep -oE 'out of [0-9]+' build/ctest.log | tail -1 | grep -oE '[0-9]+' || echo 0)
 native_failed=$(grep -oE '[0-9]+ tests failed' build/ctest.log | tail -1 | grep -oE '^[0-9]+' || echo 0)
 node_pass=$(grep -E '^# pass ' build/node-test.log | tail -1 | grep -oE '[0-9]+' || echo 0)
 node_fail=$(grep -E '^# fail ' build/node-test.log | tail -1 | grep -oE '[0-9]+' || echo 0)
-passed=$((native_total - native_failed + node_pass))
-failed=$((native_failed + node_fail))
+asan_total=$(grep -oE 'out of [0-9]+' build/ctest-asan.log | tail -1 | grep -oE '[0-9]+' || echo 0)
+asan_failed=$(grep -oE '[0-9]+ tests failed' build/ctest-asan.log | tail -1 | grep -oE '^[0-9]+' || echo 0)
+fuzz_ok=$(grep -c '"status": "ok"' build/fuzz.log || true)
+fuzz_fail=$(grep -c '"status": "fail"' build/fuzz.log || true)
+passed=$((native_total - native_failed + node_pass + asan_total - asan_failed + fuzz_ok))
+failed=$((native_failed + node_fail + asan_failed + fuzz_fail))
+[ "$asan_total" -gt 0 ] || rc=1
 [ "$failed" -eq 0 ] || rc=1
 [ "$passed" -gt 0 ] || rc=1
 echo "$passed passed, $failed failed"
