@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh [SECONDS] [NAME...] — builds build-asan (clang-14: ASan + UBSan, libFuzzer
 # coverage; also the GoogleTest suite under sanitizers) and runs each libFuzzer harness
-# tests/fuzz/fuzz_NAME.cpp for SECONDS (default 60) on its seed corpus tests/fuzz/corpus/NAME.
+# tests/fuzz/fuzz_NAME.cpp for SECONDS (default 60) on its seed corpus tests/fuzz/corpus/NAME,
+# and each JS harness tests/fuzz/fuzz_NAME.mjs (the wire frame) for SECONDS.
 # New inputs go to build-asan/fuzz/NAME (the repo corpus stays small); a crash, leak, UB
 # report, timeout or allocation past 1 GiB stops that harness and leaves the input in
 # build-asan/fuzz/NAME-crash-*. One JSON line per harness: {"harness", "seconds", "execs",
@@ -27,7 +28,7 @@ cmake --build build-asan -j"$jobs" >build-asan/build.log 2>&1 || { tail -40 buil
 [ "$build_only" -eq 1 ] && exit 0
 
 if [ ${#names[@]} -eq 0 ]; then
-  for f in tests/fuzz/fuzz_*.cpp; do n=$(basename "$f" .cpp); names+=("${n#fuzz_}"); done
+  for f in tests/fuzz/fuzz_*.cpp tests/fuzz/fuzz_*.mjs; do n=$(basename "$f"); n=${n%.*}; names+=("${n#fuzz_}"); done
 fi
 export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=0:abort_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
@@ -37,10 +38,17 @@ for n in "${names[@]}"; do
   work=build-asan/fuzz/$n
   mkdir -p "$work"
   log=build-asan/fuzz/$n.log
-  nice build-asan/bin/fuzz_"$n" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
-    -print_final_stats=1 -artifact_prefix="build-asan/fuzz/$n-" "$work" tests/fuzz/corpus/"$n" >"$log" 2>&1
-  st=$?
-  execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
+  if [ -f tests/fuzz/fuzz_"$n".mjs ]; then
+    # a JS harness (seeded mutation, no libFuzzer): prints its own JSON line with "execs"
+    nice node tests/fuzz/fuzz_"$n".mjs "$secs" >"$log" 2>&1
+    st=$?
+    execs=$(grep -oE '"execs":[0-9]+' "$log" | tail -1 | grep -oE '[0-9]+$' || echo 0)
+  else
+    nice build-asan/bin/fuzz_"$n" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 \
+      -print_final_stats=1 -artifact_prefix="build-asan/fuzz/$n-" "$work" tests/fuzz/corpus/"$n" >"$log" 2>&1
+    st=$?
+    execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
+  fi
   total=$((total + ${execs:-0}))
   status=ok
   if [ $st -ne 0 ]; then status=fail; rc=1; grep -E 'ERROR|SUMMARY|runtime error|==[0-9]+==' "$log" | head -5 >&2; fi

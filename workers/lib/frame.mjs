@@ -78,6 +78,8 @@ export function decodeFrame(buf, expect = {}) {
   const sidLen = v.getUint16(32, true);
   if (sidLen > 128) throw new FrameError(`frame: session id of ${sidLen} bytes (max 128)`);
   if (v.getUint16(34, true) !== 0) throw new FrameError("frame: reserved header bytes are not zero");
+  // rows of width 0 carry no values: a consumer looping over `rows` would read nothing
+  if (width === 0 && rows !== 0) throw new FrameError(`frame: ${rows} rows of width 0`);
   const sidPad = (sidLen + 3) & ~3;
   const want = HEADER + sidPad + rows * width * 4;
   if (u8.length !== want)
@@ -86,6 +88,9 @@ export function decodeFrame(buf, expect = {}) {
     throw new FrameError(`frame: width ${width}, this worker's hidden dim is ${expect.width}`);
   const sid = td.decode(u8.subarray(HEADER, HEADER + sidLen));
   if (!/^[\x21-\x7e]*$/.test(sid)) throw new FrameError("frame: session id is not printable ASCII");
+  // one byte string per frame: the padding after the session id is zero, as encodeFrame writes it
+  for (let i = HEADER + sidLen; i < HEADER + sidPad; i++)
+    if (u8[i] !== 0) throw new FrameError(`frame: session id padding byte at offset ${i} is 0x${u8[i].toString(16)}, not zero`);
   const start = u8.byteOffset + HEADER + sidPad;
   // copy: the payload must be 4-aligned and outlive the request buffer
   const data = new DTYPES[dtype](u8.buffer.slice(start, start + rows * width * 4));
