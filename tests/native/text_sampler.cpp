@@ -213,6 +213,23 @@ TEST(TextSampler, TopPLargeVocabMatchesBruteForce) {
   }
 }
 
+// top_p <= 0 keeps only the most likely bucket; when every logit is equal the max went to
+// the last bucket and nothing was kept (cand_.back() on an empty list; found by fuzz_sampler,
+// input tests/fuzz/corpus/sampler/34a9f59c...). Under build-asan this is a heap overflow.
+TEST(TextSampler, TopPZeroOverEqualLogitsKeepsTheMax) {
+  for (int n : {8, 5000})
+    for (float top_p : {0.0f, -1.0f, 1e-30f}) {
+      SamplerParams p = plain(1.0f, 5);
+      p.top_p = top_p;
+      Sampler s(p, n);
+      const std::vector<float> l(n, 0.25f);
+      for (int i = 0; i < 50; i++) {
+        const int32_t id = s.sample(l.data(), n);
+        ASSERT_TRUE(id >= 0 && id < n) << "n " << n << " top_p " << top_p << ": id " << id;
+      }
+    }
+}
+
 TEST(TextSampler, MinPRestricts) {
   const auto l = log_probs({0.5, 0.3, 0.15, 0.05});
   SamplerParams p = plain(1.0f, 13);
