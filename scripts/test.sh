@@ -15,7 +15,7 @@ san_t0=$SECONDS
 bash scripts/fuzz.sh --build-only || rc=1
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j2 2>&1 | tee build/ctest-asan.log || rc=1
-bash scripts/fuzz.sh "${KNOT_FUZZ_SECONDS:-10}" 2>&1 | tee build/fuzz.log || rc=1
+bash scripts/fuzz.sh "${KNOT_FUZZ_SECONDS:-5}" 2>&1 | tee build/fuzz.log || rc=1
 echo "sanitizer build + suite + fuzz smoke: $((SECONDS - san_t0)) s"
 
 # One closing line over every runner.
