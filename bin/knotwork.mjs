@@ -2,9 +2,8 @@
 // knotwork — the wasm build's CLI, flag- and output-compatible with the native
 // `knot generate` (text streamed to stdout, --ids prints one JSON array line, timing
 // on stderr).
-//   node bin/knotwork.mjs generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [--temp T] [--top-k K] [--top-p P]
-//        [--min-p M] [--repeat-penalty R] [--seed S] [--ctx N] [--chunk N] [--stop TEXT]...
-//        [--ignore-eos] [--reference] [--ids]
+//   node bin/knotwork.mjs generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]
+//        (options: `generate --help`; the core's option spec, shared with `knot generate`)
 //   node bin/knotwork.mjs tokenize MODEL (-p TEXT | --prompt-file FILE) [--ids] [--no-bos] [--no-special]
 //   node bin/knotwork.mjs inspect MODEL [--json]
 //   node bin/knotwork.mjs convert IN.gguf OUT.knot      (types kept; hashes computed)
@@ -30,38 +29,6 @@ const USAGE = `usage: knotwork <command> [args]
   wrangler PLAN.json DIR [--knot NAME]      Worker configurations of a plan, one per isolate
   selftest                                  SIMD-vs-scalar kernel checks in wasm
 `;
-const SERVE_USAGE = `usage: knotwork serve MODEL [options]
-  MODEL                .gguf or .knot file, or an http(s) URL (Range requests)
-  --port N             TCP port, 0..65535 (default 8080; 0 = any free port)
-  --host H             address to listen on (default 127.0.0.1)
-  --api-key KEY        require "Authorization: Bearer KEY" on /v1/* and /health
-                       (default: the KNOTWORK_API_KEY environment variable, else none)
-  --name ID            model id in the API (default: the file name without extension)
-  --ctx N              context per request, 1..1048576 (default min(train ctx, 2048))
-  --chunk N            prefill chunk size, 1..4096 (default 64)
-  --reference          reference mode: dequantized f32 math, f32 KV cache
-Routes: GET / (chat page), GET /v1/models, POST /v1/chat/completions, POST /v1/completions,
-GET /health. Prints "knotwork: serving ID at http://HOST:PORT" once it listens.
-`;
-const GEN_USAGE = `usage: knotwork generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]
-  MODEL                .gguf or .knot file, or an http(s) URL (Range requests)
-  -p, --prompt TEXT    prompt (not echoed)
-  --prompt-file FILE   prompt from a file, bytes as they are
-  -n, --n-predict N    tokens to generate, 0..1048576 (default 128)
-  --temp T             temperature >= 0, 0 = greedy (default 0.8)
-  --top-k K            >= 0 (default 40, 0 = off)
-  --top-p P            in (0, 1] (default 0.95, 1 = off)
-  --min-p M            in [0, 1] (default 0.05, 0 = off)
-  --repeat-penalty R   > 0 (default 1.0 = off)
-  --seed S             sampler seed, 0..2^53-1 (default 0)
-  --ctx N              context length, 1..1048576 (default min(train ctx, 2048))
-  --chunk N            prefill chunk size, 1..4096 (default 64)
-  --stop TEXT          stop string (repeatable)
-  --ignore-eos         keep generating past end-of-generation tokens
-  --reference          reference mode: dequantized f32 math, f32 KV cache
-  --ids                print only a JSON array of the generated ids
-`;
-
 const TOK_USAGE = `usage: knotwork tokenize MODEL (-p TEXT | --prompt-file FILE) [--ids] [--no-bos] [--no-special]
   -p, --prompt TEXT    text to tokenize
   --prompt-file FILE   text from a file, bytes as they are
@@ -72,29 +39,6 @@ const TOK_USAGE = `usage: knotwork tokenize MODEL (-p TEXT | --prompt-file FILE)
 `;
 
 class UsageError extends Error {}
-
-// Option values: the same grammar, ranges and messages as the native cli/generate.cpp,
-// so both CLIs accept and refuse exactly the same command lines.
-const MAX_TOKENS = 1 << 20;
-
-function int(flag, v, lo, hi) {
-  if (!/^-?[0-9]+$/.test(v)) throw new UsageError(`option ${flag}: '${v}' is not an integer`);
-  const x = BigInt(v);  // exact: no wrap, no rounding past 2^53
-  if (x < BigInt(lo) || x > BigInt(hi)) throw new UsageError(`${flag} must be an integer in [${lo}, ${hi}], got ${v}`);
-  return Number(x);
-}
-
-function num(flag, v) {
-  const x = /^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?$/.test(v) ? Number(v) : NaN;
-  if (!Number.isFinite(x)) throw new UsageError(`option ${flag}: '${v}' is not a number`);
-  return x;
-}
-
-function numIn(flag, v, ok, range) {
-  const x = num(flag, v);
-  if (!ok(x)) throw new UsageError(`${flag} must be a number ${range}, got ${v}`);
-  return x;
-}
 
 // File errors in the native CLI's words ("<path>: cannot open: No such file or directory").
 const ERRNO_TEXT = {ENOENT: "No such file or directory", EISDIR: "Is a directory", EACCES: "Permission denied",
@@ -117,61 +61,36 @@ async function source(model) {
   } catch (e) { throw fileError(model, e); }
 }
 
-// The generate flags (shared by generate and mesh); extra(a, val) takes other flags.
-function parseGenArgs(args, usage, extra = () => false) {
-  const o = {stop: []};
-  let model = null, prompt = null, idsOnly = false;
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i];
-    const val = () => { if (i + 1 >= args.length) throw new UsageError(`option ${a} needs a value`); return args[++i]; };
-    if (extra(a, val)) continue;
-    switch (a) {
-      case "-h": case "--help": return {help: true};
-      case "-p": case "--prompt":
-      case "--prompt-file":
-        if (prompt !== null) throw new UsageError("give the prompt once (-p or --prompt-file)");
-        prompt = a === "--prompt-file" ? readPromptFile(val()) : Buffer.from(val(), "utf8");
-        break;
-      case "-n": case "--n-predict": o.maxTokens = int(a, val(), 0, MAX_TOKENS); break;
-      case "--temp": o.temperature = numIn(a, val(), (x) => x >= 0, ">= 0"); break;
-      case "--top-k": o.topK = int(a, val(), 0, 2147483647); break;
-      case "--top-p": o.topP = numIn(a, val(), (x) => x > 0 && x <= 1, "in (0, 1]"); break;
-      case "--min-p": o.minP = numIn(a, val(), (x) => x >= 0 && x <= 1, "in [0, 1]"); break;
-      case "--repeat-penalty": o.repeatPenalty = numIn(a, val(), (x) => x > 0, "> 0"); break;
-      // < 2^53: carried as a JS number
-      case "--seed": o.seed = int(a, val(), 0, Number.MAX_SAFE_INTEGER); break;
-      case "--ctx": o.nCtx = int(a, val(), 1, MAX_TOKENS); break;
-      case "--chunk": o.chunk = int(a, val(), 1, 4096); break;
-      case "--stop": o.stop.push(val()); break;
-      case "--ignore-eos": o.ignoreEos = true; break;
-      case "--reference": o.reference = true; break;
-      case "--ids": idsOnly = true; break;
-      default:
-        if (a.startsWith("-") && a !== "-") throw new UsageError(`unknown option ${a} (see knotwork ${usage} --help)`);
-        if (model !== null) throw new UsageError(`unexpected argument '${a}'`);
-        model = a;
-    }
-  }
-  return {o, model, prompt, idsOnly};
+// A command line read by the core's option spec (core/infer/options.h, the one `knot
+// generate` uses): the parsed {args, options, cli}, or the exit status after --help (0)
+// or a missing MODEL (usage on stderr, 2). A refused line throws (status 2).
+async function commandLine(command, args) {
+  const cl = await kw.parseCommandLine(command, args, "knotwork");
+  if (cl.action === "run") return cl;
+  const help = cl.action === "help";
+  (help ? process.stdout : process.stderr).write(await kw.commandUsage(command, "knotwork"));
+  return help ? 0 : 2;
 }
 
+const promptBytes = (cli) => cli.prompt_file !== undefined ? readPromptFile(cli.prompt_file) : Buffer.from(cli.prompt, "utf8");
+
 async function generate(args) {
-  const {o, model, prompt, idsOnly, help} = parseGenArgs(args, "generate");
-  if (help) { process.stdout.write(GEN_USAGE); return 0; }
-  if (model === null) { process.stderr.write(GEN_USAGE); return 2; }
-  if (prompt === null) throw new UsageError("no prompt: pass -p TEXT or --prompt-file FILE");
-  o.maxTokens ??= 128;
+  const cl = await commandLine("generate", args);
+  if (typeof cl === "number") return cl;
+  const [model] = cl.args, {options, cli} = cl;
+  const prompt = promptBytes(cli);
+  const idsOnly = cli.ids === true;
 
   const src = await source(model);
   let m;
   try { m = await kw.openModel(src); } finally { await src.close?.(); }
   const trained = m.info.config?.n_ctx_train;
-  if (o.nCtx !== undefined && trained > 0 && o.nCtx > trained)
-    process.stderr.write(`knotwork: warning: --ctx ${o.nCtx} is larger than the model's trained context (${trained})\n`);
+  if (options.n_ctx !== undefined && trained > 0 && options.n_ctx > trained)
+    process.stderr.write(`knotwork: warning: --ctx ${options.n_ctx} is larger than the model's trained context (${trained})\n`);
   const ids = m.tokenize(prompt);
   if (ids.length === 0) throw new Error("the prompt encodes to no tokens and the vocab adds no BOS");
   let summary;
-  for await (const ev of m.generate(ids, o)) {
+  for await (const ev of m.generate(ids, {options})) {
     if (ev.type === "summary") summary = ev;
     else if (!idsOnly && ev.text) process.stdout.write(ev.text);
   }
@@ -187,46 +106,17 @@ async function generate(args) {
   return 0;
 }
 
-const MESH_USAGE = `usage: knotwork mesh MODEL [--plan plan.json | --stations 4,4,4 --shards N [--slices N]]
-                    (-p TEXT | --prompt-file FILE) [generate options]
-  Runs MODEL on a mesh of Workers under workerd (Miniflare): one script per station member and
-  per vocab shard, a coordinator with a session Durable Object, the model in local R2 (a .gguf
-  is converted to .knot first). stdout is exactly what generate prints; stderr reports hops,
-  subrequests, connections and peak memory per isolate.
-  --plan FILE          topology JSON (workers/lib/topology.mjs)
-  --stations L,L,...   layers per station, in order (default: one station)
-  --shards N           vocab shards, near-equal ranges (default 1)
-  --vocab C,C,...      explicit vocab cut points 0,...,n_vocab instead of --shards
-  --slices N           split every station into N head groups + N FFN slices
-  --fluid              stations load, run and evict one phase at a time
-  --chain              the coordinator links to the first station only; each station to the next
-                       (automatic when the station members would fill the 6 links)
-  --link ws|http       coordinator links (default ws: one WebSocket per peer)
-`;
-
 async function mesh(args) {
+  const cl = await commandLine("mesh", args);
+  if (typeof cl === "number") return cl;
+  const [model] = cl.args, {options, cli} = cl;
+  const prompt = promptBytes(cli), idsOnly = cli.ids === true, linkMode = cli.link;
   const counts = {};
-  let planPath = null, linkMode = "ws";
-  const list = (flag, v) => v.split(",").map((x) => int(flag, x.trim(), 0, 1 << 30));
-  const parsed = parseGenArgs(args, "mesh", (a, val) => {
-    switch (a) {
-      case "--plan": planPath = val(); return true;
-      case "--stations": counts.stations = list(a, val()); return true;
-      case "--shards": counts.shards = int(a, val(), 1, 1 << 20); return true;
-      case "--vocab": counts.vocab = list(a, val()); return true;
-      case "--slices": counts.slices = int(a, val(), 1, 1024); return true;
-      case "--fluid": counts.resident = false; return true;
-      case "--chain": counts.chain = true; return true;
-      case "--link": linkMode = val(); if (!["ws", "http"].includes(linkMode)) throw new UsageError("--link is ws or http"); return true;
-      default: return false;
-    }
-  });
-  if (parsed.help) { process.stdout.write(MESH_USAGE + GEN_USAGE.split("\n").slice(1).join("\n")); return 0; }
-  const {o, model, prompt, idsOnly} = parsed;
-  if (model === null) { process.stderr.write(MESH_USAGE); return 2; }
-  if (prompt === null) throw new UsageError("no prompt: pass -p TEXT or --prompt-file FILE");
+  for (const k of ["stations", "shards", "vocab", "slices"]) if (cli[k] !== undefined) counts[k] = cli[k];
+  if (cli.fluid) counts.resident = false;
+  if (cli.chain) counts.chain = true;
+  const planPath = cli.plan ?? null;
   if (planPath && Object.keys(counts).length) throw new UsageError("give --plan or --stations/--shards/--slices, not both");
-  o.maxTokens ??= 128;
   const {startMesh} = await import("../workers/local.mjs");
   const {topologyFromCounts, topologyFromPlan, validateTopology} = await import("../workers/lib/topology.mjs");
   const {openTextModel} = await import("../workers/lib/text.mjs");
@@ -253,19 +143,19 @@ async function mesh(args) {
   topology.n_embd ??= c.n_embd;
   topology.n_vocab ??= c.n_vocab;
   const trained = c.n_ctx_train;
-  if (o.nCtx !== undefined && trained > 0 && o.nCtx > trained)
-    process.stderr.write(`knotwork: warning: --ctx ${o.nCtx} is larger than the model's trained context (${trained})\n`);
+  if (options.n_ctx !== undefined && trained > 0 && options.n_ctx > trained)
+    process.stderr.write(`knotwork: warning: --ctx ${options.n_ctx} is larger than the model's trained context (${trained})\n`);
   const ids = text.tokenize(prompt);
   text.close();
   if (ids.length === 0) throw new Error("the prompt encodes to no tokens and the vocab adds no BOS");
-  if (topology.context && o.nCtx === undefined) o.nCtx = topology.context;  // the plan's context and chunk
-  if (topology.chunk && o.chunk === undefined) o.chunk = topology.chunk;
-  const {stop, ...rest} = o;
-  const options = {...rest, ...(stop.length ? {stop} : {})};
+  // the plan's context and chunk unless given
+  const nCtx = options.n_ctx ?? topology.context, chunk = options.chunk ?? topology.chunk;
+  const {n_ctx: _, ...sampling} = options;  // the coordinator's Generator takes the context as nCtx
+  const meshOptions = {options: sampling, ...(nCtx ? {nCtx} : {}), ...(chunk ? {chunk} : {})};
   const m = await startMesh({knotBytes: bytes, topology, linkMode});
   let summary = null, error = null;
   try {
-    for await (const ev of m.generate({ids, options})) {
+    for await (const ev of m.generate({ids, options: meshOptions})) {
       if (ev.type === "summary") summary = ev;
       else if (ev.type === "error") error = ev;
       else if (ev.type === "token" && !idsOnly && ev.text) process.stdout.write(ev.text);
@@ -448,27 +338,11 @@ async function convert(args) {
 }
 
 async function serve(args) {
-  const o = {port: 8080, host: "127.0.0.1", apiKey: process.env.KNOTWORK_API_KEY || undefined};
-  let model = null;
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i];
-    const val = () => { if (i + 1 >= args.length) throw new UsageError(`option ${a} needs a value`); return args[++i]; };
-    switch (a) {
-      case "-h": case "--help": process.stdout.write(SERVE_USAGE); return 0;
-      case "--port": o.port = int(a, val(), 0, 65535); break;
-      case "--host": o.host = val(); break;
-      case "--api-key": o.apiKey = val(); if (!o.apiKey) throw new UsageError("--api-key must not be empty"); break;
-      case "--name": o.name = val(); if (!o.name) throw new UsageError("--name must not be empty"); break;
-      case "--ctx": o.nCtx = int(a, val(), 1, MAX_TOKENS); break;
-      case "--chunk": o.chunk = int(a, val(), 1, 4096); break;
-      case "--reference": o.reference = true; break;
-      default:
-        if (a.startsWith("-") && a !== "-") throw new UsageError(`unknown option ${a} (see knotwork serve --help)`);
-        if (model !== null) throw new UsageError(`unexpected argument '${a}'`);
-        model = a;
-    }
-  }
-  if (model === null) { process.stderr.write(SERVE_USAGE); return 2; }
+  const cl = await commandLine("serve", args);
+  if (typeof cl === "number") return cl;
+  const [model] = cl.args, {cli, options} = cl;
+  const o = {port: cli.port, host: cli.host, apiKey: cli.api_key ?? (process.env.KNOTWORK_API_KEY || undefined),
+             name: cli.name, nCtx: options.n_ctx, chunk: options.chunk, reference: options.mode === "reference"};
   const [{createHandler}, {localBackend}, {serveHandler}] = await Promise.all([
     import("../bindings/openai.mjs"), import("../bindings/local-backend.mjs"), import("../bindings/node-http.mjs")]);
   const src = await source(model);
@@ -499,42 +373,15 @@ async function serve(args) {
   return 0;
 }
 
-const PLAN_USAGE = `usage: knotwork plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]
-                     [--shards N] [--stations N] [--wrangler DIR [--knot NAME]]
-  Prints the mesh plan of MODEL (the JSON of native \`knot plan\`, the same planner in wasm).
-  --wrangler DIR   also write the Worker configurations of the plan into DIR: the coordinator
-                   (wrangler.toml, the only public route), one script per station member and
-                   per vocab shard, the warden; plan.json and topology.json beside them.
-                   Run them with \`wrangler dev -c DIR/wrangler.toml -c DIR/knot-st0.toml ...\`
-                   or deploy each with \`wrangler deploy -c DIR/<name>.toml\`.
-  --knot NAME      the model's object key in R2 (default: MODEL's file name, .gguf -> .knot)
-`;
 const WRANGLER_USAGE = `usage: knotwork wrangler PLAN.json DIR [--knot NAME]
   The Worker configurations of a plan (\`knot plan\` / \`knotwork plan\` JSON) into DIR
   (see plan --help). \`knot plan --wrangler DIR\` runs this.
 `;
 
-// Flags of `plan` -> planner options (bindings/planner.mjs); the planner checks ranges.
-const PLAN_FLAGS = {"--budget": ["budget", String], "--mode": ["mode", String], "--context": ["context", Number],
-                    "--chunk": ["chunk", Number], "--shards": ["shards", Number], "--stations": ["stations", Number]};
-
 async function plan(args) {
-  let file = null, dir = null, knot;
-  const opts = {};
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i];
-    const val = () => { if (i + 1 >= args.length) throw new UsageError(`option ${a} needs a value`); return args[++i]; };
-    if (a in PLAN_FLAGS) {
-      const [key, conv] = PLAN_FLAGS[a];
-      opts[key] = conv === Number ? int(a, val(), 0, 1 << 24) : val();
-    } else if (a === "--wrangler") dir = val();
-    else if (a === "--knot") knot = val();
-    else if (a === "-h" || a === "--help") { process.stdout.write(PLAN_USAGE); return 0; }
-    else if (a.startsWith("-")) throw new UsageError(`unknown option ${a}`);
-    else if (file) throw new UsageError(`unexpected argument '${a}'`);
-    else file = a;
-  }
-  if (!file) { process.stderr.write(PLAN_USAGE); return 2; }
+  const cl = await commandLine("plan", args);
+  if (typeof cl === "number") return cl;
+  const [file] = cl.args, {wrangler: dir, knot, ...opts} = cl.cli;  // the planner's options
   if (knot !== undefined && !dir) throw new UsageError("--knot goes with --wrangler DIR");
   const {planText} = await import("../bindings/planner.mjs");
   const text = await planText(await source(file), opts);
@@ -597,7 +444,7 @@ async function main(argv) {
     }
   } catch (e) {
     process.stderr.write(`knotwork: error: ${e.message}\n`);
-    return e instanceof UsageError ? 2 : 1;
+    return e instanceof UsageError || e?.status === kw.STATUS.USAGE ? 2 : 1;
   }
 }
 

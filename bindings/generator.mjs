@@ -44,7 +44,9 @@ export async function mergeTopK(parts, k) {
  * openParts() (its tokenizer is loaded on demand; no weights are needed).
  * Options as model.generate(): maxTokens, temperature, topK, topP, minP, repeatPenalty,
  * repeatLastN, presencePenalty, frequencyPenalty, seed, stop, ignoreEos; nCtx: positions the mesh's KV holds (0: no limit),
- * so the generator can stop with reason "context".
+ * so the generator can stop with reason "context"; options: the core's option keys (as
+ * parseCommandLine() returns them), applied over the named ones. Values are checked against
+ * the core's option table (a refusal: KnotworkError with status STATUS.USAGE).
  */
 export class Generator {
   static async open(model, opts = {}) {
@@ -54,7 +56,7 @@ export class Generator {
       n_predict: opts.maxTokens ?? 128, temperature: opts.temperature, top_k: opts.topK, top_p: opts.topP,
       min_p: opts.minP, repeat_penalty: opts.repeatPenalty, repeat_last_n: opts.repeatLastN, seed: opts.seed,
       presence_penalty: opts.presencePenalty, frequency_penalty: opts.frequencyPenalty,
-      stop: opts.stop, ignore_eos: opts.ignoreEos, n_ctx: opts.nCtx ?? 0,
+      stop: opts.stop, ignore_eos: opts.ignoreEos, ...opts.options, n_ctx: opts.nCtx ?? 0,
     });
     const h = w.withString(o, (p, n) => withOut(w, (out) => w.call("kw_generator_new", model.handle, p, n, out)));
     return new Generator(w, h, w.resultJSON());

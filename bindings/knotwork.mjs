@@ -204,6 +204,32 @@ export async function kernelSelftest({seed = 1} = {}) {
   return w.resultJSON();
 }
 
+/** ABI status codes (wasm/abi.h); KnotworkError.status carries one. */
+export const STATUS = Object.freeze({OK: 0, KNOT: 1, OOM: 2, STD: 3, HANDLE: 4, UNKNOWN: 5, USAGE: 6});
+
+/**
+ * Parse a command line with the core's option spec (core/infer/options.h), the one the
+ * native CLI uses: {action: "help"|"usage"} or {action: "run", args, options, cli}.
+ * `options` are generate()'s `options` (the core's keys). A refused command line throws
+ * KnotworkError with status STATUS.USAGE and the core's message.
+ * @param {string} command e.g. "generate"
+ * @param {string[]} args the arguments after the command name
+ * @param {string} prog the program name messages use
+ */
+export async function parseCommandLine(command, args, prog) {
+  const w = await init();
+  w.withString(command, (cp, cn) => w.withString(JSON.stringify(args), (ap, an) =>
+    w.withString(prog, (pp, pn) => w.call("kw_cli_parse", cp, cn, ap, an, pp, pn))));
+  return w.resultJSON();
+}
+
+/** The usage text of a command, from the same spec. */
+export async function commandUsage(command, prog) {
+  const w = await init();
+  w.withString(command, (cp, cn) => w.withString(prog, (pp, pn) => w.call("kw_cli_usage", cp, cn, pp, pn)));
+  return w.resultText();
+}
+
 export const KERNELS = Object.freeze({reference: 0, scalar: 1, simd: 2});
 
 /**
@@ -342,7 +368,9 @@ export class Model {
    * Stream a completion. Yields {type: "token", token, text, telemetry} per sampled token
    * (text: the complete UTF-8 it released, may be "" while a character or a possible stop
    * string is pending), then one {type: "summary", ...}. Options left undefined take the
-   * core's defaults (core/sampler.h). temperature <= 0 is greedy.
+   * core's defaults; every value is checked against the core's option table
+   * (core/infer/options.cpp, the CLIs' ranges; a refusal is KnotworkError with status
+   * STATUS.USAGE). temperature 0 is greedy.
    * With `logprobs: k` (0..20) each token event also carries `logprob` (the sampled token's
    * log-probability under the model's raw distribution) and `top` ([{token, logprob}] x k).
    * With `prefillProgress: n` the prompt is fed in pieces of about n tokens (whole prefill
@@ -354,7 +382,9 @@ export class Model {
    *          presencePenalty?: number, frequencyPenalty?: number, logprobs?: number,
    *          prefillProgress?: number,
    *          stop?: string[], reference?: boolean, ignoreEos?: boolean, nCtx?: number,
-   *          chunk?: number, addBos?: boolean, parseSpecial?: boolean}} [opts]
+   *          chunk?: number, addBos?: boolean, parseSpecial?: boolean,
+   *          options?: object}} [opts]  options: the core's option keys (n_predict, top_k,
+   *          ... as parseCommandLine() returns them), applied over the named ones
    */
   async *generate(prompt, opts = {}) {
     const w = this.w;
@@ -369,6 +399,7 @@ export class Model {
       presence_penalty: opts.presencePenalty, frequency_penalty: opts.frequencyPenalty,
       logprobs: opts.logprobs,
       stop: opts.stop, ignore_eos: opts.ignoreEos, n_ctx: opts.nCtx, chunk: opts.chunk,
+      ...opts.options,
     };
     const mem0 = readMemoryStats(w);
     const sess = w.withString(JSON.stringify(o), (p, n) =>

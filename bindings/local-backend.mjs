@@ -113,7 +113,8 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
         try {
           await tick();  // the "accepted" bytes leave before the prefill blocks this thread
           const gen = model.generate(ids, {
-            maxTokens, temperature: req.temperature, topP: req.topP, topK: req.topK, minP: req.minP,
+            // OpenAI's top_p 0 (only the most likely token) is the smallest top_p the core takes
+            maxTokens, temperature: req.temperature, topP: req.topP === 0 ? Number.MIN_VALUE : req.topP, topK: req.topK, minP: req.minP,
             repeatPenalty: req.repeatPenalty, seed, stop: req.stop, ignoreEos: req.ignoreEos,
             presencePenalty: req.presencePenalty || undefined, frequencyPenalty: req.frequencyPenalty || undefined,
             logprobs: req.logprobs >= 0 ? req.logprobs : undefined,

@@ -24,6 +24,7 @@
 #include "container/loader.h"
 #include "container/synth.h"
 #include "infer/planner.h"
+#include "infer/options.h"
 
 using namespace knot;
 
@@ -141,7 +142,7 @@ static bool has_flag(std::vector<std::string>& args, const char* flag) {
 static std::string take_opt(std::vector<std::string>& args, const char* opt, const std::string& dflt) {
   for (size_t i = 0; i < args.size(); i++)
     if (args[i] == opt) {
-      if (i + 1 >= args.size()) fail(std::string(opt) + " needs a value");
+      if (i + 1 >= args.size()) usage_fail(std::string("option ") + opt + " needs a value");
       std::string v = args[i + 1];
       args.erase(args.begin() + (long)i, args.begin() + (long)i + 2);
       return v;
@@ -149,22 +150,16 @@ static std::string take_opt(std::vector<std::string>& args, const char* opt, con
   return dflt;
 }
 
-// Range-checked, never wrapped by a cast (the same wording as `knot generate`).
+// Range-checked, never wrapped by a cast (the option table's reader, core/infer/options.h).
 static int64_t parse_int(const std::string& s, const char* opt, int64_t lo = 1, int64_t hi = INT32_MAX) {
-  int64_t v = 0;
-  auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (r.ptr != s.data() + s.size() || s.empty() || (r.ec != std::errc() && r.ec != std::errc::result_out_of_range))
-    fail(std::string("option ") + opt + ": '" + s + "' is not an integer");
-  if (r.ec != std::errc() || v < lo || v > hi)
-    fail(std::string(opt) + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + s);
-  return v;
+  return parse_int_option(opt, s, lo, hi);
 }
 
 static std::vector<std::string> rest(int argc, char** argv) { return std::vector<std::string>(argv + 1, argv + argc); }
 
 static void no_unknown_flags(const std::vector<std::string>& args) {
   for (auto& a : args)
-    if (a.size() > 1 && a[0] == '-') fail("unknown option " + a + " (see `knot help`)");
+    if (a.size() > 1 && a[0] == '-') usage_fail("unknown option " + a + " (see `knot help`)");
 }
 
 // Progress on stderr only for a terminal: logs and pipes stay clean.
@@ -183,7 +178,7 @@ int cmd_inspect(int argc, char** argv) {
   auto args = rest(argc, argv);
   bool all_kv = has_flag(args, "--kv"), do_hash = !has_flag(args, "--no-hash");
   no_unknown_flags(args);
-  if (args.size() != 1) fail("usage: knot inspect FILE [--kv] [--no-hash]");
+  if (args.size() != 1) usage_fail("usage: knot inspect FILE [--kv] [--no-hash]");
   const std::string path = args[0];
   FileFormat fmt = detect_format(path);
   if (fmt == FileFormat::Gguf) {
@@ -256,7 +251,7 @@ int cmd_convert(int argc, char** argv) {
   o.type = take_opt(args, "--type", "");
   o.allow_requantize = has_flag(args, "--allow-requantize");
   no_unknown_flags(args);
-  if (args.size() != 2) fail("usage: knot convert IN.gguf OUT.knot [--type T] [--allow-requantize]");
+  if (args.size() != 2) usage_fail("usage: knot convert IN.gguf OUT.knot [--type T] [--allow-requantize]");
   const FileFormat fmt = detect_format(args[0]);
   if (fmt == FileFormat::Knot)
     fail(args[0] + ": already a .knot file (convert reads GGUF; to change types, convert from the source GGUF)");
@@ -274,7 +269,7 @@ int cmd_convert(int argc, char** argv) {
 int cmd_verify(int argc, char** argv) {
   auto args = rest(argc, argv);
   no_unknown_flags(args);
-  if (args.size() != 1) fail("usage: knot verify FILE");
+  if (args.size() != 1) usage_fail("usage: knot verify FILE");
   const std::string path = args[0];
   FileFormat fmt = detect_format(path);
   std::vector<std::string> problems;
@@ -336,7 +331,7 @@ int cmd_synth(int argc, char** argv) {
   o.fast = has_flag(args, "--fast");
   o.header_only = has_flag(args, "--header-only");
   no_unknown_flags(args);
-  if (args.size() != 1) fail("usage: knot synth --arch llama|qwen2|qwen3 --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N [--type T] [--seed S] OUT");
+  if (args.size() != 1) usage_fail("usage: knot synth --arch llama|qwen2|qwen3 --hidden N --layers N --heads N --kv-heads N --ffn N --vocab N [--type T] [--seed S] OUT");
   o.progress = progress_bar("synth");
   o.vocab = synth_model(o, args[0]).n_vocab;
   std::printf("%s: synthetic %s, hidden %d, %d layers, %d/%d heads, ffn %d, vocab %d%s%s, %s, seed %llu\n", args[0].c_str(), o.arch.c_str(),
@@ -358,7 +353,7 @@ int cmd_plan(int argc, char** argv) {
   const std::string wrangler = take_opt(args, "--wrangler", "");
   const std::string key = take_opt(args, "--knot", "");
   no_unknown_flags(args);
-  if (args.size() != 1) fail("usage: knot plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N] [--shards N] [--stations N] [--wrangler DIR]");
+  if (args.size() != 1) usage_fail("usage: knot plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N] [--shards N] [--stations N] [--wrangler DIR]");
   const std::string path = args[0];
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
   if (!fp) fail(path + ": cannot open: " + std::strerror(errno));
@@ -392,7 +387,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {
     std::fputs(USAGE, stderr);
-    return 1;
+    return 2;
   }
   std::string cmd = argv[1];
   try {
@@ -408,7 +403,10 @@ int main(int argc, char** argv) {
     if (cmd == "generate") return cmd_generate(argc - 1, argv + 1);
     if (cmd == "tokenize") return cmd_tokenize(argc - 1, argv + 1);
     std::fprintf(stderr, "knot: error: unknown command '%s'\n%s", cmd.c_str(), USAGE);
-    return 1;
+    return 2;
+  } catch (const UsageError& e) {  // usage errors exit 2, as in node bin/knotwork.mjs
+    std::fprintf(stderr, "knot: error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "knot: error: %s\n", e.what());
     return 1;

@@ -21,6 +21,7 @@ enum KwStatus : int {
   KW_ERR_STD = 3,      // another std::exception
   KW_ERR_HANDLE = 4,   // unknown or freed handle
   KW_ERR_UNKNOWN = 5,  // a non-std exception
+  KW_ERR_USAGE = 6,    // knot::UsageError: a refused option or command line (CLI exit 2)
 };
 
 extern "C" {
@@ -80,10 +81,18 @@ int kw_chat_apply(int32_t h, const char* msgs_json, uint32_t msgs_len, int32_t a
                   const char* tmpl, uint32_t tmpl_len);  // result: prompt text; tmpl "" = the
                   // file's own Jinja template when it parses (knot::default_chat_template)
 
+// ---- command lines (abi_cli.cpp): the option spec of core/infer/options.h ----
+// cmd "generate"; args: JSON array of strings; prog: the name messages use. Result:
+// {"action": "help"|"usage"} or {"action": "run", "args", "options", "cli"}.
+int kw_cli_parse(const char* cmd, uint32_t cmd_len, const char* args_json, uint32_t args_len, const char* prog,
+                 uint32_t prog_len);
+int kw_cli_usage(const char* cmd, uint32_t cmd_len, const char* prog, uint32_t prog_len);  // result: text
+
 // ---- generation (abi_session.cpp) ----
 // opts JSON: mode ("fast"|"reference"), n_ctx, chunk, kv_budget, n_predict, temperature,
 // top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,
-// seed, stop [..], ignore_eos, logprobs (0..20; see abi_session.cpp).
+// seed, stop [..], ignore_eos, logprobs (0..20; see abi_session.cpp): the option table of
+// core/infer/options.h; a bad value is KW_ERR_USAGE.
 int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle);
 int kw_session_prefill(int32_t s, const int32_t* ids, uint32_t n);
 // Continue the prefill with more prompt ids (before the first step): the same result as

@@ -38,6 +38,9 @@ int guard(F&& f) {
   } catch (const HandleError& e) {
     g_error = e.what();
     status = KW_ERR_HANDLE;
+  } catch (const knot::UsageError& e) {
+    g_error = e.what();
+    status = KW_ERR_USAGE;
   } catch (const knot::Error& e) {
     g_error = e.what();
     status = KW_ERR_KNOT;

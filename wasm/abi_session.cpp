@@ -25,6 +25,7 @@
 #include "container/json_limits.h"
 #include "infer/generate.h"
 #include "text/generator.h"
+#include "infer/options.h"
 #include "text/sampler.h"
 
 using json = nlohmann::json;
@@ -49,39 +50,14 @@ Table<Session> g_sessions;
 // Bare Generators on a model's tokenizer (no weights needed): a mesh coordinator's.
 Table<Bound<knot::Generator>> g_generators;
 
-template <class T>
-void opt(const json& j, const char* key, T& dst) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  try {
-    dst = it->get<T>();
-  } catch (const std::exception&) {
-    knot::fail(std::string("session options: \"") + key + "\" has the wrong type: " + it->dump());
-  }
-}
-
 Session& session(int h, const char* fn) { return g_sessions.get(h, fn); }
 
-// Sampling options shared by sessions and generators (keys: see kw_session_new).
-knot::GenerateParams generate_params(const json& j, const char* fn) {
-  knot::GenerateParams p;
-  opt(j, "n_predict", p.n_predict);
-  opt(j, "temperature", p.sampling.temperature);
-  opt(j, "top_k", p.sampling.top_k);
-  opt(j, "top_p", p.sampling.top_p);
-  opt(j, "min_p", p.sampling.min_p);
-  opt(j, "repeat_penalty", p.sampling.repeat_penalty);
-  opt(j, "repeat_last_n", p.sampling.repeat_last_n);
-  opt(j, "presence_penalty", p.sampling.presence_penalty);
-  opt(j, "frequency_penalty", p.sampling.frequency_penalty);
-  double seed = 0;
-  opt(j, "seed", seed);
-  if (seed < 0) knot::fail(std::string(fn) + ": seed must be >= 0");
-  p.sampling.seed = (uint64_t)seed;
-  opt(j, "stop", p.stop);
-  opt(j, "ignore_eos", p.ignore_eos);
-  if (p.n_predict < 0) knot::fail(std::string(fn) + ": n_predict must be >= 0");
-  return p;
+// Sampling options of a generator: the option table's keys and ranges
+// (core/infer/options.h), as kw_session_new reads them.
+knot::GenerateParams generate_params(const json& j) {
+  knot::RunOptions run;
+  knot::apply_options(j, run);
+  return run.gen;
 }
 
 json options_object(const char* opts, uint32_t opts_len, const char* fn) {
@@ -159,7 +135,8 @@ void refuse_if_sessions(int model_handle, const ModelEntry& m, const char* fn, c
 //  "repeat_last_n", "presence_penalty", "frequency_penalty", "seed", "stop": [..],
 //  "ignore_eos", "logprobs": k (0..20: each step's head carries "logprob", the sampled
 //  token's log-probability under the model's raw distribution, and "top": [[id, logprob]
-//  x k], the k most likely tokens; absent or < 0: off)}
+//  x k], the k most likely tokens; -1 or absent: off)}: the option table's keys
+//  and ranges (core/infer/options.h); a bad one is KW_ERR_USAGE
 KW_EXPORT(kw_session_new)
 int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle) {
   return guard([&] {
@@ -168,22 +145,15 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
     if (m.text_only)
       knot::fail("kw_session_new: model " + m.what + " holds no tensors (kw_model_text_finish): sample with kw_generator_new");
     json j = options_object(opts, opts_len, "kw_session_new");
-    knot::EngineOptions eo;
-    std::string mode = "fast";
-    opt(j, "mode", mode);
-    if (mode == "reference") eo.mode = knot::Mode::Reference;
-    else if (mode != "fast") knot::fail("kw_session_new: mode must be \"fast\" or \"reference\", got \"" + mode + "\"");
-    opt(j, "n_ctx", eo.n_ctx);
-    opt(j, "chunk", eo.chunk);
-    double budget = 0;
-    opt(j, "kv_budget", budget);
-    if (budget > 0) eo.kv_budget = (size_t)budget;
+    // keys, kinds and ranges: the option table of core/infer/options.h (a bad one: KW_ERR_USAGE)
+    knot::RunOptions run;
+    knot::apply_options(j, run);
+    const knot::EngineOptions& eo = run.engine;
     auto s = std::make_unique<Session>();
     s->model = model;
     s->m = &m;
-    s->params = generate_params(j, "kw_session_new");
-    opt(j, "logprobs", s->logprobs);
-    if (s->logprobs > 20) knot::fail("kw_session_new: logprobs must be at most 20, got " + std::to_string(s->logprobs));
+    s->params = run.gen;
+    s->logprobs = run.logprobs;
     // The KV cache must fit in what is left of the 128 MB linear memory. Checked here in
     // 64-bit arithmetic: size_t is 32 bits in wasm32, so n_ctx x bytes/token can wrap.
     const auto& c = m.model.config;
@@ -317,9 +287,11 @@ int kw_generator_new(int32_t model, const char* opts, uint32_t opts_len, int32_t
     *out_handle = 0;
     ModelEntry& m = g_models.get(model, "kw_generator_new");
     json j = options_object(opts, opts_len, "kw_generator_new");
-    const knot::GenerateParams p = generate_params(j, "kw_generator_new");
-    int n_ctx = 0;
+    int n_ctx = 0;  // here 0 is allowed: no limit
     opt(j, "n_ctx", n_ctx);
+    if (n_ctx < 0) knot::usage_fail("kw_generator_new: n_ctx must be >= 0, got " + std::to_string(n_ctx));
+    j.erase("n_ctx");
+    const knot::GenerateParams p = generate_params(j);
     const knot::Tokenizer& tok = tokenizer_of(m, "kw_generator_new");
     const int n_vocab = m.model.config.n_vocab > 0 ? m.model.config.n_vocab : (int)m.model.tokenizer.tokens.size();
     auto g = std::make_unique<Bound<knot::Generator>>();

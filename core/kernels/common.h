@@ -16,3 +16,15 @@ struct Error : std::runtime_error {
 [[noreturn]] inline void fail(const std::string& msg) { throw Error(msg); }
 
 }  // namespace knot
+
+namespace knot {
+
+// A refused command line or option value (the caller's usage, not the data): exit status
+// 2 in both CLIs, KW_ERR_USAGE at the wasm ABI.
+struct UsageError : Error {
+  using Error::Error;
+};
+
+[[noreturn]] inline void usage_fail(const std::string& msg) { throw UsageError(msg); }
+
+}  // namespace knot

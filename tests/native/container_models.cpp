@@ -258,7 +258,7 @@ TEST(SharedModels, CliRefusesBadFilesWithExitOne) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_TRUE(contains(r.out, "unknown target type")) << r.out;
   r = run("frobnicate");
-  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.rc, 2);  // a usage error: status 2, as in node bin/knotwork.mjs (README)
   r = run("help");
   EXPECT_EQ(r.rc, 0);
   EXPECT_TRUE(contains(r.out, "synth")) << r.out;
@@ -532,10 +532,10 @@ TEST(CliSynth, IntegerOptionsDoNotWrap) {
   REQUIRE_CLI();
   const std::string out = ctest::tmp_path("wrap.gguf");
   CliRun r = run("synth --arch llama --hidden 4294967304 --layers 1 --heads 2 --kv-heads 1 --ffn 8 --vocab 300 " + out);
-  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(r.rc, 2) << r.out;  // usage errors exit 2 (README)
   EXPECT_TRUE(contains(r.out, "--hidden must be an integer in [1, 2147483647], got 4294967304")) << r.out;
   EXPECT_FALSE(std::filesystem::exists(out));
   r = run("synth --arch llama --hidden 8 --layers 1 --heads 2 --kv-heads 1 --ffn 8 --vocab 300 --seed -1 " + out);
-  EXPECT_EQ(r.rc, 1) << r.out;
+  EXPECT_EQ(r.rc, 2) << r.out;
   EXPECT_TRUE(contains(r.out, "--seed must be an integer in [0, 9223372036854775807], got -1")) << r.out;
 }

@@ -256,3 +256,60 @@ test("convert refuses to overwrite its input, a non-.knot output and a .knot inp
   assert.equal(r.status, 1);
   assert.match(r.stderr, /s\.knot: already a \.knot file/);
 });
+
+test("usage errors exit with status 2 and the same message in both CLIs (one option spec)", (t) => {
+  const native = haveNative(t);
+  const cases = [
+    [["generate", "m.gguf"], "no prompt: pass -p TEXT or --prompt-file FILE"],
+    [["generate", "m.gguf", "-p", "x", "--prompt-file", "f"], "give the prompt once (-p or --prompt-file)"],
+    [["generate", "m.gguf", "n.gguf", "-p", "x"], "unexpected argument 'n.gguf'"],
+    [["generate", "m.gguf", "-p", "x", "--seed"], "option --seed needs a value"],
+    [["generate", "m.gguf", "-p", "x", "--kv-budget", "0"], "--kv-budget must be an integer in [1, 9007199254740991], got 0"],
+    [["generate", "m.gguf", "-p", "x", "--bogus"], "unknown option --bogus (see PROG generate --help)"],
+  ];
+  // the node CLI's `serve` reads the same table
+  for (const [args, msg] of [[["serve", "m.gguf", "--port", "70000"], "--port must be an integer in [0, 65535], got 70000"],
+                             [["serve", "m.gguf", "--api-key", ""], "--api-key must not be empty"],
+                             [["serve", "m.gguf", "--ctx", "0"], "--ctx must be an integer in [1, 1048576], got 0"]]) {
+    const js = run(args);
+    assert.equal(js.status, 2, `${args.join(" ")}: ${js.stderr}`);
+    assert.equal(js.stderr, `knotwork: error: ${msg}\n`);
+  }
+  for (const [args, msg] of cases) {
+    const js = run(args);
+    assert.equal(js.status, 2, `${args.join(" ")}: ${js.stderr}`);
+    assert.equal(js.stderr, `knotwork: error: ${msg.replace("PROG", "knotwork")}\n`);
+    if (!native) continue;
+    const nat = spawnSync(KNOT_BIN, args, {encoding: "utf8"});
+    assert.equal(nat.status, 2, `native ${args.join(" ")}: ${nat.stderr}`);
+    assert.equal(nat.stderr, `knot: error: ${msg.replace("PROG", "knot")}\n`);
+  }
+  // commands and their arguments: status 2 in both, whatever the wording
+  for (const args of [[], ["frobnicate"], ["generate"], ["inspect"], ["inspect", "a", "b"], ["convert", "a.gguf"],
+                      ["inspect", "m.gguf", "--bogus"]]) {
+    const js = run(args);
+    assert.equal(js.status, 2, `wasm ${args.join(" ")}: ${js.stderr}`);
+    if (!native) continue;
+    const nat = spawnSync(KNOT_BIN, args, {encoding: "utf8"});
+    assert.equal(nat.status, 2, `native ${args.join(" ")}: ${nat.stderr}`);
+  }
+  if (native) {
+    for (const args of [["synth", "--hidden", "x", "o.gguf"], ["synth", "--layers", "0", "o.gguf"], ["verify"]]) {
+      const nat = spawnSync(KNOT_BIN, args, {encoding: "utf8"});
+      assert.equal(nat.status, 2, `native ${args.join(" ")}: ${nat.stderr}`);
+    }
+  }
+});
+
+test("generate --help: one usage text from the core's option table in both CLIs", (t) => {
+  const js = run(["generate", "--help"]);
+  assert.equal(js.status, 0, js.stderr);
+  assert.match(js.stdout, /^usage: knotwork generate MODEL /);
+  for (const flag of ["--n-predict", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", "--ctx",
+                      "--chunk", "--kv-budget", "--stop", "--ignore-eos", "--reference", "--ids", "--prompt-file"])
+    assert.ok(js.stdout.includes(flag), flag);
+  if (!haveNative(t)) return;
+  const nat = spawnSync(KNOT_BIN, ["generate", "--help"], {encoding: "utf8"});
+  assert.equal(nat.status, 0, nat.stderr);
+  assert.equal(js.stdout, nat.stdout.replace("usage: knot generate", "usage: knotwork generate"));
+});

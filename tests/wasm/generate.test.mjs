@@ -143,6 +143,31 @@ test("bad generation options and a freed model are errors, not aborts", async (t
   assert.throws(() => m.tokenize("hello"), /closed/);
 });
 
+test("generate() options go through the core's option table: its ranges, status USAGE", async (t) => {
+  const p = sharedModel(t, "stories260K.gguf");
+  if (!p) return;
+  const m = await kw.openModel(p);
+  try {
+    for (const [opts, msg] of [[{topP: 2}, "top_p must be a number in (0, 1], got 2"],
+                               [{temperature: -1}, "temperature must be a number >= 0, got -1"],
+                               [{maxTokens: 2.5}, "option n_predict: 2.5 is not an integer"],
+                               [{seed: -3}, "seed must be an integer in [0, 9007199254740991], got -3"],
+                               [{options: {bogus: 1}}, /^unknown option 'bogus' \(known: /]]) {
+      await assert.rejects(m.generate("x", opts).next(), (e) => {
+        assert.equal(e.status, kw.STATUS.USAGE, e.message);
+        if (typeof msg === "string") assert.equal(e.message, msg); else assert.match(e.message, msg);
+        return true;
+      }, JSON.stringify(opts));
+    }
+    // the command-line parse of the node CLI: the same table, the same message
+    await assert.rejects(kw.parseCommandLine("generate", ["m", "-p", "x", "--top-p", "2"], "knotwork"),
+                         (e) => e.status === kw.STATUS.USAGE && e.message === "--top-p must be a number in (0, 1], got 2");
+    const cl = await kw.parseCommandLine("generate", ["m", "-p", "x", "--top-p", "0.5", "-n", "3"], "knotwork");
+    const s = await m.complete("Once", {options: cl.options, temperature: 0});
+    assert.equal(s.ids.length, 3);
+  } finally { m.close(); }
+});
+
 test("chat template through the ABI: formats messages, rejects bad ones with a message", async (t) => {
   const p = sharedModel(t, "stories260K.gguf");
   if (!p) return;
