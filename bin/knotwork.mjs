@@ -279,20 +279,6 @@ async function tokenize(args) {
   } finally { m.close(); }
 }
 
-// printf("%g"): 6 significant digits, trailing zeros dropped, exponent form below 1e-4
-// or from 1e6 with at least two exponent digits — so inspect prints floats like native.
-function fmtG(x) {
-  if (!Number.isFinite(x) || x === 0) return String(x);
-  const exp = Math.floor(Math.log10(Math.abs(Number(x.toPrecision(6)))));
-  const trim = (t) => t.includes(".") ? t.replace(/\.?0+$/, "") : t;
-  if (exp < -4 || exp >= 6) {
-    const [m, e] = x.toExponential(5).split("e");
-    const n = Math.abs(Number(e));
-    return `${trim(m)}e${e[0] === "-" ? "-" : "+"}${n < 10 ? "0" : ""}${n}`;
-  }
-  return trim(x.toFixed(Math.max(0, 5 - exp)));
-}
-
 async function inspect(args) {
   const json = args.includes("--json");
   const rest = args.filter((a) => a !== "--json");
@@ -304,7 +290,7 @@ async function inspect(args) {
   const c = h.config;
   const lines = [`${rest[0]}: ${h.format}${h.version !== undefined ? ` v${h.version}` : ""}, ${h.tensors.length} tensors`,
     `  arch ${c.arch}, hidden ${c.n_embd}, layers ${c.n_layer}, heads ${c.n_head}/${c.n_head_kv} kv, head_dim ${c.head_dim}, ffn ${c.n_ff}`,
-    `  vocab ${c.n_vocab} (tensor rows ${c.n_vocab_tensor}), rope ${c.rope_style} theta ${fmtG(c.rope_theta)} dims ${c.rope_dims}, eps ${fmtG(c.rms_eps)}, ctx ${c.n_ctx_train}${c.tied_embeddings ? ", tied embeddings" : ""}`];
+    `  vocab ${c.n_vocab} (tensor rows ${c.n_vocab_tensor}), rope ${c.rope_style} theta ${await kw.formatG(c.rope_theta)} dims ${c.rope_dims}, eps ${await kw.formatG(c.rms_eps)}, ctx ${c.n_ctx_train}${c.tied_embeddings ? ", tied embeddings" : ""}`];
   for (const t of h.tensors)
     lines.push(`  ${t.name.padEnd(28)} ${t.type.padEnd(5)} [${t.shape.join(", ")}] @${t.offset} ${t.size} B`);
   process.stdout.write(lines.join("\n") + "\n");

@@ -230,6 +230,13 @@ export async function commandUsage(command, prog) {
   return w.resultText();
 }
 
+/** printf("%g", x) from the core (the float format of `knot inspect` and the usage text). */
+export async function formatG(x) {
+  const w = await init();
+  w.call("kw_cli_format_g", x);
+  return w.resultText();
+}
+
 export const KERNELS = Object.freeze({reference: 0, scalar: 1, simd: 2});
 
 /**

@@ -87,6 +87,7 @@ int kw_chat_apply(int32_t h, const char* msgs_json, uint32_t msgs_len, int32_t a
 int kw_cli_parse(const char* cmd, uint32_t cmd_len, const char* args_json, uint32_t args_len, const char* prog,
                  uint32_t prog_len);
 int kw_cli_usage(const char* cmd, uint32_t cmd_len, const char* prog, uint32_t prog_len);  // result: text
+int kw_cli_format_g(double x);  // result: printf("%g", x)
 
 // ---- generation (abi_session.cpp) ----
 // opts JSON: mode ("fast"|"reference"), n_ctx, chunk, kv_budget, n_predict, temperature,

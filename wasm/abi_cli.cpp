@@ -4,6 +4,7 @@
 //   kw_cli_parse(cmd, args_json, prog) -> result: parse_command_line()'s JSON;
 //                                          a refused command line is KW_ERR_USAGE
 //   kw_cli_usage(cmd, prog)            -> result: the usage text
+//   kw_cli_format_g(x)                 -> result: printf("%g", x), as `knot inspect` prints
 #include <nlohmann/json.hpp>
 
 #include "abi_internal.h"
@@ -33,4 +34,9 @@ int kw_cli_usage(const char* cmd, uint32_t cmd_len, const char* prog, uint32_t p
   return guard([&] {
     set_result(knot::usage_text(knot::command_spec(str_arg(cmd, cmd_len)), std::string(str_arg(prog, prog_len))));
   });
+}
+
+KW_EXPORT(kw_cli_format_g)
+int kw_cli_format_g(double x) {
+  return guard([&] { set_result(knot::format_g(x)); });
 }

@@ -22,13 +22,6 @@ constexpr double kMaxTokens = 1 << 20;
 constexpr double kMaxSafeInt = 9007199254740991.0;  // 2^53-1: exact as a JS number
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// printf %g: the one float format of usage text and messages.
-std::string fmt_g(double x) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", x);
-  return b;
-}
-
 std::string fmt_int(double x) { return std::to_string((long long)x); }
 
 template <class T>
@@ -205,7 +198,7 @@ const CommandSpec kCommands[] = {
 
 // "in [0, 1]", ">= 0", "> 0", "in (0, 1]": the range as messages state it.
 std::string range_text(const OptionSpec& o) {
-  const auto num = [&](double x) { return o.kind == OptKind::Int ? fmt_int(x) : fmt_g(x); };
+  const auto num = [&](double x) { return o.kind == OptKind::Int ? fmt_int(x) : format_g(x); };
   if (o.hi == kInf) return std::string(o.lo_open ? "> " : ">= ") + num(o.lo);
   return std::string("in ") + (o.lo_open ? "(" : "[") + num(o.lo) + ", " + num(o.hi) + (o.hi_open ? ")" : "]");
 }
@@ -343,10 +336,16 @@ std::string default_text(const OptionSpec& o) {
   }
   if (!o.get) return {};
   const json d = o.get(RunOptions{});
-  return d.is_number_float() ? fmt_g(d.get<double>()) : d.dump();
+  return d.is_number_float() ? format_g(d.get<double>()) : d.dump();
 }
 
 }  // namespace
+
+std::string format_g(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
 
 long long parse_int_option(const std::string& flag, const std::string& v, long long lo, long long hi) {
   if (!is_int_text(v)) usage_fail("option " + flag + ": '" + v + "' is not an integer");

@@ -88,6 +88,10 @@ std::string usage_text(const CommandSpec& cmd, const std::string& prog);
 // commands whose options are not in the table yet (`knot synth`).
 long long parse_int_option(const std::string& flag, const std::string& text, long long lo, long long hi);
 
+// printf("%g"): the one float format of usage text, messages and the CLIs' `inspect`
+// (exported as kw_cli_format_g, so the node CLI prints floats as `knot` does).
+std::string format_g(double x);
+
 // Options object (kw_session_new's JSON; keys of the table, null = default) -> run
 // options. Unknown keys and out-of-range values are UsageErrors naming the key.
 void apply_options(const nlohmann::json& options, RunOptions& out);

@@ -15,10 +15,6 @@ struct Error : std::runtime_error {
 
 [[noreturn]] inline void fail(const std::string& msg) { throw Error(msg); }
 
-}  // namespace knot
-
-namespace knot {
-
 // A refused command line or option value (the caller's usage, not the data): exit status
 // 2 in both CLIs, KW_ERR_USAGE at the wasm ABI.
 struct UsageError : Error {

@@ -313,3 +313,35 @@ test("generate --help: one usage text from the core's option table in both CLIs"
   assert.equal(nat.status, 0, nat.stderr);
   assert.equal(js.stdout, nat.stdout.replace("usage: knot generate", "usage: knotwork generate"));
 });
+
+test("mesh reads the same option table: generate's sampling flags plus its topology flags, usage errors exit 2", () => {
+  for (const [args, msg] of [
+    [["mesh", "m.gguf", "-p", "x", "--shards", "0"], "--shards must be an integer in [1, 1048576], got 0"],
+    [["mesh", "m.gguf", "-p", "x", "--slices", "2000"], "--slices must be an integer in [1, 1024], got 2000"],
+    [["mesh", "m.gguf", "-p", "x", "--stations", "2,x,3"], "option --stations: 'x' is not an integer"],
+    [["mesh", "m.gguf", "-p", "x", "--vocab", "0,-1"], "--vocab must be an integer in [0, 1073741824], got -1"],
+    [["mesh", "m.gguf", "-p", "x", "--link", "tcp"], "--link must be one of ws/http, got 'tcp'"],
+    [["mesh", "m.gguf", "-p", "x", "--top-p", "0"], "--top-p must be a number in (0, 1], got 0"],
+    [["mesh", "m.gguf", "-p", "x", "--kv-budget", "9"], "unknown option --kv-budget (see knotwork mesh --help)"],
+    [["mesh", "m.gguf", "-p", "x", "--plan", "p.json", "--shards", "2"], "give --plan or --stations/--shards/--slices, not both"],
+    [["mesh", "m.gguf", "--stations", "2,2"], "no prompt: pass -p TEXT or --prompt-file FILE"],
+  ]) {
+    const r = run(args);
+    assert.equal(r.status, 2, `${args.join(" ")}: ${r.stderr}`);
+    assert.equal(r.stderr, `knotwork: error: ${msg}\n`, args.join(" "));
+  }
+  const h = run(["mesh", "--help"]);
+  assert.equal(h.status, 0, h.stderr);
+  assert.match(h.stdout, /^usage: knotwork mesh MODEL /);
+  assert.match(h.stdout, /Runs MODEL on a mesh of Workers/);
+  const gen = run(["generate", "--help"]).stdout;
+  // every sampling row of generate appears in mesh's usage, word for word
+  for (const flag of ["--n-predict", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", "--ctx",
+                      "--chunk", "--stop", "--ignore-eos", "--ids", "--prompt-file"]) {
+    const row = gen.split("\n").find((l) => l.includes(flag)).trim();
+    assert.ok(h.stdout.includes(row.split(/\s{2,}/).slice(1).join(" ").slice(0, 20)), `${flag}: ${row}`);
+  }
+  for (const flag of ["--plan FILE", "--stations L,L,...", "--shards N", "--vocab C,C,...", "--slices N", "--fluid", "--link ws|http"])
+    assert.ok(h.stdout.includes(flag), flag);
+  assert.equal(run(["mesh"]).status, 2);
+});
