@@ -314,7 +314,7 @@ test("generate --help: one usage text from the core's option table in both CLIs"
   assert.equal(js.stdout, nat.stdout.replace("usage: knot generate", "usage: knotwork generate"));
 });
 
-test("mesh reads the same option table: generate's sampling flags plus its topology flags, usage errors exit 2", () => {
+test("mesh and plan read the same option table: generate's sampling flags plus its topology flags, usage errors exit 2", () => {
   for (const [args, msg] of [
     [["mesh", "m.gguf", "-p", "x", "--shards", "0"], "--shards must be an integer in [1, 1048576], got 0"],
     [["mesh", "m.gguf", "-p", "x", "--slices", "2000"], "--slices must be an integer in [1, 1024], got 2000"],
@@ -325,6 +325,9 @@ test("mesh reads the same option table: generate's sampling flags plus its topol
     [["mesh", "m.gguf", "-p", "x", "--kv-budget", "9"], "unknown option --kv-budget (see knotwork mesh --help)"],
     [["mesh", "m.gguf", "-p", "x", "--plan", "p.json", "--shards", "2"], "give --plan or --stations/--shards/--slices, not both"],
     [["mesh", "m.gguf", "--stations", "2,2"], "no prompt: pass -p TEXT or --prompt-file FILE"],
+    // `plan` reads the table too
+    [["plan", "m.gguf", "--context", "1e3"], "option --context: '1e3' is not an integer"],
+    [["plan", "m.gguf", "--mode", "solid"], "--mode must be one of resident/fluid, got 'solid'"],
   ]) {
     const r = run(args);
     assert.equal(r.status, 2, `${args.join(" ")}: ${r.stderr}`);
