@@ -287,9 +287,11 @@ int kw_generator_new(int32_t model, const char* opts, uint32_t opts_len, int32_t
     *out_handle = 0;
     ModelEntry& m = g_models.get(model, "kw_generator_new");
     json j = options_object(opts, opts_len, "kw_generator_new");
-    int n_ctx = 0;  // here 0 is allowed: no limit
-    opt(j, "n_ctx", n_ctx);
-    if (n_ctx < 0) knot::usage_fail("kw_generator_new: n_ctx must be >= 0, got " + std::to_string(n_ctx));
+    // n_ctx: positions the mesh's KV holds; here 0 is allowed (no limit)
+    const json nc = j.value("n_ctx", json(0));
+    if (!nc.is_number_integer() || nc.get<int64_t>() < 0 || nc.get<int64_t>() > (1 << 20))
+      knot::usage_fail("kw_generator_new: n_ctx must be an integer in [0, 1048576], got " + nc.dump());
+    const int n_ctx = nc.get<int>();
     j.erase("n_ctx");
     const knot::GenerateParams p = generate_params(j);
     const knot::Tokenizer& tok = tokenizer_of(m, "kw_generator_new");
