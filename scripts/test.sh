@@ -11,25 +11,30 @@ node --test --test-reporter=tap tests/wasm/ tests/workers/ 2>&1 | tee build/node
 
 # Sanitizers (scripts/fuzz.sh builds build-asan with clang: ASan + UBSan, -O1): the
 # native suite again, then each libFuzzer harness for a few seconds on its seed corpus.
-san_t0=$SECONDS
-bash scripts/fuzz.sh --build-only || rc=1
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j2 2>&1 | tee build/ctest-asan.log || rc=1
-bash scripts/fuzz.sh "${KNOT_FUZZ_SECONDS:-5}" 2>&1 | tee build/fuzz.log || rc=1
-echo "sanitizer build + suite + fuzz smoke: $((SECONDS - san_t0)) s"
+# Opt-in (KNOT_SANITIZE_TESTS=1): the second full compile and the ASan suite take ~14 min on
+# a 2-core machine, past CI's 20-minute budget; scripts/sanitize-tests.sh runs them alone.
+rm -f build/ctest-asan.log build/fuzz.log
+if [ "${KNOT_SANITIZE_TESTS:-0}" = 1 ]; then
+  san_t0=$SECONDS
+  bash scripts/fuzz.sh --build-only || rc=1
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j2 2>&1 | tee build/ctest-asan.log || rc=1
+  bash scripts/fuzz.sh "${KNOT_FUZZ_SECONDS:-5}" 2>&1 | tee build/fuzz.log || rc=1
+  echo "sanitizer build + suite + fuzz smoke: $((SECONDS - san_t0)) s"
+  [ -s build/ctest-asan.log ] && grep -qE 'out of [1-9]' build/ctest-asan.log || rc=1
+fi
 
 # One closing line over every runner.
 native_total=$(grep -oE 'out of [0-9]+' build/ctest.log | tail -1 | grep -oE '[0-9]+' || echo 0)
 native_failed=$(grep -oE '[0-9]+ tests failed' build/ctest.log | tail -1 | grep -oE '^[0-9]+' || echo 0)
 node_pass=$(grep -E '^# pass ' build/node-test.log | tail -1 | grep -oE '[0-9]+' || echo 0)
 node_fail=$(grep -E '^# fail ' build/node-test.log | tail -1 | grep -oE '[0-9]+' || echo 0)
-asan_total=$(grep -oE 'out of [0-9]+' build/ctest-asan.log | tail -1 | grep -oE '[0-9]+' || echo 0)
-asan_failed=$(grep -oE '[0-9]+ tests failed' build/ctest-asan.log | tail -1 | grep -oE '^[0-9]+' || echo 0)
-fuzz_ok=$(grep -c '"status": "ok"' build/fuzz.log || true)
-fuzz_fail=$(grep -c '"status": "fail"' build/fuzz.log || true)
+asan_total=$(grep -oE 'out of [0-9]+' build/ctest-asan.log 2>/dev/null | tail -1 | grep -oE '[0-9]+' || echo 0)
+asan_failed=$(grep -oE '[0-9]+ tests failed' build/ctest-asan.log 2>/dev/null | tail -1 | grep -oE '^[0-9]+' || echo 0)
+fuzz_ok=$(grep -c '"status": "ok"' build/fuzz.log 2>/dev/null || true)
+fuzz_fail=$(grep -c '"status": "fail"' build/fuzz.log 2>/dev/null || true)
 passed=$((native_total - native_failed + node_pass + asan_total - asan_failed + fuzz_ok))
 failed=$((native_failed + node_fail + asan_failed + fuzz_fail))
-[ "$asan_total" -gt 0 ] || rc=1
 [ "$failed" -eq 0 ] || rc=1
 [ "$passed" -gt 0 ] || rc=1
 echo "$passed passed, $failed failed"
