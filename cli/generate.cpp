@@ -16,23 +16,6 @@
 #include "infer/options.h"
 #include "text/vocab.h"
 
-namespace {
-
-std::string read_prompt_file(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) knot::fail(path + ": is a directory");
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!fp) knot::fail(path + ": cannot open: " + std::strerror(errno));
-  std::string s;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, fp.get())) > 0) s.append(buf, n);
-  if (std::ferror(fp.get())) knot::fail(path + ": read error: " + std::strerror(errno));
-  return s;
-}
-
-}  // namespace
-
 int cmd_generate(int argc, char** argv) {
   bool stdout_closed = false;
   try {
@@ -54,7 +37,7 @@ int cmd_generate(int argc, char** argv) {
     const knot::EngineOptions& eo = run.engine;
     const knot::GenerateParams& gp = run.gen;
     const bool ids_only = cli.value("ids", false), parse_special = cli.value("parse_special", false);
-    const std::string prompt = cli.contains("prompt_file") ? read_prompt_file(cli["prompt_file"]) : cli["prompt"].get<std::string>();
+    const std::string prompt = cli.contains("prompt_file") ? knot::read_file(cli["prompt_file"]) : cli["prompt"].get<std::string>();
 
     knot::Model model = knot::load_model_file(path);
     if (eo.n_ctx > 0 && model.config.n_ctx_train > 0 && eo.n_ctx > model.config.n_ctx_train)

@@ -27,17 +27,6 @@ static const char* TOK_USAGE =
     "  --no-special         special-token text (<|im_start|>) is plain text\n"
     "  --special            parse special-token text (the default)\n";
 
-static std::string read_prompt_file(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!f) fail(path + ": cannot open: " + std::strerror(errno));
-  std::string s;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) s.append(buf, n);
-  if (std::ferror(f.get())) fail(path + ": read error");
-  return s;
-}
-
 int cmd_tokenize(int argc, char** argv) {
   std::string model, prompt;
   bool have_prompt = false, ids_only = false, add_bos = true, special = true;
@@ -52,7 +41,7 @@ int cmd_tokenize(int argc, char** argv) {
       return 0;
     } else if (a == "-p" || a == "--prompt" || a == "--prompt-file") {
       if (have_prompt) fail("give the prompt once (-p or --prompt-file)");
-      prompt = a == "--prompt-file" ? read_prompt_file(val()) : val();
+      prompt = a == "--prompt-file" ? knot::read_file(val()) : val();
       have_prompt = true;
     } else if (a == "--ids") {
       ids_only = true;

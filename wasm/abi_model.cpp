@@ -264,18 +264,23 @@ int kw_model_tensor_loaded(int32_t h, uint32_t i) {
   });
 }
 
+// The config checks both finishes share, then the tokenizer; the model is usable after.
+static void make_ready(ModelEntry& m) {
+  knot::validate_config(m.model.config, m.what);
+  if ((int64_t)m.model.tokenizer.tokens.size() != m.model.config.n_vocab)
+    knot::fail(m.what + ": tokenizer has " + std::to_string(m.model.tokenizer.tokens.size()) +
+               " tokens but config.n_vocab is " + std::to_string(m.model.config.n_vocab));
+  m.tok = std::make_unique<knot::Tokenizer>(m.model.tokenizer);
+  m.ready = true;
+}
+
 KW_EXPORT(kw_model_finish)
 int kw_model_finish(int32_t h) {
   return guard([&] {
     ModelEntry& m = g_models.get(h, "kw_model_finish");
     for (const auto& te : m.table)
       if (!te.loaded) knot::fail(m.what + ": tensor " + te.name + " was not loaded");
-    knot::validate_config(m.model.config, m.what);
-    if ((int64_t)m.model.tokenizer.tokens.size() != m.model.config.n_vocab)
-      knot::fail(m.what + ": tokenizer has " + std::to_string(m.model.tokenizer.tokens.size()) +
-                 " tokens but config.n_vocab is " + std::to_string(m.model.config.n_vocab));
-    m.tok = std::make_unique<knot::Tokenizer>(m.model.tokenizer);
-    m.ready = true;
+    make_ready(m);
     set_result(model_info_json(m).dump());
   });
 }
@@ -289,12 +294,7 @@ int kw_model_text_finish(int32_t h) {
     ModelEntry& m = g_models.get(h, "kw_model_text_finish");
     for (const auto& te : m.table)
       if (te.tokenizer && !te.loaded) knot::fail(m.what + ": the tokenizer blob was not loaded");
-    knot::validate_config(m.model.config, m.what);
-    if ((int64_t)m.model.tokenizer.tokens.size() != m.model.config.n_vocab)
-      knot::fail(m.what + ": tokenizer has " + std::to_string(m.model.tokenizer.tokens.size()) +
-                 " tokens but config.n_vocab is " + std::to_string(m.model.config.n_vocab));
-    m.tok = std::make_unique<knot::Tokenizer>(m.model.tokenizer);
-    m.ready = true;
+    make_ready(m);
     m.text_only = true;
     set_result(json{{"config", config_json(m.model.config)}, {"format", m.format}}.dump());
   });

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "container/loader.h"
 #include "kernels/common.h"
 
 namespace knot {
@@ -26,17 +27,6 @@ constexpr PreRegex kPreRegexes[] = {
   {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
   {"llama-bpe", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
 };
-
-std::string read_file(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!f) fail(path + ": cannot open: " + std::strerror(errno));
-  std::string s;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) s.append(buf, n);
-  if (std::ferror(f.get())) fail(path + ": read error");
-  return s;
-}
 
 json parse(std::string_view text, const std::string& what) {
   try {

@@ -14,6 +14,19 @@
 
 namespace knot {
 
+std::string read_file(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail(path + ": is a directory");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!f) fail(path + ": cannot open: " + std::strerror(errno));
+  std::string s;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) s.append(buf, n);
+  if (std::ferror(f.get())) fail(path + ": read error: " + std::strerror(errno));
+  return s;
+}
+
 FileFormat detect_format(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail(path + ": is a directory");

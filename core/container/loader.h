@@ -13,6 +13,10 @@ namespace knot {
 enum class FileFormat { Unknown, Gguf, Knot };
 FileFormat detect_format(const std::string& path);  // by magic; throws if unreadable
 
+// A whole file's bytes (prompt files, tokenizer.json); errors name the file: a directory,
+// cannot open (with errno's text), read error.
+std::string read_file(const std::string& path);
+
 // Reads a .gguf or .knot file from disk into a Model.
 Model load_model_file(const std::string& path, const LoadOptions& opts = {});
 
