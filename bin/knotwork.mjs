@@ -87,7 +87,7 @@ async function generate(args) {
   const trained = m.info.config?.n_ctx_train;
   if (options.n_ctx !== undefined && trained > 0 && options.n_ctx > trained)
     process.stderr.write(`knotwork: warning: --ctx ${options.n_ctx} is larger than the model's trained context (${trained})\n`);
-  const ids = m.tokenize(prompt);
+  const ids = m.tokenize(prompt, {parseSpecial: cli.parse_special ?? true});  // --no-special: plain text
   if (ids.length === 0) throw new Error("the prompt encodes to no tokens and the vocab adds no BOS");
   let summary;
   for await (const ev of m.generate(ids, {options})) {
@@ -145,7 +145,7 @@ async function mesh(args) {
   const trained = c.n_ctx_train;
   if (options.n_ctx !== undefined && trained > 0 && options.n_ctx > trained)
     process.stderr.write(`knotwork: warning: --ctx ${options.n_ctx} is larger than the model's trained context (${trained})\n`);
-  const ids = text.tokenize(prompt);
+  const ids = text.tokenize(prompt, {parseSpecial: cli.parse_special ?? true});  // --no-special: plain text
   text.close();
   if (ids.length === 0) throw new Error("the prompt encodes to no tokens and the vocab adds no BOS");
   // the plan's context and chunk unless given
@@ -328,7 +328,8 @@ async function serve(args) {
   if (typeof cl === "number") return cl;
   const [model] = cl.args, {cli, options} = cl;
   const o = {port: cli.port, host: cli.host, apiKey: cli.api_key ?? (process.env.KNOTWORK_API_KEY || undefined),
-             name: cli.name, nCtx: options.n_ctx, chunk: options.chunk, reference: options.mode === "reference"};
+             name: cli.name, nCtx: options.n_ctx, chunk: options.chunk, reference: options.mode === "reference",
+             chatTemplate: cli.chat_template};
   const [{createHandler}, {localBackend}, {serveHandler}] = await Promise.all([
     import("../bindings/openai.mjs"), import("../bindings/local-backend.mjs"), import("../bindings/node-http.mjs")]);
   const src = await source(model);
@@ -344,7 +345,7 @@ async function serve(args) {
   if (o.nCtx !== undefined && trained > 0 && o.nCtx > trained)
     process.stderr.write(`knotwork: warning: --ctx ${o.nCtx} is larger than the model's trained context (${trained})\n`);
   const id = o.name ?? model.replace(/[?#].*$/, "").split("/").pop().replace(/\.(gguf|knot)$/i, "");
-  const backend = localBackend(m, {id, nCtx: o.nCtx, chunk: o.chunk, reference: o.reference});
+  const backend = localBackend(m, {id, nCtx: o.nCtx, chunk: o.chunk, reference: o.reference, chatTemplate: o.chatTemplate});
   const server = await serveHandler(createHandler(backend, {apiKey: o.apiKey}), {port: o.port, host: o.host});
   const {port} = server.address();
   const shown = o.host.includes(":") ? `[${o.host}]` : o.host;

@@ -340,9 +340,11 @@ export class Model {
   /**
    * Format chat messages with the model's template: the file's own Jinja template when the
    * core's interpreter parses it, else the format its markers (or the vocab) name (ChatML,
-   * Llama-2, Llama-3, Zephyr); `template` forces one of those or "jinja". serve's OpenAI
-   * handler and the mesh coordinator use this default. Generate from the result with
-   * {parseSpecial: true} so the role markers become their special tokens.
+   * Llama-2, Llama-3, Zephyr); `template` forces one of those or "jinja". A template that
+   * neither parses nor carries one of those formats' markers is a KnotworkError quoting its
+   * start, unless `template` picks one. serve's OpenAI handler and the mesh coordinator use
+   * this default. generate() parses the role markers of the result as special tokens (its
+   * default for text prompts).
    * @param {{role: string, content: string}[]} messages
    */
   applyChatTemplate(messages, {addGenerationPrompt = true, template = ""} = {}) {
@@ -374,7 +376,9 @@ export class Model {
   /**
    * Stream a completion. Yields {type: "token", token, text, telemetry} per sampled token
    * (text: the complete UTF-8 it released, may be "" while a character or a possible stop
-   * string is pending), then one {type: "summary", ...}. Options left undefined take the
+   * string is pending; telemetry: {n: tokens so far, elapsedMs, decodeTokS, memory: {linear,
+   * peakLinear, heap, peakHeap}: wasm linear memory and malloc'd bytes now and at their
+   * peak}), then one {type: "summary", ...}. Options left undefined take the
    * core's defaults; every value is checked against the core's option table
    * (core/infer/options.cpp, the CLIs' ranges; a refusal is KnotworkError with status
    * STATUS.USAGE). temperature 0 is greedy.
@@ -383,20 +387,24 @@ export class Model {
    * With `prefillProgress: n` the prompt is fed in pieces of about n tokens (whole prefill
    * chunks, so the result is the same) and {type: "prefill", done, total, elapsedMs} events
    * come before the first piece and after each one.
-   * @param {string|number[]} prompt text (BOS added, special tokens parsed) or token ids
+   * kvBudget: bytes the KV cache may take (--kv-budget; a context that needs more is an
+   * error naming both numbers).
+   * @param {string|number[]} prompt text (BOS added; special-token text such as
+   *   "<|im_start|>" becomes its token unless parseSpecial is false, as llama.cpp's CLI does)
+   *   or token ids
    * @param {{maxTokens?: number, temperature?: number, topK?: number, topP?: number,
    *          minP?: number, repeatPenalty?: number, repeatLastN?: number, seed?: number,
    *          presencePenalty?: number, frequencyPenalty?: number, logprobs?: number,
    *          prefillProgress?: number,
    *          stop?: string[], reference?: boolean, ignoreEos?: boolean, nCtx?: number,
-   *          chunk?: number, addBos?: boolean, parseSpecial?: boolean,
+   *          chunk?: number, kvBudget?: number, addBos?: boolean, parseSpecial?: boolean,
    *          options?: object}} [opts]  options: the core's option keys (n_predict, top_k,
    *          ... as parseCommandLine() returns them), applied over the named ones
    */
   async *generate(prompt, opts = {}) {
     const w = this.w;
     const ids = typeof prompt === "string"
-      ? this.tokenize(prompt, {addBos: opts.addBos ?? true, parseSpecial: opts.parseSpecial ?? false})
+      ? this.tokenize(prompt, {addBos: opts.addBos ?? true, parseSpecial: opts.parseSpecial ?? true})
       : Array.from(prompt);
     const o = {
       mode: opts.reference ? "reference" : "fast",
@@ -406,6 +414,7 @@ export class Model {
       presence_penalty: opts.presencePenalty, frequency_penalty: opts.frequencyPenalty,
       logprobs: opts.logprobs,
       stop: opts.stop, ignore_eos: opts.ignoreEos, n_ctx: opts.nCtx, chunk: opts.chunk,
+      kv_budget: opts.kvBudget,
       ...opts.options,
     };
     const mem0 = readMemoryStats(w);
@@ -438,7 +447,8 @@ export class Model {
         reason = head.done ? head.reason : "";
         const ev = {type: "token", token: head.id, text: piece,
                     telemetry: {n: out.length, elapsedMs: prefillMs + decodeMs,
-                                decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0}};
+                                decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0,
+                                memory: readMemoryStats(w)}};
         if (head.logprob !== undefined) {
           ev.logprob = head.logprob;
           ev.top = head.top.map(([token, logprob]) => ({token, logprob}));
@@ -461,10 +471,11 @@ export class Model {
   /**
    * A raw forward session: eval(ids) appends ids at the next positions and returns the
    * logits of the last one (Float32Array [n_vocab]); truncate(n) forgets positions >= n.
+   * Options as generate()'s (checked by the same table): kvBudget bounds the KV cache bytes.
    */
-  session({reference = false, nCtx, chunk} = {}) {
+  session({reference = false, nCtx, chunk, kvBudget} = {}) {
     const w = this.w;
-    const o = JSON.stringify({mode: reference ? "reference" : "fast", n_ctx: nCtx, chunk});
+    const o = JSON.stringify({mode: reference ? "reference" : "fast", n_ctx: nCtx, chunk, kv_budget: kvBudget});
     const h = w.withString(o, (p, n) => withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
     return {
       eval(ids) {

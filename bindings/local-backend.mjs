@@ -28,11 +28,13 @@ export function quantization(info) {
 /**
  * @param {import("./knotwork.mjs").Model} model
  * @param {{id: string, nCtx?: number, chunk?: number, reference?: boolean,
- *          prefillProgress?: number, created?: number}} o
+ *          prefillProgress?: number, created?: number, chatTemplate?: string}} o
  *   nCtx: context per request (default min(trained context, 2048), the core's default);
+ *   chatTemplate: the chat template by name (applyChatTemplate's `template`; default the
+ *   model's own, and one the core cannot render makes chat requests a 400 naming it);
  *   prefillProgress: report prefill progress every ~N prompt tokens (default 64)
  */
-export function localBackend(model, {id, nCtx, chunk, reference = false, prefillProgress = 64,
+export function localBackend(model, {id, nCtx, chunk, reference = false, prefillProgress = 64, chatTemplate = "",
                                      created = Math.floor(Date.now() / 1000)} = {}) {
   const cfg = model.info.config ?? {};
   const ctx = nCtx ?? Math.min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 2048, 2048);
@@ -51,10 +53,10 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
     let ids;
     try {
       if (req.kind === "chat") {
-        const text = model.applyChatTemplate(req.messages);
+        const text = model.applyChatTemplate(req.messages, {template: chatTemplate});
         ids = model.tokenize(text, {addBos: true, parseSpecial: true});
       } else if (typeof req.prompt === "string") {
-        ids = model.tokenize(req.prompt);  // as `knotwork generate -p`: BOS, special tokens as text
+        ids = model.tokenize(req.prompt, {parseSpecial: true});  // as `knotwork generate -p`: BOS, special tokens parsed
       } else {
         ids = req.prompt;
         const bad = ids.find((t) => t >= cfg.n_vocab);

@@ -36,7 +36,7 @@ int cmd_generate(int argc, char** argv) {
     knot::apply_options(cl["options"], run);
     const knot::EngineOptions& eo = run.engine;
     const knot::GenerateParams& gp = run.gen;
-    const bool ids_only = cli.value("ids", false), parse_special = cli.value("parse_special", false);
+    const bool ids_only = cli.value("ids", false), parse_special = cli.value("parse_special", true);
     const std::string prompt = cli.contains("prompt_file") ? knot::read_file(cli["prompt_file"]) : cli["prompt"].get<std::string>();
 
     knot::Model model = knot::load_model_file(path);
@@ -45,7 +45,8 @@ int cmd_generate(int argc, char** argv) {
                    model.config.n_ctx_train);
     knot::Tokenizer tok(model.tokenizer);
     knot::Engine engine(model, eo);
-    // BOS when the vocab asks for it (encode checks tokenizer.ggml.add_bos_token)
+    // BOS when the vocab asks for it (encode checks tokenizer.ggml.add_bos_token); special-token
+    // text such as <|im_start|> becomes its token unless --no-special, as in llama.cpp's CLI
     const std::vector<int32_t> ids = tok.encode(prompt, true, parse_special);
     if (ids.empty()) knot::fail("the prompt encodes to no tokens and the vocab adds no BOS");
 

@@ -161,7 +161,7 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
     const knot::KvType kvt = knot::forward_options_for(eo.mode).kv_type;
     const uint64_t per_tok = 2ull * c.n_layer * c.n_head_kv * c.head_dim * knot::kv_elem_bytes(kvt);
     const uint64_t room = kLinearCap - std::min<uint64_t>(kLinearCap, heap_in_use());
-    const uint64_t limit = eo.kv_budget != SIZE_MAX ? std::min<uint64_t>(eo.kv_budget, room) : room;
+    const uint64_t limit = room;  // a smaller kv_budget: the Engine's KV cache refuses it, naming both numbers
     if (per_tok * (uint64_t)n_ctx > limit)
       knot::fail("kw_session_new: a context of " + std::to_string(n_ctx) + " tokens needs " +
                  std::to_string(per_tok * (uint64_t)n_ctx) + " bytes of " + knot::kv_type_name(kvt) +

@@ -26,7 +26,7 @@ const json = (v) => JSON.parse(JSON.stringify(v));  // JSON bindings: no undefin
 
 /** Miniflare worker options for a topology (first: the entry). */
 export function meshWorkers(topology, {testHooks = false, warden = false, linkMode = "ws", timeouts = {}, kv = true,
-                                       ttlMs, wardenBudget} = {}) {
+                                       ttlMs, wardenBudget, chatTemplate} = {}) {
   const hooks = testHooks ? {TEST_HOOKS: "1"} : {};
   const members = topology.stations.flatMap((s) => s.members.map((m) => ({...m, layers: s.layers, role: s.role, resident: s.resident})));
   const service = (n) => `knot-${n}`;
@@ -34,7 +34,8 @@ export function meshWorkers(topology, {testHooks = false, warden = false, linkMo
   const workers = [{
     ...script("workers/coordinator/index.mjs"), name: "knot-coordinator",
     durableObjects: {SESSION: "SessionDO"},
-    bindings: {TOPOLOGY: json(topology), LINK_MODE: linkMode, TIMEOUTS: timeouts, ...hooks},
+    bindings: {TOPOLOGY: json(topology), LINK_MODE: linkMode, TIMEOUTS: timeouts, ...hooks,
+               ...(chatTemplate ? {CHAT_TEMPLATE: chatTemplate} : {})},
     serviceBindings: Object.fromEntries(l.coordinator.map((n) => [`M_${n}`, service(n)])),
   }];
   for (const m of members) {

@@ -104,6 +104,10 @@ const OptionSpec kReference = {KEY("mode"), .flag = "--reference", .kind = OptKi
     if (m != "fast" && m != "reference") usage_fail("mode must be \"fast\" or \"reference\", got \"" + m + "\"");
     o.engine.mode = m == "reference" ? Mode::Reference : Mode::Fast;
   }};
+// Special-token text in the prompt ("<|im_start|>") becomes its token by default, as in
+// llama.cpp's CLI; this keeps it plain text (cli.parse_special = false).
+const OptionSpec kNoSpecial = {KEY("parse_special"), .flag = "--no-special", .kind = OptKind::Flag,
+  .help = "special-token text in the prompt (<|im_start|>) stays plain text", .value = "false"};
 const OptionSpec kIds = {KEY("ids"), .flag = "--ids", .kind = OptKind::Flag,
   .help = "print only a JSON array of the generated ids", .value = "true"};
 // `serve` (node CLI)
@@ -116,6 +120,9 @@ const OptionSpec kApiKey = {KEY("api_key"), .flag = "--api-key", .kind = OptKind
   .default_text = "the KNOTWORK_API_KEY environment variable, else none"};
 const OptionSpec kName = {KEY("name"), .flag = "--name", .kind = OptKind::Text, .lo = 1, .metavar = "ID",
   .help = "model id in the API", .default_text = "the file name without extension"};
+const OptionSpec kChatTemplate = {KEY("chat_template"), .flag = "--chat-template", .kind = OptKind::Text,
+  .metavar = "NAME", .help = "chat template of /v1/chat/completions", .choices = "chatml|llama2|llama3|zephyr|jinja",
+  .default_text = "the model's own; one knotwork cannot render is an error naming it"};
 // `mesh` (node CLI): the topology of the Workers mesh (workers/lib/topology.mjs)
 const OptionSpec kPlan = {KEY("plan"), .flag = "--plan", .kind = OptKind::Text, .lo = 1, .metavar = "FILE",
   .help = "topology or planner plan JSON (workers/lib/topology.mjs)"};
@@ -159,7 +166,8 @@ const OptionSpec kKnot = {KEY("knot"), .flag = "--knot", .kind = OptKind::Text, 
 const OptionSpec* const kAll[] = {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP,
                                   &kRepeatPenalty, &kRepeatLastN, &kPresencePenalty, &kFrequencyPenalty,
                                   &kLogprobs, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos,
-                                  &kReference, &kIds, &kPort, &kHost, &kApiKey, &kName, &kPlan,
+                                  &kReference, &kNoSpecial, &kIds, &kPort, &kHost, &kApiKey, &kName,
+                                  &kChatTemplate, &kPlan,
                                   &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink};
 
 const char* const kModelHelp = ".gguf or .knot file (node CLI: also an http(s) URL served with Range requests)";
@@ -168,10 +176,10 @@ const CommandSpec kCommands[] = {
     {"generate", "MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]", "MODEL", kModelHelp, nullptr,
      {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
       &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos, &kReference,
-      &kIds},
+      &kNoSpecial, &kIds},
      nullptr},
     {"serve", "MODEL [options]", "MODEL", kModelHelp, nullptr,
-     {&kPort, &kHost, &kApiKey, &kName, &kCtx, &kChunk, &kReference},
+     {&kPort, &kHost, &kApiKey, &kName, &kCtx, &kChunk, &kReference, &kChatTemplate},
      "Routes: GET / (chat page), GET /v1/models, POST /v1/chat/completions, POST /v1/completions,\n"
      "GET /health. Prints \"knotwork: serving ID at http://HOST:PORT\" once it listens.\n"},
     // generate's options the mesh's coordinator sampler takes (its stations keep the KV and
@@ -184,7 +192,8 @@ const CommandSpec kCommands[] = {
      "is converted to .knot first). stdout is exactly what generate prints; stderr reports hops,\n"
      "subrequests, connections and peak memory per isolate.\n",
      {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
-      &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kStop, &kIgnoreEos, &kIds, &kPlan, &kStations,
+      &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kStop, &kIgnoreEos, &kNoSpecial, &kIds, &kPlan,
+      &kStations,
       &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink},
      nullptr},
     {"plan", "MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"

@@ -126,30 +126,59 @@ const std::vector<std::string>& chat_template_names() {
   return names;
 }
 
+namespace {
+
+// The built-in format a template's markers name, or "" for none.
+std::string format_by_markers(const std::string& t) {
+  if (t.find("<|im_start|>") != std::string::npos) return "chatml";
+  if (t.find("<|start_header_id|>") != std::string::npos) return "llama3";
+  if (t.find("[INST]") != std::string::npos) return "llama2";
+  if (t.find("<|user|>") != std::string::npos) return "zephyr";
+  return "";
+}
+
+// Rendering a template we cannot recognise as some built-in format would be silently
+// wrong: name it (its first 60 bytes, on one line) and why, and ask for an explicit choice.
+constexpr const char* kNoMarkers = "it has none of the built-in formats' markers (<|im_start|>, <|start_header_id|>, [INST], <|user|>)";
+[[noreturn]] void unrecognised_template(const std::string& t, const std::string& why) {
+  std::string head = t.substr(0, 60);
+  for (char& c : head)
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  std::string known;
+  for (const auto& n : chat_template_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("chat: the model's chat template '" + head + (t.size() > 60 ? "..." : "") + "' (" + std::to_string(t.size()) +
+       " bytes) is not one knotwork can render: " + why + "; pick a template explicitly (" + known + ")");
+}
+
+}  // namespace
+
 std::string detect_chat_template(const TokenizerData& tok) {
   const std::string& t = tok.chat_template;
   if (!t.empty()) {
-    if (t.find("<|im_start|>") != std::string::npos) return "chatml";
-    if (t.find("<|start_header_id|>") != std::string::npos) return "llama3";
-    if (t.find("[INST]") != std::string::npos) return "llama2";
-    if (t.find("<|user|>") != std::string::npos) return "zephyr";
+    const std::string name = format_by_markers(t);
+    if (name.empty()) unrecognised_template(t, kNoMarkers);
+    return name;
   }
-  // No template, or one we do not recognise: judge by the vocab's special tokens.
+  // No template: judge by the vocab's special tokens.
   if (vocab_has(tok, "<|im_start|>")) return "chatml";
   if (vocab_has(tok, "<|start_header_id|>")) return "llama3";
   return "llama2";
 }
 
 std::string default_chat_template(const TokenizerData& tok) {
-  if (!tok.chat_template.empty()) {
-    try {
-      jinja::Template parsed(tok.chat_template);  // parse only: render errors are the caller's
-      return "jinja";
-    } catch (const Error&) {
-      // a construct the interpreter lacks: the format its markers name, as before
-    }
+  const std::string& t = tok.chat_template;
+  if (t.empty()) return detect_chat_template(tok);
+  std::string why;
+  try {
+    jinja::Template parsed(t);  // parse only: render errors are the caller's
+    return "jinja";
+  } catch (const Error& e) {
+    why = std::string("the Jinja interpreter cannot parse it (") + e.what() + ") and " + kNoMarkers;
   }
-  return detect_chat_template(tok);
+  // a construct the interpreter lacks: the format its markers name
+  const std::string name = format_by_markers(t);
+  if (name.empty()) unrecognised_template(t, why);
+  return name;
 }
 
 std::string render_jinja_chat(const TokenizerData& tok, const std::string& messages_json, bool add_generation_prompt,

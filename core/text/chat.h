@@ -2,6 +2,8 @@
 // Jinja interpreter (jinja.h) as Hugging Face's apply_chat_template does. A template the
 // interpreter cannot parse is recognised from its markers and rendered by a built-in
 // format: ChatML, Llama-2 [INST], Llama-3 header tokens, Zephyr (<|user|>, TinyLlama-chat).
+// A template that neither parses nor carries any of those markers is an error naming it
+// (its start and why), never a guess; the caller may then pick a format by name.
 // Without a template: ChatML if the vocab has <|im_start|>, Llama-3 if it has
 // <|start_header_id|>, else Llama-2.
 // Contract: the output is the prompt text WITHOUT the leading BOS (encode it with
@@ -20,11 +22,14 @@ struct ChatMessage {
 };
 
 // "chatml" | "llama2" | "llama3" | "zephyr": the format the template's markers (or, without
-// a template, the vocab's special tokens) name.
+// a template, the vocab's special tokens) name; a template with none of the markers throws
+// knot::Error quoting its start.
 std::string detect_chat_template(const TokenizerData& tok);
 // What apply_chat_template renders when no name is forced: "jinja" (the file's own template)
-// when the file has one the interpreter parses, else detect_chat_template(). Every chat
-// path (serve's OpenAI handler, the mesh coordinator, applyChatTemplate) takes this default.
+// when the file has one the interpreter parses, else detect_chat_template() (so a template
+// that neither parses nor names a format throws, quoting its start and the parse error).
+// Every chat path (serve's OpenAI handler, the mesh coordinator, applyChatTemplate) takes
+// this default.
 std::string default_chat_template(const TokenizerData& tok);
 const std::vector<std::string>& chat_template_names();
 

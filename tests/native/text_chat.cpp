@@ -62,7 +62,38 @@ TEST(TextChat, DetectByMarkers) {
   EXPECT_EQ(knot::detect_chat_template(vocab_with({"<|im_start|>", "<|im_end|>"}, "")), "chatml");
   EXPECT_EQ(knot::detect_chat_template(vocab_with({"<|start_header_id|>"}, "")), "llama3");
   EXPECT_EQ(knot::detect_chat_template(vocab_with({}, "")), "llama2");
-  EXPECT_EQ(knot::detect_chat_template(vocab_with({}, "{{ unknown format }}")), "llama2");
+}
+
+// A template that neither parses nor carries a built-in format's markers is an error quoting
+// its start and saying why (it used to render as Llama-2, silently wrong); picking a format
+// by name still renders.
+TEST(TextChat, UnrecognisedTemplateIsAnErrorNamingIt) {
+  const TokenizerData odd = vocab_with({"<|im_start|>", "<|im_end|>"}, "{{ unknown format }}");
+  auto message = [&](auto fn) -> std::string {
+    try {
+      fn();
+    } catch (const knot::Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  for (const std::string m : {message([&] { knot::detect_chat_template(odd); }),
+                              message([&] { knot::default_chat_template(odd); }),
+                              message([&] { knot::apply_chat_template(odd, {{"user", "Hi"}}, true); })}) {
+    EXPECT_NE(m.find("chat template '{{ unknown format }}' (20 bytes)"), std::string::npos) << m;
+    EXPECT_NE(m.find("none of the built-in formats' markers"), std::string::npos) << m;
+    EXPECT_NE(m.find("pick a template explicitly (chatml, llama2, llama3, zephyr)"), std::string::npos) << m;
+  }
+  // the default path also says why its own Jinja rendering is out: the parse error
+  EXPECT_NE(message([&] { knot::default_chat_template(odd); }).find("cannot parse it ("), std::string::npos);
+  // a long template is quoted by its first 60 bytes, on one line
+  const std::string long_tmpl = "{{ unknown\nformat }}" + std::string(100, 'x');
+  const std::string m = message([&] { knot::default_chat_template(vocab_with({}, long_tmpl)); });
+  EXPECT_NE(m.find("'{{ unknown format }}" + std::string(40, 'x') + "...' (120 bytes)"), std::string::npos) << m;
+  // explicit picks render
+  EXPECT_EQ(knot::apply_chat_template(odd, {{"user", "Hi"}}, true, "chatml"),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(knot::apply_chat_template(odd, {{"user", "Hi"}}, true, "llama2"), "[INST] Hi [/INST]");
 }
 
 TEST(TextChat, ChatML) {

@@ -348,3 +348,22 @@ test("mesh and plan read the same option table: generate's sampling flags plus i
     assert.ok(h.stdout.includes(flag), flag);
   assert.equal(run(["mesh"]).status, 2);
 });
+
+test("--kv-budget: the same refusal in both CLIs, naming both numbers; a budget that fits changes nothing", (t) => {
+  const p = sharedModel(t, "stories260K.gguf");
+  if (!p) return;
+  const args = ["generate", p, "-p", "Once", "-n", "2", "--ctx", "64", "--kv-budget", "1000"];
+  const js = run(args);
+  assert.equal(js.status, 1, js.stderr);
+  assert.match(js.stderr, /^knotwork: error: KV cache needs \d+ bytes \(64 positions x \d+ bytes\/token, .*\) but the KV budget is 1000 bytes\n$/);
+  if (!haveNative(t)) return;
+  const nat = spawnSync(KNOT_BIN, args, {encoding: "utf8"});
+  assert.equal(nat.status, 1, nat.stderr);
+  assert.equal(js.stderr.replace(/^knotwork: /, ""), nat.stderr.replace(/^knot: /, ""));
+  const ok = ["generate", p, "-p", "Once", "-n", "8", "--temp", "0", "--ctx", "64", "--kv-budget", "1000000", "--ids"];
+  const a = run(ok), b = spawnSync(KNOT_BIN, ok, {encoding: "utf8"});
+  assert.equal(a.status, 0, a.stderr);
+  assert.equal(b.status, 0, b.stderr);
+  assert.equal(a.stdout, b.stdout);
+  assert.equal(a.stdout, run(ok.slice(0, -3).concat("--ids")).stdout);
+});

@@ -117,6 +117,55 @@ test("streaming: token events add up to the summary; telemetry and memory are re
   } finally { m.close(); }
 });
 
+test("per-token telemetry carries a memory figure in bytes (README: tokens so far, tok/s, memory)", async (t) => {
+  const p = sharedModel(t, "stories260K.gguf");
+  if (!p) return;
+  const m = await kw.openModel(p);
+  try {
+    const before = await kw.memoryStats();
+    const toks = [];
+    let sum;
+    for await (const ev of m.generate("Once upon a time", {maxTokens: 6, temperature: 0, nCtx: 256})) {
+      if (ev.type === "token") toks.push(ev); else sum = ev;
+    }
+    assert.equal(toks.length, 6);
+    toks.forEach((ev, i) => {
+      const {n, elapsedMs, decodeTokS, memory} = ev.telemetry;
+      assert.equal(n, i + 1);
+      assert.ok(elapsedMs > 0 && decodeTokS >= 0, JSON.stringify(ev.telemetry));
+      assert.deepEqual(Object.keys(memory), ["linear", "peakLinear", "heap", "peakHeap"]);
+      for (const v of Object.values(memory)) assert.ok(Number.isInteger(v) && v > 0, JSON.stringify(memory));
+      assert.ok(memory.peakLinear >= memory.linear && memory.linear <= 128 << 20 && memory.peakHeap >= memory.heap);
+      // the session's KV cache and buffers are live while it generates
+      assert.ok(memory.heap > before.heap, `${memory.heap} vs ${before.heap} before the session`);
+      assert.ok(memory.peakLinear <= sum.memory.peakLinear);
+    });
+  } finally { m.close(); }
+});
+
+test("kvBudget in generate() and session() bounds the KV cache: an error naming both numbers, as --kv-budget", async (t) => {
+  const p = sharedModel(t, "stories260K.gguf");
+  if (!p) return;
+  const m = await kw.openModel(p);
+  try {
+    const c = m.info.config, perTok = 2 * c.n_layer * c.n_head_kv * c.head_dim * 2;  // F16 KV (fast mode)
+    const want = new RegExp(`^KV cache needs ${64 * perTok} bytes \\(64 positions x ${perTok} bytes/token, F16, .*\\) but the KV budget is 1000 bytes$`);
+    const refused = (e) => { assert.match(e.message, want); return true; };
+    await assert.rejects(m.generate("Once", {maxTokens: 2, nCtx: 64, kvBudget: 1000}).next(), refused);
+    assert.throws(() => m.session({nCtx: 64, kvBudget: 1000}), refused);
+    assert.throws(() => m.session({nCtx: 64, kvBudget: 64 * perTok - 1}), (e) => /but the KV budget is \d+ bytes$/.test(e.message));
+    // a budget that fits changes nothing
+    const s = m.session({nCtx: 64, kvBudget: 64 * perTok});
+    try { assert.equal(s.eval([1, 403]).length, c.n_vocab); } finally { s.free(); }
+    const a = await m.complete("Once upon a time", {maxTokens: 8, temperature: 0, nCtx: 64, kvBudget: 64 * perTok});
+    const b = await m.complete("Once upon a time", {maxTokens: 8, temperature: 0, nCtx: 64});
+    assert.deepEqual(a.ids, b.ids);
+    // checked by the option table like every other option
+    await assert.rejects(m.generate("Once", {kvBudget: 0}).next(), (e) => e.status === kw.STATUS.USAGE && /kv_budget/.test(e.message));
+    assert.throws(() => m.session({kvBudget: -1}), (e) => e.status === kw.STATUS.USAGE);
+  } finally { m.close(); }
+});
+
 test("stop strings end the text before the stop string; seeded sampling is reproducible", async (t) => {
   const p = sharedModel(t, "stories260K.gguf");
   if (!p) return;

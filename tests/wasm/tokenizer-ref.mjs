@@ -138,16 +138,38 @@ export async function llamaCppJinja() {
   };
 }
 
-/** Synthesizes DIR/<name>.gguf and .knot with the real vocabulary (tiny dims: fast). */
-export function synthModels(name, dir, knotBin) {
+/**
+ * Synthesizes `out` (.gguf or .knot) with the real vocabulary (tiny dims: fast);
+ * chatTemplate replaces the tokenizer_config.json's template.
+ */
+export function synthVocabModel(name, out, knotBin, {chatTemplate} = {}) {
   const f = vocabFiles(name), v = VOCABS[name];
-  const out = {gguf: join(dir, `${name}.gguf`), knot: join(dir, `${name}.knot`)};
-  for (const p of [out.gguf, out.knot])
-    execFileSync(knotBin, ["synth", "--arch", name === "qwen3" ? "qwen3" : "llama", "--hidden", "32", "--layers", "1",
-      "--heads", "2", "--kv-heads", "1", "--ffn", "32", "--type", "Q8_0", "--tied", "--vocab-from", f.tokenizer,
-      "--tokenizer-config", f.config, "--vocab", String(v.vocab), "--vocab-tensor", String(v.rows), p], {stdio: ["ignore", "ignore", "inherit"]});
+  let config = f.config;
+  if (chatTemplate !== undefined) {
+    config = `${out}.tokenizer_config.json`;
+    writeFileSync(config, JSON.stringify({...JSON.parse(readFileSync(f.config, "utf8")), chat_template: chatTemplate}));
+  }
+  execFileSync(knotBin, ["synth", "--arch", name === "qwen3" ? "qwen3" : "llama", "--hidden", "32", "--layers", "1",
+    "--heads", "2", "--kv-heads", "1", "--ffn", "32", "--type", "Q8_0", "--tied", "--vocab-from", f.tokenizer,
+    "--tokenizer-config", config, "--vocab", String(v.vocab), "--vocab-tensor", String(v.rows), out], {stdio: ["ignore", "ignore", "inherit"]});
   return out;
 }
+
+/** Synthesizes DIR/<name>.gguf and .knot with the real vocabulary. */
+export function synthModels(name, dir, knotBin) {
+  const out = {gguf: join(dir, `${name}.gguf`), knot: join(dir, `${name}.knot`)};
+  for (const p of [out.gguf, out.knot]) synthVocabModel(name, p, knotBin);
+  return out;
+}
+
+// A rendered ChatML conversation (Qwen2.5's default system prompt, one question): with the
+// Qwen3 vocabulary 40 tokens when its special-token text is parsed, 62 as plain text.
+export const CHATML_PROMPT = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n" +
+  "<|im_start|>user\nSummarize the plot of Hamlet in two sentences<|im_end|>\n<|im_start|>assistant\n";
+// A chat template knotwork cannot render: a construct the Jinja subset lacks (a macro), and
+// none of the built-in formats' markers.
+export const ODD_TEMPLATE = "{% macro turn(m) %}### {{ m.role }}: {{ m.content }}{% endmacro %}" +
+  "{% for m in messages %}{{ turn(m) }}\n{% endfor %}### assistant:";
 
 async function writeAll(dir, knotBin) {
   mkdirSync(dir, {recursive: true});

@@ -5,7 +5,9 @@
 //
 // Bindings: TOPOLOGY (JSON, lib/topology.mjs), MODELS (R2), SESSION (SessionDO), one service
 // binding per station member / shard named M_<name>, LINK_MODE? ("ws" default | "http"),
-// TIMEOUTS? ({shardMs, stationMs}), API_KEY? (required as Bearer token when set).
+// TIMEOUTS? ({shardMs, stationMs}), API_KEY? (required as Bearer token when set),
+// CHAT_TEMPLATE? (chatml | llama2 | llama3 | zephyr | jinja: the chat template by name; by
+// default the model's own, and one the core cannot render is a 400 naming it).
 //
 // HTTP:  POST /v1/mesh/generate {prompt | ids | messages, options, session?}
 //          -> NDJSON events (telemetry, token, summary | error), see mesh.mjs
@@ -34,12 +36,15 @@ function textModel(env) {
   });
 }
 
-/** Prompt ids from a request body: ids, or messages through the chat template, or prompt text. */
-export function promptIds(model, body) {
+/**
+ * Prompt ids from a request body: ids, or messages through the chat template (`template`:
+ * a name, "" for the model's own), or prompt text (special-token text parsed, as `generate`).
+ */
+export function promptIds(model, body, template = "") {
   if (Array.isArray(body.ids)) return body.ids;
   if (Array.isArray(body.messages))
-    return model.tokenize(model.applyChatTemplate(body.messages), {addBos: true, parseSpecial: true});
-  if (typeof body.prompt === "string") return model.tokenize(body.prompt);
+    return model.tokenize(model.applyChatTemplate(body.messages, {template}), {addBos: true, parseSpecial: true});
+  if (typeof body.prompt === "string") return model.tokenize(body.prompt, {parseSpecial: true});
   throw new HttpError(400, "body needs ids (token ids), messages (chat) or prompt (text)");
 }
 
@@ -62,7 +67,7 @@ export class SessionDO {
         const model = await textModel(env);
         const coord = new MeshCoordinator({topology, text: model, counter, timeouts,
           connect: (name, sid) => new Link(name, env[`M_${name}`], {mode, counter, sid})});
-        const ids = promptIds(model, body);
+        const ids = promptIds(model, body, env.CHAT_TEMPLATE ?? "");
         for await (const e of coord.generate(ids, {...(body.options ?? {}), sid: body.session})) {
           if (e.type === "summary") e.coordinatorMemory = await memoryStats();
           await writer.write(enc.encode(JSON.stringify(e) + "\n"));
@@ -119,8 +124,9 @@ export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {})
       const param = req.kind === "chat" ? "messages" : "prompt";
       let ids;
       try {
-        ids = req.kind === "chat" ? m.tokenize(m.applyChatTemplate(req.messages), {addBos: true, parseSpecial: true})
-          : typeof req.prompt === "string" ? m.tokenize(req.prompt) : req.prompt;
+        const body = req.kind === "chat" ? {messages: req.messages}
+          : typeof req.prompt === "string" ? {prompt: req.prompt} : {ids: req.prompt};
+        ids = promptIds(m, body, env.CHAT_TEMPLATE ?? "");
       } catch (e) { throw new ApiError(400, `could not build the prompt: ${e.message}`, {param}); }
       const bad = ids.find((x) => !(x >= 0 && x < c.n_vocab));
       if (bad !== undefined) throw new ApiError(400, `prompt token id ${bad} is outside the vocabulary (${c.n_vocab} tokens)`, {param});
