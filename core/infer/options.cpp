@@ -193,8 +193,7 @@ const CommandSpec kCommands[] = {
      "subrequests, connections and peak memory per isolate.\n",
      {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
       &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kStop, &kIgnoreEos, &kNoSpecial, &kIds, &kPlan,
-      &kStations,
-      &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink},
+      &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink},
      nullptr},
     {"plan", "MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
              "                     [--shards N] [--stations N] [--wrangler DIR [--knot NAME]]",

@@ -6,7 +6,7 @@ import {test} from "node:test";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 
-import {createHandler, ApiError} from "../../bindings/openai.mjs";
+import {createHandler, ApiError, parseRequest} from "../../bindings/openai.mjs";
 
 function failingBackend() {
   return {
@@ -86,4 +86,19 @@ test("openai handler: coordinator telemetry ({type: telemetry, event}) is mapped
     {type: "prefill", done: 70, total: 70, elapsedMs: 12},
   ]);
   assert.deepEqual(tele.slice(7).map((e) => e.type), ["decode", "tokens", "done"]);
+});
+
+// README "Serving": `max_tokens` / `max_completion_tokens`; what cannot be honoured is an
+// error naming the field (`n` > 1, `tools`, `logit_bias`, `response_format`, `echo`,
+// `suffix`, ...) — the rest are checked against the real model in serve.test.mjs.
+test("openai handler: max_completion_tokens sets the limit; response_format, echo, suffix are refused by name", () => {
+  const chat = {model: "m", messages: [{role: "user", content: "q"}]};
+  assert.equal(parseRequest({...chat, max_completion_tokens: 7}, "chat").maxTokens, 7);
+  assert.equal(parseRequest({...chat, max_tokens: 5}, "chat").maxTokens, 5);
+  assert.equal(parseRequest({...chat, response_format: {type: "text"}}, "chat").maxTokens, undefined);
+  const refused = (body, kind, field) => assert.throws(() => parseRequest(body, kind), (e) =>
+    e instanceof ApiError && e.status === 400 && e.param === field && new RegExp(`unsupported: ${field}`).test(e.message));
+  refused({...chat, response_format: {type: "json_object"}}, "chat", "response_format");
+  refused({model: "m", prompt: "x", echo: true}, "completion", "echo");
+  refused({model: "m", prompt: "x", suffix: "y"}, "completion", "suffix");
 });
