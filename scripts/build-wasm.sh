@@ -6,8 +6,10 @@
 #
 # Objects are compiled one at a time (the build machine is shared) and reused when the
 # source and every header it includes (em++ -MMD) are older than the object, and the
-# flags are unchanged. After linking, the module's import list is checked against the
-# imports bindings/loader.mjs provides; anything else fails the build.
+# flags are unchanged. With ccache on PATH every em++ compile goes through it (base dir =
+# the checkout, compiler identified by em++'s version), so a fresh clone at any path (CI)
+# reuses the objects another checkout compiled. After linking, the module's import list
+# is checked against the imports bindings/loader.mjs provides; anything else fails the build.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +17,7 @@ OUT="$ROOT/build/wasm"
 OBJ="$OUT/obj"
 INC="$ROOT/build/wasm-include"
 export NODE_PATH="${NODE_PATH:-/usr/share/nodejs}"  # Debian's emscripten needs it
+cd "$ROOT"  # ccache writes the .d dependency lists relative to the checkout
 
 if [[ "${1:-}" == "--clean" ]]; then rm -rf "$OUT" "$INC"; fi
 mkdir -p "$OBJ" "$INC"
@@ -48,7 +51,13 @@ for f in "$ROOT"/wasm/*.cpp; do SRCS+=("$f"); done
 # Flags fingerprint: a change of flags rebuilds everything.
 STAMP="$OBJ/flags.stamp"
 # sed, not head: head closes the pipe early and em++ (python) fails with EPIPE under pipefail
-FLAGS_NOW="$(em++ --version | sed -n 1p) ${CXXFLAGS_COMMON[*]}"
+EMXX_VERSION="$(em++ --version | sed -n 1p)"
+FLAGS_NOW="$EMXX_VERSION ${CXXFLAGS_COMMON[*]}"
+CCACHE=()
+if command -v ccache >/dev/null; then
+  CCACHE=(ccache)
+  export CCACHE_BASEDIR="$ROOT" CCACHE_COMPILERCHECK="string:$EMXX_VERSION"
+fi
 if [[ ! -f "$STAMP" || "$(cat "$STAMP")" != "$FLAGS_NOW" ]]; then
   rm -f "$OBJ"/*.o "$OBJ"/*.d
   printf '%s' "$FLAGS_NOW" > "$STAMP"
@@ -78,7 +87,7 @@ for src in "${SRCS[@]}"; do
   if stale "$o" "$d"; then
     opt="$(opt_for "$src")"
     echo "em++ $opt $rel" >&2
-    em++ "${CXXFLAGS_COMMON[@]}" "$opt" -MMD -MF "$d" -c "$src" -o "$o"
+    "${CCACHE[@]}" em++ "${CXXFLAGS_COMMON[@]}" "$opt" -MMD -MF "$d" -c "$src" -o "$o"
     built=$((built + 1))
   fi
 done

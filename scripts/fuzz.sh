@@ -11,6 +11,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+# -g (build-asan) makes ccache hash the working directory; the objects do not depend on it
+export CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 secs=60
 names=()
 build_only=0

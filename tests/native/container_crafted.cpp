@@ -46,7 +46,7 @@ struct CliRun {
   std::string out;
 };
 CliRun cli(const std::string& args) {
-  const std::string bin = std::string(KNOT_BIN_DIR) + "/knot";
+  const std::string bin = knot_test::bin_dir() + "/knot";
   FILE* p = popen((bin + " " + args + " 2>&1").c_str(), "r");
   std::string out;
   char buf[4096];
@@ -55,7 +55,7 @@ CliRun cli(const std::string& args) {
   int st = pclose(p);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -128 - (WIFSIGNALED(st) ? WTERMSIG(st) : 0), out};
 }
-bool have_cli() { return std::filesystem::exists(std::string(KNOT_BIN_DIR) + "/knot"); }
+bool have_cli() { return std::filesystem::exists(knot_test::bin_dir() + "/knot"); }
 
 // A GGUF whose u32 key `key` holds `value` (patched in place in a synth file).
 std::vector<uint8_t> gguf_with_u32(const std::string& key, uint32_t value) {

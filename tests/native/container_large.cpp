@@ -129,7 +129,7 @@ TEST(Large, SparseFilePast4GiB) {
   ASSERT_EQ(src.size(), large().size);
   check_source(src);
   // the CLI reads the same header (and prints offsets past 4 GiB)
-  const std::string bin = std::string(KNOT_BIN_DIR) + "/knot";
+  const std::string bin = knot_test::bin_dir() + "/knot";
   if (!std::filesystem::exists(bin)) return;
   FILE* p = popen((bin + " inspect " + sparse_file() + " 2>&1").c_str(), "r");
   std::string out;

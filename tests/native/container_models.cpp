@@ -29,7 +29,7 @@ struct Expect {
 // The README table's last column: "hidden / layers / heads / kv heads / vocab (ffn F,
 // head_dim D, ...)"; rows saying "(same...)" repeat the previous row's ffn/head_dim.
 std::vector<Expect> readme_models() {
-  std::ifstream f(std::string(KNOT_SHARED_MODELS) + "/README.md");
+  std::ifstream f(knot_test::shared_models() + "/README.md");
   std::vector<Expect> out;
   std::string line;
   std::regex dims(R"((\d+) / (\d+) / (\d+) / (\d+) / (\d+))"), extra(R"(ffn (\d+), head_dim (\d+))");
@@ -46,19 +46,19 @@ std::vector<Expect> readme_models() {
   return out;
 }
 
-std::string model_path(const std::string& f) { return std::string(KNOT_SHARED_MODELS) + "/" + f; }
+std::string model_path(const std::string& f) { return knot_test::shared_models() + "/" + f; }
 
 bool have_models() { return std::filesystem::exists(model_path("README.md")); }
 
 #define REQUIRE_MODELS()                                                                    \
   do {                                                                                      \
     if (!have_models()) {                                                                   \
-      if (std::getenv("CI")) FAIL() << "shared models missing at " << KNOT_SHARED_MODELS;  \
-      GTEST_SKIP() << "shared models missing at " << KNOT_SHARED_MODELS;                  \
+      if (std::getenv("CI")) FAIL() << "shared models missing at " << knot_test::shared_models(); \
+      GTEST_SKIP() << "shared models missing at " << knot_test::shared_models();            \
     }                                                                                       \
   } while (0)
 
-std::string knot_bin() { return std::string(KNOT_BIN_DIR) + "/knot"; }
+std::string knot_bin() { return knot_test::bin_dir() + "/knot"; }
 
 // The CLI is part of the build: under CI a missing binary is a failure, locally a skip.
 bool have_cli() {

@@ -18,6 +18,7 @@
 #include "container/knot.h"
 #include "container/loader.h"
 #include "container/synth.h"
+#include "test_paths.h"
 
 namespace ctest {
 

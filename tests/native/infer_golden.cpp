@@ -39,7 +39,7 @@ void apply_args(const std::vector<std::string>& a, knot::EngineOptions& eo, knot
 }
 
 TEST(InferGolden, GenerateOutputsUnchangedOnSharedModels) {
-  std::ifstream f(std::string(KNOT_SOURCE_DIR) + "/tests/golden/outputs.json");
+  std::ifstream f(knot_test::source_dir() + "/tests/golden/outputs.json");
   ASSERT_TRUE(f.good()) << "tests/golden/outputs.json missing";
   const nlohmann::json g = nlohmann::json::parse(f);
   REQUIRE_SHARED_MODEL(model_path(g["cases"][0]["model"].get<std::string>()));

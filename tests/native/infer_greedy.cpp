@@ -190,7 +190,7 @@ TEST(KnotFile, SameGreedyAsGguf) {
 TEST(Cli, GenerateIdsMatchesReference) {
   const std::string path = model_path("stories260K-pad256-llama-q8_0.gguf");
   REQUIRE_SHARED_MODEL(path);
-  const std::string bin = std::string(KNOT_BIN_DIR) + "/knot";
+  const std::string bin = knot_test::bin_dir() + "/knot";
   ASSERT_TRUE(have_file(bin)) << "build the knot CLI first: " << bin;
   for (const char* mode : {"", " --reference"}) {
     const std::string cmd = bin + " generate " + path +

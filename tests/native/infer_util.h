@@ -22,11 +22,12 @@
 #include "infer/generate.h"
 #include "container/loader.h"
 #include "container/synth.h"
+#include "test_paths.h"
 
 namespace infer_test {
 
 inline std::string model_path(const std::string& file) {
-  return std::string(KNOT_SHARED_MODELS) + "/" + file;
+  return knot_test::shared_models() + "/" + file;
 }
 
 inline bool have_file(const std::string& path) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "test_paths.h"
 
 using namespace knot;
 
@@ -99,7 +100,7 @@ bool load_gguf(const std::string& path, Gguf& g) {
   return true;
 }
 
-const std::string kDir = KNOT_SHARED_MODELS;
+const std::string kDir = knot_test::shared_models();
 
 // F32 source rows of a stories260K matrix ([rows x cols]), zero-padded to 256 columns.
 std::vector<float> padded_rows(const Gguf& src, const std::string& name, int64_t* rows_out) {

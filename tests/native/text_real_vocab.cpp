@@ -16,12 +16,13 @@
 #include "text/chat.h"
 #include "text/unicode.h"
 #include "text/vocab.h"
+#include "test_paths.h"
 
 namespace {
 
 using json = nlohmann::ordered_json;  // the chats' dicts keep their key order
 
-std::string tokref_dir() { return std::string(KNOT_BIN_DIR) + "/../tokref"; }
+std::string tokref_dir() { return knot_test::bin_dir() + "/../tokref"; }
 
 struct Ref {
   json doc;

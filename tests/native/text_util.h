@@ -11,11 +11,12 @@
 
 #include "container/loader.h"
 #include "text/vocab.h"
+#include "test_paths.h"
 
 namespace knot_test {
 
 inline std::string shared_model(const std::string& name) {
-  return std::string(KNOT_SHARED_MODELS) + "/" + name;
+  return knot_test::shared_models() + "/" + name;
 }
 
 // Usage: KNOT_REQUIRE_FILE(path); — skips locally, fails under CI.
