@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GoogleTest suite under ASan + UBSan and a short run of every fuzz harness — the
-# sanitizer section of scripts/test.sh on its own (test.sh runs it with KNOT_SANITIZE_TESTS=1).
+# sanitizer section of scripts/test.sh on its own (test.sh runs it by default;
+# KNOT_SANITIZE_TESTS=0 skips it there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/fuzz.sh --build-only || exit 1
