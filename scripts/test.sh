@@ -12,7 +12,7 @@ took build
 rc=0
 ctest --test-dir build --output-on-failure -j2 2>&1 | tee build/ctest.log || rc=1
 took ctest
-node --test --test-concurrency=2 --test-reporter=tap tests/wasm/ tests/workers/ 2>&1 | tee build/node-test.log || rc=1
+node --test --test-reporter=tap tests/wasm/ tests/workers/ 2>&1 | tee build/node-test.log || rc=1
 took "node --test"
 
 # Sanitizers (scripts/fuzz.sh builds build-asan with clang: ASan + UBSan, -O2 -g): the
