@@ -27,17 +27,13 @@ std::string g_result;
 
 namespace {
 uint32_t g_peak_linear = 0;
-uint32_t g_peak_heap = 0;
 
 uint32_t linear_bytes() { return (uint32_t)(__builtin_wasm_memory_size(0) * 65536u); }
 }  // namespace
 
-uint32_t heap_in_use() { return (uint32_t)mallinfo().uordblks; }
-
 void sample_memory() {
-  uint32_t l = linear_bytes(), h = heap_in_use();
+  const uint32_t l = linear_bytes();
   if (l > g_peak_linear) g_peak_linear = l;
-  if (h > g_peak_heap) g_peak_heap = h;
 }
 
 }  // namespace kw
@@ -63,14 +59,14 @@ KW_EXPORT(kw_memory_stats) int kw_memory_stats(uint32_t* out) {
     out[0] = linear_bytes();
     out[1] = g_peak_linear;
     out[2] = heap_in_use();
-    out[3] = g_peak_heap;
+    out[3] = heap_peak();
   });
 }
 
 KW_EXPORT(kw_memory_reset_peak) int kw_memory_reset_peak() {
   return guard([&] {
     g_peak_linear = linear_bytes();
-    g_peak_heap = heap_in_use();
+    heap_reset_peak();
   });
 }
 

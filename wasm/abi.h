@@ -33,7 +33,8 @@ uint32_t kw_result_len();
 void* kw_alloc(uint32_t n);  // 16-byte aligned; nullptr + last error on failure
 void kw_free(void* p);
 // out[0] linear memory bytes now, out[1] peak linear bytes, out[2] malloc bytes in use,
-// out[3] peak malloc bytes (high-water marks sampled at every ABI entry and exit).
+// out[3] peak malloc bytes (linear: sampled at every ABI entry and exit; malloc: counted by
+// the module's malloc family, exact).
 int kw_memory_stats(uint32_t* out4);
 int kw_memory_reset_peak();
 

@@ -20,7 +20,9 @@ extern std::string g_error;   // last error message
 extern std::string g_result;  // module-owned result buffer
 
 void sample_memory();
-uint32_t heap_in_use();   // malloc'd bytes now
+uint32_t heap_in_use();   // malloc'd bytes now (abi_heap.cpp: counted, O(1))
+uint32_t heap_peak();     // their high-water mark since the last reset
+void heap_reset_peak();
 constexpr uint64_t kLinearCap = 128ull << 20;  // -sMAXIMUM_MEMORY
 
 // Raised for a bad handle; guard() maps it to KW_ERR_HANDLE.

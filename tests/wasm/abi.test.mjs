@@ -113,6 +113,29 @@ test("openModel refuses a truncated GGUF naming the file", async (t) => {
   await assert.rejects(kw.openModel(kw.bytesSource(full.subarray(0, 40000), "cut.gguf")), /cut\.gguf/);
 });
 
+test("memory stats: malloc'd bytes are counted exactly (the module's malloc family), also between ABI calls", async (t) => {
+  const w = await kw.init();
+  const h0 = (await kw.memoryStats()).heap;
+  const sizes = [1, 100, 4096, 1 << 20];
+  const ps = sizes.map((n) => w.malloc(n));
+  const h1 = (await kw.memoryStats()).heap;
+  const want = sizes.reduce((a, n) => a + ((n + 15) & ~15), 0);
+  // each block costs its 16-aligned size plus dlmalloc's size word and alignment slack
+  assert.ok(h1 - h0 >= want && h1 - h0 < want + sizes.length * 64, `${h1 - h0} bytes counted for ${want} allocated`);
+  for (const p of ps) w.free(p);
+  assert.equal((await kw.memoryStats()).heap, h0, "every byte returned");
+  // a peak inside one call is seen (no sampling): tokenizing allocates and frees within the call
+  const path = sharedModel(t, "stories260K.gguf");
+  if (!path) return;
+  const m = await kw.openModel(kw.bytesSource(new Uint8Array(readFileSync(path)), "stories260K.gguf"));
+  await kw.resetPeakMemory();
+  const base = await kw.memoryStats();
+  m.tokenize("hello ".repeat(20000));
+  const after = await kw.memoryStats();
+  assert.ok(after.peakHeap > base.heap + 20000 * 4, JSON.stringify({base, after}));
+  m.close();
+});
+
 test("memory stats: peak tracks a large allocation; current linear never exceeds the cap", async () => {
   await kw.resetPeakMemory();
   const w = await kw.init();
