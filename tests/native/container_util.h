@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 #include <system_error>
+#include <typeinfo>
 #include <vector>
 
 #include <unistd.h>
@@ -57,7 +58,7 @@ std::string error_of(F&& f) {
   } catch (const knot::Error& e) {
     return e.what();
   } catch (const std::exception& e) {
-    ADD_FAILURE() << "non-knot exception: " << e.what();
+    ADD_FAILURE() << "non-knot exception " << typeid(e).name() << ": " << e.what();
     return e.what();
   }
   return "";

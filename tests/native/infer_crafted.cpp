@@ -6,28 +6,12 @@
 #include <new>
 #include <stdexcept>
 
+#include "container_util.h"
 #include "infer_util.h"
 
 using namespace knot;
-
-namespace {
-
-// knot::Error message of f ("" when it succeeds); any other exception fails the test.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const knot::Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "unnamed " << typeid(e).name() << ": " << e.what();
-    return e.what();
-  }
-  return "";
-}
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
-
-}  // namespace
+using ctest::contains;
+using ctest::error_of;
 
 TEST(Crafted, EngineRefusesFfnWiderThanItsTensors) {
   for (int n_ff : {1 << 24, 1 << 28, INT32_MAX}) {
