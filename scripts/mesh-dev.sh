@@ -29,7 +29,14 @@ echo "== mesh: wrangler dev (${#configs[@]} Worker scripts) on port $port" >&2
 setsid npx wrangler dev "${args[@]}" "${vars[@]}" --persist-to "$dir/state" --ip 127.0.0.1 --port "$port" \
   --show-interactive-dev-session=false >"$dir/wrangler.log" 2>&1 &
 pid=$!  # its own process group (setsid): npx, wrangler and workerd end together
-stop() { kill -TERM -- "-$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+# TERM the group, then wait for every member (workerd outlives npx by a moment; under load the
+# port kept answering after this script had exited), KILL what is left after 10 s.
+stop() {
+  kill -TERM -- "-$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
 trap stop EXIT
 trap 'exit 130' INT TERM
 
