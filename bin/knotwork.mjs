@@ -368,8 +368,13 @@ const WRANGLER_USAGE = `usage: knotwork wrangler PLAN.json DIR [--knot NAME]
 async function plan(args) {
   const cl = await commandLine("plan", args);
   if (typeof cl === "number") return cl;
-  const [file] = cl.args, {wrangler: dir, knot, ...opts} = cl.cli;  // the planner's options
+  const [file] = cl.args, {wrangler: dir, knot, cost, ...opts} = cl.cli;  // the planner's options
   if (knot !== undefined && !dir) throw new UsageError("--knot goes with --wrangler DIR");
+  if (cost !== undefined) {
+    let text;
+    try { text = readFileSync(cost, "utf8"); } catch (e) { throw fileError(cost, e); }
+    try { opts.cost = JSON.parse(text); } catch (e) { throw new Error(`${cost}: cost model: not JSON: ${e.message}`); }
+  }
   const {planText} = await import("../bindings/planner.mjs");
   const text = await planText(await source(file), opts);
   if (dir) writePlanConfigs(JSON.parse(text), text, dir, knot);

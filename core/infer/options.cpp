@@ -154,6 +154,10 @@ const OptionSpec kPlanShards = {KEY("shards"), .flag = "--shards", .kind = OptKi
   .metavar = "N", .help = "vocab shards"};
 const OptionSpec kPlanStations = {KEY("stations"), .flag = "--stations", .kind = OptKind::Int, .lo = 0, .hi = 1 << 24,
   .metavar = "N", .help = "stations"};
+const OptionSpec kObjective = {KEY("objective"), .flag = "--objective", .kind = OptKind::Text, .metavar = "memory|latency",
+  .help = "the fewest isolates, or the highest estimated decode tok/s", .choices = "memory|latency"};
+const OptionSpec kCost = {KEY("cost"), .flag = "--cost", .kind = OptKind::Text, .lo = 1, .metavar = "FILE",
+  .help = "the time model's measured rates (bench/cost-model.json)"};
 const OptionSpec kWrangler = {KEY("wrangler"), .flag = "--wrangler", .kind = OptKind::Text, .lo = 1, .metavar = "DIR",
   .help = "also write the Worker configurations of the plan into DIR: the coordinator (wrangler.toml, the only "
           "public route), one script per station member and per vocab shard, the warden; plan.json and "
@@ -199,7 +203,7 @@ const CommandSpec kCommands[] = {
              "                     [--shards N] [--stations N] [--wrangler DIR [--knot NAME]]",
      "MODEL", kModelHelp,
      "Prints the mesh plan of MODEL (the JSON of native `knot plan`, the same planner in wasm).\n",
-     {&kBudget, &kPlanMode, &kContext, &kPlanChunk, &kPlanShards, &kPlanStations, &kWrangler, &kKnot},
+     {&kBudget, &kPlanMode, &kContext, &kPlanChunk, &kPlanShards, &kPlanStations, &kObjective, &kCost, &kWrangler, &kKnot},
      "Run the configurations with `wrangler dev -c DIR/wrangler.toml -c DIR/knot-st0.toml ...`\n"
      "or deploy each with `wrangler deploy -c DIR/<name>.toml`.\n"},
 };

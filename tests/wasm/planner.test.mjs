@@ -31,6 +31,7 @@ const CASES = [
   [["--mode", "fluid", "--context", "2048"], {mode: "fluid", context: 2048}],
   [["--budget", "96MB", "--shards", "12", "--chunk", "64"], {budget: "96MB", shards: 12, chunk: 64}],
   [["--budget", "256MB", "--context", "8192"], {budget: "256MB", context: 8192}],
+  [["--objective", "latency"], {objective: "latency"}],
 ];
 
 test("knot plan and the wasm planner print the same JSON for a 7B-shaped header", async () => {
@@ -63,6 +64,31 @@ test("refusals carry the same reason natively and in wasm", async () => {
     });
   }
   await assert.rejects(plan(q7, {bugdet: "1MB"}), /unknown option 'bugdet'/);
+});
+
+test("the time objective: the same choice natively, in wasm and through the node CLI, with a cost file", async () => {
+  synth7b();
+  const cost = {decode_bytes_per_ms: 3.1e6, prefill_token_bytes_per_ms: 2.2e7, hop_ms: 45, fetch_bytes_per_ms: 1e5};
+  const file = join(dir, "cost.json");
+  writeFileSync(file, JSON.stringify({...cost, provenance: "test"}));
+  const nat = knot(["plan", q7, "--objective", "latency", "--cost", file]);
+  assert.equal(nat.status, 0, nat.stderr);
+  assert.equal(await planText(q7, {objective: "latency", cost}), nat.stdout);
+  const node = spawnSync(process.execPath, ["bin/knotwork.mjs", "plan", q7, "--objective", "latency", "--cost", file], {encoding: "utf8"});
+  assert.equal(node.status, 0, node.stderr);
+  assert.equal(node.stdout, nat.stdout);
+  const p = JSON.parse(nat.stdout);
+  assert.deepEqual(p.cost_model, cost);
+  // the pick is the fastest of every plan weighed
+  for (const a of p.alternatives) assert.ok(p.estimate.decode_tok_s >= a.estimate.decode_tok_s, JSON.stringify(a));
+  // a bad cost file is refused naming the file and the field, by both CLIs
+  writeFileSync(file, JSON.stringify({hop_ms: -3}));
+  const bad = knot(["plan", q7, "--cost", file]);
+  assert.equal(bad.status, 1);
+  assert.match(bad.stderr, /cost\.json: cost model: hop_ms must be a positive number, got -3/);
+  const badNode = spawnSync(process.execPath, ["bin/knotwork.mjs", "plan", q7, "--cost", file], {encoding: "utf8"});
+  assert.equal(badNode.status, 1);
+  assert.match(badNode.stderr, /hop_ms must be a positive number, got -3/);
 });
 
 test("a shared model: one resident station, one shard, identical both ways", async (t) => {
