@@ -102,6 +102,11 @@ async function generate(args) {
     `knotwork: decode ${s.nDecoded} tokens in ${(s.decodeMs / 1000).toFixed(3)} s (${s.decodeTokS.toFixed(1)} tok/s), stop: ${s.reason}\n` +
     `knotwork: peak KV+activation memory ${mib(s.engine.engine_peak_bytes)} MiB, ` +
     `peak wasm linear memory ${mib(s.memory.peakLinear)} MiB\n`);
+  if (s.speculative) {
+    const sp = s.speculative;
+    process.stderr.write(`knotwork: speculative (lookup ${sp.lookup}): ${sp.drafted} drafted, ${sp.accepted} accepted ` +
+                         `(${(100 * sp.acceptance).toFixed(0)}%)\n`);
+  }
   m.close();
   return 0;
 }

@@ -414,7 +414,7 @@ export class Model {
       presence_penalty: opts.presencePenalty, frequency_penalty: opts.frequencyPenalty,
       logprobs: opts.logprobs,
       stop: opts.stop, ignore_eos: opts.ignoreEos, n_ctx: opts.nCtx, chunk: opts.chunk,
-      kv_budget: opts.kvBudget,
+      kv_budget: opts.kvBudget, lookup: opts.lookup,
       ...opts.options,
     };
     const mem0 = readMemoryStats(w);
@@ -435,7 +435,7 @@ export class Model {
       const prefillMs = performance.now() - t0;
       if (opts.prefillProgress > 0) yield {type: "prefill", done: a.length, total: a.length, elapsedMs: prefillMs};
       const out = [];
-      let decodeMs = 0, nDecoded = 0, reason = o.n_predict === 0 ? "length" : "", text = "";
+      let decodeMs = 0, nDecoded = 0, reason = o.n_predict === 0 ? "length" : "", text = "", drafted = 0, accepted = 0;
       while (!reason) {
         const t = performance.now();
         w.call("kw_session_step", sess);
@@ -443,12 +443,18 @@ export class Model {
         const head = w.resultStep(), piece = head.text;
         out.push(head.id);
         text += piece;
-        if (!head.done) { decodeMs += dt; nDecoded++; }  // this step also ran the token's forward pass
+        // a step runs the forward pass its predecessor needs (none for the first, none for a
+        // token a speculative pass already verified), then samples
+        if (out.length > 1) { decodeMs += dt; nDecoded++; }
         reason = head.done ? head.reason : "";
         const ev = {type: "token", token: head.id, text: piece,
                     telemetry: {n: out.length, elapsedMs: prefillMs + decodeMs,
                                 decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0,
                                 memory: readMemoryStats(w)}};
+        if (head.drafted !== undefined) {
+          drafted = head.drafted; accepted = head.accepted;
+          ev.telemetry.speculative = {drafted, accepted, acceptance: drafted ? accepted / drafted : 0};
+        }
         if (head.logprob !== undefined) {
           ev.logprob = head.logprob;
           ev.top = head.top.map(([token, logprob]) => ({token, logprob}));
@@ -462,7 +468,8 @@ export class Model {
              nGenerated: out.length, nDecoded, prefillMs, decodeMs,
              prefillTokS: ids.length / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0,
-             mode: o.mode, memory: {...mem, atStart: mem0.linear}};
+             mode: o.mode, memory: {...mem, atStart: mem0.linear},
+             ...(o.lookup > 0 ? {speculative: {lookup: o.lookup, drafted, accepted, acceptance: drafted ? accepted / drafted : 0}} : {})};
     } finally {
       w.exports.kw_session_free(sess);
     }

@@ -26,6 +26,7 @@
 #include "infer/generate.h"
 #include "text/generator.h"
 #include "infer/options.h"
+#include "infer/speculative.h"
 #include "text/sampler.h"
 
 using json = nlohmann::json;
@@ -40,7 +41,8 @@ struct Session {
   std::unique_ptr<knot::Engine> engine;
   knot::GenerateParams params;
   std::optional<knot::Generator> gen;
-  const float* lg = nullptr;  // logits of the last evaluated position
+  std::optional<knot::DecodeLoop> loop;  // plain or speculative (params.lookup) decoding over engine + gen
+  std::vector<int32_t> prompt;
   bool prefilled = false;
   int logprobs = -1;          // >= 0: each step reports its token's logprob and the top k
 };
@@ -187,7 +189,9 @@ int kw_session_prefill(int32_t h, const int32_t* ids, uint32_t n) {
     s.prefilled = false;
     s.gen.emplace(*s.m->tok, s.params, s.engine->n_logits(), s.engine->n_ctx());
     s.gen->start(ids, (int)n);
-    s.lg = s.engine->eval(ids, (int)n);
+    s.prompt.assign(ids, ids + n);
+    s.loop.emplace(*s.engine, *s.gen, s.params.lookup);
+    s.loop->begin(s.prompt, s.engine->eval(ids, (int)n));
     s.prefilled = true;
   });
 }
@@ -203,8 +207,10 @@ int kw_session_prefill_more(int32_t h, const int32_t* ids, uint32_t n) {
       knot::fail("kw_session_prefill_more: prompt has " + std::to_string(s.engine->n_pos() + (int64_t)n) +
                  " tokens but the context holds " + std::to_string(s.engine->n_ctx()));
     s.prefilled = false;
-    s.lg = s.engine->eval(ids, (int)n);
+    const float* lg = s.engine->eval(ids, (int)n);
     s.gen->extend_prompt(ids, (int)n);
+    s.prompt.insert(s.prompt.end(), ids, ids + n);
+    s.loop->begin(s.prompt, lg);
     s.prefilled = true;
   });
 }
@@ -215,15 +221,20 @@ int kw_session_step(int32_t h) {
     Session& s = session(h, "kw_session_step");
     if (!s.prefilled) knot::fail("kw_session_step: call kw_session_prefill first");
     if (s.gen->done()) knot::fail("kw_session_step: generation already finished (" + s.gen->reason() + ")");
-    const knot::GenStep st = s.gen->step(s.lg, s.engine->n_logits());
-    json lp;  // logprobs of this position, before lg is overwritten by the next eval
+    const knot::DecodeLoop::Next nx = s.loop->next();  // the forward pass(es) the previous token needs, then a sample
+    const knot::GenStep& st = nx.step;
+    json lp;  // logprobs of this position (the logits it was sampled from)
     if (s.logprobs >= 0) {
-      const knot::SliceTopK top = knot::topk_lse(s.lg, 0, s.engine->n_logits(), s.logprobs);
+      const knot::SliceTopK top = knot::topk_lse(nx.logits, 0, s.engine->n_logits(), s.logprobs);
       json arr = json::array();
       for (size_t k = 0; k < top.ids.size(); k++) arr.push_back({top.ids[k], (double)top.logits[k] - top.lse});
-      lp = json{{"logprob", (double)s.lg[st.id] - top.lse}, {"top", std::move(arr)}};
+      lp = json{{"logprob", (double)nx.logits[st.id] - top.lse}, {"top", std::move(arr)}};
     }
-    if (!st.done) s.lg = s.engine->eval(&st.id, 1);
+    if (s.params.lookup > 0) {
+      if (lp.is_null()) lp = json::object();
+      lp["drafted"] = s.loop->drafted();
+      lp["accepted"] = s.loop->accepted();
+    }
     set_step_result(st, lp);
   });
 }

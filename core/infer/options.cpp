@@ -97,6 +97,11 @@ const OptionSpec kStop = {KEY("stop"), .flag = "--stop", .kind = OptKind::List, 
 const OptionSpec kIgnoreEos = {KEY("ignore_eos"), .flag = "--ignore-eos", .kind = OptKind::Flag,
   .help = "keep generating past end-of-generation tokens", .value = "true",
   .set = [](RunOptions& o, const json& v) { o.gen.ignore_eos = as<bool>(v); }};
+const OptionSpec kLookup = {KEY("lookup"), .flag = "--lookup", .kind = OptKind::Int, .lo = 0, .hi = 64,
+  .metavar = "K", .help = "speculative decoding: draft up to K tokens by prompt lookup, verified in one pass",
+  .note = "0 = off; greedy output is unchanged",
+  .set = [](RunOptions& o, const json& v) { o.gen.lookup = as<int>(v); },
+  .get = [](const RunOptions& o) -> json { return o.gen.lookup; }};
 const OptionSpec kReference = {KEY("mode"), .flag = "--reference", .kind = OptKind::Flag,
   .help = "reference mode: dequantized f32 math, f32 KV cache", .value = "\"reference\"",
   .set = [](RunOptions& o, const json& v) {
@@ -170,7 +175,7 @@ const OptionSpec kKnot = {KEY("knot"), .flag = "--knot", .kind = OptKind::Text, 
 const OptionSpec* const kAll[] = {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP,
                                   &kRepeatPenalty, &kRepeatLastN, &kPresencePenalty, &kFrequencyPenalty,
                                   &kLogprobs, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos,
-                                  &kReference, &kNoSpecial, &kIds, &kPort, &kHost, &kApiKey, &kName,
+                                  &kLookup, &kReference, &kNoSpecial, &kIds, &kPort, &kHost, &kApiKey, &kName,
                                   &kChatTemplate, &kPlan,
                                   &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink};
 
@@ -179,8 +184,8 @@ const char* const kModelHelp = ".gguf or .knot file (node CLI: also an http(s) U
 const CommandSpec kCommands[] = {
     {"generate", "MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]", "MODEL", kModelHelp, nullptr,
      {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
-      &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos, &kReference,
-      &kNoSpecial, &kIds},
+      &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos, &kLookup,
+      &kReference, &kNoSpecial, &kIds},
      nullptr},
     {"serve", "MODEL [options]", "MODEL", kModelHelp, nullptr,
      {&kPort, &kHost, &kApiKey, &kName, &kCtx, &kChunk, &kReference, &kChatTemplate},
