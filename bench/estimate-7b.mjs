@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// estimate-7b.mjs — qwen2.5-coder-7b tok/s on the production platform (DESIGN §1), estimated
+// estimate-7b.mjs — qwen2.5-coder-7b tok/s on the production platform (docs/architecture.md), estimated
 // from the planner's topology and measured pieces, JSON lines on stdout:
 //   - decode time of every isolate of the plans, run for real (bench/lib/isolate.mjs: the
 //     wasm module and bindings/mesh.mjs) on a 4-layer qwen2.5-coder-7b-shaped synth model,

@@ -1,4 +1,4 @@
-// mesh.mjs — a model served as a mesh (DESIGN §1-2, §6): layer stations (optionally cut
+// mesh.mjs — a model served as a mesh (docs/architecture.md, memory.md, protocol.md): layer stations (optionally cut
 // into attention-head slices and FFN-column slices) and vocab shards, merged by summing
 // partials, sampled by the coordinator from the shards' merged top-k. Two layers:
 //
@@ -195,7 +195,7 @@ function withBuffers(w, specs, fn) {
 
 // ---- orchestration ----------------------------------------------------------------------
 
-/** The merge rule (DESIGN §1): acc[i] += p[i] for each partial, in order. Returns acc. */
+/** The merge rule (docs/architecture.md): acc[i] += p[i] for each partial, in order. Returns acc. */
 export function addPartials(acc, ...parts) {
   for (const p of parts) {
     if (p.length !== acc.length) throw new Error(`partial of ${p.length} values, expected ${acc.length}`);

@@ -1,4 +1,4 @@
-// wrangler.cpp — `knot plan --wrangler DIR`: the Worker configurations of a plan (DESIGN §5,
+// wrangler.cpp — `knot plan --wrangler DIR`: the Worker configurations of a plan (docs/architecture.md,
 // §8). One writer exists, workers/lib/wrangler.mjs (the names, bindings and vars the
 // workers read live beside the workers); this writes the plan to DIR/plan.json and runs
 // `node bin/knotwork.mjs wrangler DIR/plan.json DIR`, so both CLIs emit the same files.

@@ -1,5 +1,5 @@
 // abi_mesh.cpp — the per-phase forward pass for mesh stations and vocab shards
-// (DESIGN §1-2), over a model whose tensors JS loads and evicts one phase at a time.
+// (docs/architecture.md, docs/memory.md), over a model whose tensors JS loads and evicts one phase at a time.
 //
 // Tensors: after kw_model_open (no kw_model_finish needed), JS loads any subset with
 // kw_model_tensor_buffer/_loaded, drops them with kw_model_tensor_evict, and loads a
@@ -13,7 +13,7 @@
 // Row ranges: container/row_window.h plans the fetch and verifies the fetched bytes.
 // Activations are f32 row-major buffers in wasm memory that the caller allocates:
 //   x, out: [ntok, n_embd]   h: [ntok, c1-c0]   logits: [ntok, v1-v0]
-// Phases write partial residuals (the caller adds them, DESIGN's sum-of-partials merge).
+// Phases write partial residuals (the caller adds them, the merge rule of docs/architecture.md).
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -216,7 +216,7 @@ int kw_lm_head(int32_t model, const float* xn, int32_t ntok, int32_t v0, int32_t
     const knot::Tensor& W = knot::lm_head_tensor(m.model);
     loaded(&W, "lm_head");
     // Tensor rows past the tokenizer vocab are padding (qwen2.5: 151,936 tokens, 152,064
-    // rows): not tokens, so no shard may own or sample them (DESIGN §1).
+    // rows): not tokens, so no shard may own or sample them (docs/architecture.md).
     const int64_t nv = m.model.config.n_vocab;
     if (nv > 0 && v1 > nv)
       knot::fail("kw_lm_head: vocab slice [" + std::to_string(v0) + "," + std::to_string(v1) +

@@ -2,7 +2,7 @@
 // openLocalMesh. Layer stations cut into attention-head slices (each a knot::Station
 // with its own KV cache of the range's layers and the slice's KV heads) and FFN column
 // slices, and vocab shards (embedding rows, lm_head logits -> top-k + lse), merged by
-// summing partials (DESIGN §1) and merging the shards' top-k (DESIGN §6). Tests compare
+// summing partials (docs/architecture.md) and merging the shards' top-k (docs/protocol.md). Tests compare
 // it with the Engine; a native coordinator samples from step().top with a Generator.
 //
 // plan: layers {0, a, .., n_layer} (station cuts); per station heads {0, .., n_head}

@@ -53,7 +53,7 @@ std::vector<LayerTensorKind> layer_kinds(const ModelConfig& c, const std::string
 }
 const char* kPhases[] = {"attn", "ffn_gate", "ffn_up", "ffn_down"};
 
-// DESIGN §2 residency rule (fluid stations keep these across requests).
+// The residency rule of docs/memory.md (fluid stations keep these across requests).
 bool always_resident(const PlanTensor& t) {
   return t.name.find("norm") != std::string::npos || t.name.find("bias") != std::string::npos || t.size < MiB;
 }

@@ -1,4 +1,4 @@
-// planner.h — derive a mesh topology (DESIGN §1, §2, §8) from a model header and a
+// planner.h — derive a mesh topology (docs/architecture.md, memory.md, limits.md) from a model header and a
 // per-isolate memory budget.
 //
 // Input: the model config and its tensor table (name, type, shape, bytes) — no tensor
@@ -32,7 +32,7 @@
 //                     biases, anything < 1 MiB — (fluid); a slice counts only its rows /
 //                     columns (norms whole: every slice re-norms the full x).
 //   largest phase     fluid only: the largest of attn / ffn_gate / ffn_up / ffn_down of
-//                     one layer (DESIGN §2: never two phases held).
+//                     one layer (docs/memory.md: never two phases held).
 //   kv                2 × layers × KV heads (of the slice) × head_dim × 2 B (F16) × context.
 //   activations       forward.h's Workspace for (chunk, context) of the slice's dims, the
 //                     ABI in/out buffers and the activation quantization of one call.

@@ -1,4 +1,4 @@
-// station.h — a layer station's per-session state (DESIGN §1): the KV cache of layers
+// station.h — a layer station's per-session state (docs/architecture.md): the KV cache of layers
 // [l0,l1) and attention heads [h0,h1), its scratch buffers, and the per-phase forward
 // calls a mesh makes on it, with the checks a mesh needs:
 //  * the head slice lies on whole GQA groups (h0, h1 multiples of n_head / n_head_kv), so

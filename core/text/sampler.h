@@ -12,7 +12,7 @@ namespace knot {
 
 // A vocab slice's best k logits (ids absolute, best first: logit desc, lower id on ties),
 // log(sum(exp(logit))) and the lowest finite logit over the whole slice: what a vocab
-// shard sends so a coordinator can sample exactly without the full logits (DESIGN §6).
+// shard sends so a coordinator can sample exactly without the full logits (docs/protocol.md).
 struct SliceTopK {
   std::vector<int32_t> ids;
   std::vector<float> logits;

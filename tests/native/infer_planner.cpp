@@ -140,7 +140,7 @@ TEST(Planner, Qwen7bFluidTwoStationsHoldOnePhaseAndTheLargestContext) {
   for (const auto& s : p["stations"]) {
     EXPECT_EQ(s["mode"], "fluid");
     EXPECT_EQ(s["memory"]["largest_phase"].get<uint64_t>(), largest);
-    // the residency rule (DESIGN §2): norms, biases, anything under 1 MiB (here attn_k)
+    // the residency rule (docs/memory.md): norms, biases, anything under 1 MiB (here attn_k)
     uint64_t floor = 0;
     const int l0 = s["layers"][0], l1 = s["layers"][1];
     for (const auto& t : m.tensors) {
@@ -196,7 +196,7 @@ TEST(Planner, ShardCountAndBudgetAreHonoured) {
   o.shards = 8;
   const json p = plan(m, o);
   ASSERT_EQ(p["shards"].size(), 8u);
-  EXPECT_EQ(p["shards"][0]["vocab"], json::array({0, 18992}));  // DESIGN §1's reference cluster
+  EXPECT_EQ(p["shards"][0]["vocab"], json::array({0, 18992}));  // the reference cluster of docs/architecture.md
   EXPECT_EQ(p["shards"][7]["vocab"], json::array({132944, 151936}));
   o.shards = 2;
   EXPECT_NE(error_of(m, o).find("vocab shard of 75968 rows"), std::string::npos) << error_of(m, o);

@@ -1,4 +1,4 @@
-// workers/cobordism — a vocab shard (DESIGN §1, §5): owns token ids [v0, v1) — its rows of
+// workers/cobordism — a vocab shard (docs/architecture.md): owns token ids [v0, v1) — its rows of
 // token_embd (embedding lookup) and of output (lm_head; the tied token_embd when the model
 // has no output tensor), held resident in this isolate's wasm instance across requests
 // (boot cache keyed knot|v0-v1).
@@ -13,7 +13,7 @@
 // the group's contiguous range. A
 // follower that fails is left out and named by bit i+1 of the answer's flags (the group
 // abstains for that slice), so the coordinator holds one link per group, not per shard
-// (DESIGN §8: at most 6 simultaneous connections).
+// (docs/limits.md: at most 6 simultaneous connections).
 // Frames (lib/frame.mjs), by POST or as WebSocket messages:
 //   embed  (i32 ids, width 1)  -> f32 [rows, n_embd]: rows of owned ids, zeros elsewhere
 //   lmhead (f32 normed hidden [1, n_embd]), pos = k:

@@ -1,7 +1,7 @@
 // workers/coordinator — the mesh's entry Worker and its per-session Durable Object
-// (DESIGN §5, §6). The entry Worker is the only publicly routable script; each generation
+// (docs/architecture.md, docs/protocol.md). The entry Worker is the only publicly routable script; each generation
 // runs in a SessionDO, which keeps WebSocket links to the stations and shards for the
-// session's lifetime (one subrequest per link instead of one per hop: DESIGN §8).
+// session's lifetime (one subrequest per link instead of one per hop: docs/limits.md).
 //
 // Bindings: TOPOLOGY (JSON, lib/topology.mjs), MODELS (R2), SESSION (SessionDO), one service
 // binding per station member / shard named M_<name>, LINK_MODE? ("ws" default | "http"),

@@ -1,4 +1,4 @@
-// mesh.mjs — the coordinator's generation loop over a mesh (DESIGN §5, §6), independent of
+// mesh.mjs — the coordinator's generation loop over a mesh (docs/architecture.md, docs/protocol.md), independent of
 // where it runs (a session Durable Object; Node tests drive it the same way):
 //   tokens -> embed (fan-out to the shards owning them; partials summed) -> stations in order
 //   (a split station: head-group / FFN-slice partials summed per layer) -> exit: normed last

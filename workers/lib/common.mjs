@@ -37,7 +37,7 @@ export async function debugRoute(url, req, env) {
 }
 
 /**
- * A boot cache at module scope: one value per isolate and config key (DESIGN §5). A new key
+ * A boot cache at module scope: one value per isolate and config key (docs/architecture.md). A new key
  * closes the old value first (close(value)); a failed boot is forgotten, so the next request
  * retries it. cache(key, build) -> the promise of build()'s value.
  */

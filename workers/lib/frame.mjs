@@ -1,4 +1,4 @@
-// frame.mjs — the station / shard wire frame (DESIGN §6): a versioned binary envelope plus
+// frame.mjs — the station / shard wire frame (docs/protocol.md): a versioned binary envelope plus
 // one tensor payload, validated on receipt. A frame that does not parse is a FrameError,
 // which the workers answer with HTTP 400 and the message.
 //

@@ -1,5 +1,5 @@
 // link.mjs — the coordinator's links to stations and shards, and the counters behind the
-// platform limits (DESIGN §8: 10,000 subrequests per incoming request, 6 simultaneous
+// platform limits (docs/limits.md: 10,000 subrequests per incoming request, 6 simultaneous
 // outgoing connections). Local workerd enforces neither, so every outgoing call is counted
 // here: an HTTP request is one subrequest and one connection while it is in flight; a
 // WebSocket link is one subrequest when opened and one connection while open, and its

@@ -1,4 +1,4 @@
-// wrangler.mjs — the Worker configurations of a topology (DESIGN §5, §8): one script per
+// wrangler.mjs — the Worker configurations of a topology (docs/architecture.md, docs/limits.md): one script per
 // station member and per vocab shard (so two stations never share an isolate's 128 MB), the
 // coordinator (entry, the only public route) and the warden. Returns {path: toml text};
 // wrangler.toml at the top level is the coordinator of the example topology

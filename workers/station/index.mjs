@@ -1,4 +1,4 @@
-// workers/station — a layer station (DESIGN §1, §2, §5): a Worker plus a Durable Object
+// workers/station — a layer station (docs/architecture.md, docs/memory.md): a Worker plus a Durable Object
 // holding the sessions of this station. One wasm instance per isolate (module scope) holds
 // the station's tensors (boot cache keyed knot|role|range|slice); each session's KV cache
 // for this layer range / head slice lives in the DO that session id routes to.

@@ -1,4 +1,4 @@
-// workers/warden — caches in front of R2 (DESIGN §5).
+// workers/warden — caches in front of R2 (docs/architecture.md).
 //
 // LayerWardenDO, one per `knot|start-end`: tensor bytes in DO memory under a byte budget
 // (WARDEN_BUDGET, default 1 GiB), LRU with the residency rule (norms, token_embd, output,
