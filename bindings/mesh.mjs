@@ -9,7 +9,7 @@
 //      .embed(ids, v0, v1, nEmbd), .outputNorm(x, ntok), .lmHead(xn, ntok, v0, v1)
 //      .station({layers: [l0, l1], heads: [h0, h1], nCtx, reference}) -> Station (a core
 //        knot::Station: one session's KV for that range/slice) with .attn, .ffnGate,
-//        .ffnUp, .ffnGateUp, .ffnDown, .truncate, .info, .free
+//        .ffnUp, .ffnGateUp, .ffnDown, .truncate, .exportKv, .importKv, .info, .free
 //    Activations are Float32Arrays: x and partials [ntok * n_embd], FFN hidden
 //    [ntok * (c1 - c0)], logits [ntok * (v1 - v0)].
 //
@@ -176,6 +176,18 @@ export class Station {
   /** out = h @ down[:, c0:c1]^T : partial residual [ntok * n_embd] */
   ffnDown(layer, h, ntok, cols, nEmbd) { return this.#ffn("down", layer, null, ntok, h, cols, ntok * nEmbd); }
   truncate(nPos) { this.w.call("kw_station_truncate", this.handle, nPos); }
+  /** KV snapshot of positions [pos0, pos0+n): Uint8Array of n x info().kv_bytes_per_token bytes (a copy). */
+  exportKv(pos0, n) {
+    this.w.call("kw_station_kv_export", this.handle, pos0, n);
+    return this.w.resultBytes().slice();
+  }
+  /** Append a snapshot's positions at pos0 (== the station's n_pos; truncate first). */
+  importKv(pos0, bytes) {
+    const per = this.info().kv_bytes_per_token, n = bytes.length / per;
+    if (!Number.isInteger(n)) throw new Error(`importKv: ${bytes.length} bytes are not whole positions of ${per} bytes`);
+    const p = this.w.copyIn(bytes);
+    try { this.w.call("kw_station_kv_import", this.handle, pos0, n, p, bytes.length); } finally { this.w.free(p); }
+  }
   info() { this.w.call("kw_station_info", this.handle); return this.w.resultJSON(); }
   free() { if (this.handle) { this.w.exports.kw_station_free(this.handle); this.handle = 0; } }
 }
