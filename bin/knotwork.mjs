@@ -12,7 +12,7 @@
 // MODEL is a .gguf/.knot path or an http(s) URL served with Range support.
 import {closeSync, openSync, readFileSync, readSync, statSync, writeFileSync} from "node:fs";
 import * as kw from "../bindings/knotwork.mjs";
-import {writePlanWranglerConfigs} from "../workers/lib/wrangler.mjs";
+import {writePlanWranglerConfigs} from "../deploy/wrangler.mjs";
 
 const USAGE = `usage: knotwork <command> [args]
   generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]
@@ -117,7 +117,7 @@ async function mesh(args) {
   if (cli.chain) counts.chain = true;
   const planPath = cli.plan ?? null;
   if (planPath && Object.keys(counts).length) throw new UsageError("give --plan or --stations/--shards/--slices, not both");
-  const {startMesh} = await import("../workers/local.mjs");
+  const {startMesh} = await import("../deploy/miniflare.mjs");
   const {topologyFromCounts, topologyFromPlan, validateTopology} = await import("../workers/lib/topology.mjs");
   const {openTextModel} = await import("../workers/lib/text.mjs");
   // a .gguf becomes a temporary .knot (in memory); a .knot goes to R2 as it is
@@ -362,7 +362,8 @@ async function serve(args) {
 
 const WRANGLER_USAGE = `usage: knotwork wrangler PLAN.json DIR [--knot NAME]
   The Worker configurations of a plan (\`knot plan\` / \`knotwork plan\` JSON) into DIR
-  (see plan --help). \`knot plan --wrangler DIR\` runs this.
+  (see plan --help), written by deploy/wrangler.mjs. \`knot plan --wrangler DIR\` writes
+  DIR/plan.json and prints this command for it.
 `;
 
 async function plan(args) {

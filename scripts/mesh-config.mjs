@@ -1,15 +1,16 @@
 #!/usr/bin/env node
 // mesh-config.mjs — wrangler configurations for running MODEL.knot as a mesh under
 // `wrangler dev`: a topology from the model's header (stations of near-equal layer ranges,
-// vocab shards), then wrangler.toml (the entry) + one config per station member, shard and
-// the warden, written flat into OUTDIR with absolute paths to the Worker sources. Prints the
-// config paths, entry first, one per line (for `wrangler dev -c A -c B ...`).
+// vocab shards), then its deployment description rendered by deploy/wrangler.mjs: wrangler.jsonc
+// (the entry) + one knot-<name>.jsonc per station member, shard and the warden, written flat
+// into OUTDIR with absolute paths to the Worker sources. Prints the config paths, entry first,
+// one per line (for `wrangler dev -c A -c B ...`).
 //   usage: node scripts/mesh-config.mjs MODEL.knot OUTDIR [--stations 2] [--shards 2] [--api-key KEY]
 import {basename, dirname, resolve} from "node:path";
 import {fileURLToPath} from "node:url";
 import {parseKnotHeader} from "../bindings/knotwork.mjs";
 import {cuts, topologyFromCounts, validateTopology} from "../workers/lib/topology.mjs";
-import {writeWranglerConfigs} from "../workers/lib/wrangler.mjs";
+import {writeWranglerConfigs} from "../deploy/wrangler.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const [file, outDir, ...rest] = process.argv.slice(2);

@@ -155,7 +155,7 @@ const OptionSpec kPlanShards = {KEY("shards"), .flag = "--shards", .kind = OptKi
 const OptionSpec kPlanStations = {KEY("stations"), .flag = "--stations", .kind = OptKind::Int, .lo = 0, .hi = 1 << 24,
   .metavar = "N", .help = "stations"};
 const OptionSpec kWrangler = {KEY("wrangler"), .flag = "--wrangler", .kind = OptKind::Text, .lo = 1, .metavar = "DIR",
-  .help = "also write the Worker configurations of the plan into DIR: the coordinator (wrangler.toml, the only "
+  .help = "also write the Worker configurations of the plan into DIR: the coordinator (wrangler.jsonc, the only "
           "public route), one script per station member and per vocab shard, the warden; plan.json and "
           "topology.json beside them"};
 const OptionSpec kKnot = {KEY("knot"), .flag = "--knot", .kind = OptKind::Text, .lo = 1, .metavar = "NAME",
@@ -200,8 +200,8 @@ const CommandSpec kCommands[] = {
      "MODEL", kModelHelp,
      "Prints the mesh plan of MODEL (the JSON of native `knot plan`, the same planner in wasm).\n",
      {&kBudget, &kPlanMode, &kContext, &kPlanChunk, &kPlanShards, &kPlanStations, &kWrangler, &kKnot},
-     "Run the configurations with `wrangler dev -c DIR/wrangler.toml -c DIR/knot-st0.toml ...`\n"
-     "or deploy each with `wrangler deploy -c DIR/<name>.toml`.\n"},
+     "Run the configurations with `wrangler dev -c DIR/wrangler.jsonc -c DIR/knot-st0.jsonc ...`\n"
+     "or deploy each with `wrangler deploy -c DIR/<name>.jsonc`.\n"},
 };
 
 // "in [0, 1]", ">= 0", "> 0", "in (0, 1]": the range as messages state it.
