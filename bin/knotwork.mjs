@@ -362,8 +362,7 @@ async function serve(args) {
 
 const WRANGLER_USAGE = `usage: knotwork wrangler PLAN.json DIR [--knot NAME]
   The Worker configurations of a plan (\`knot plan\` / \`knotwork plan\` JSON) into DIR
-  (see plan --help), written by deploy/wrangler.mjs. \`knot plan --wrangler DIR\` writes
-  DIR/plan.json and prints this command for it.
+  (see plan --help): the same files as \`knot plan --wrangler DIR\`.
 `;
 
 async function plan(args) {
@@ -373,7 +372,7 @@ async function plan(args) {
   if (knot !== undefined && !dir) throw new UsageError("--knot goes with --wrangler DIR");
   const {planText} = await import("../bindings/planner.mjs");
   const text = await planText(await source(file), opts);
-  if (dir) writePlanConfigs(JSON.parse(text), text, dir, knot);
+  if (dir) await writePlanConfigs(JSON.parse(text), text, dir, knot);
   process.stdout.write(text.endsWith("\n") ? text : text + "\n");
   return 0;
 }
@@ -394,13 +393,13 @@ async function wrangler(args) {
   try { p = JSON.parse(text); } catch (e) { throw new Error(`${pos[0]}: not JSON: ${e.message}`); }
   if (!p?.model?.n_layer || !Array.isArray(p.stations) || !Array.isArray(p.shards))
     throw new Error(`${pos[0]}: not a planner plan (needs model, stations, shards: the output of knot plan)`);
-  writePlanConfigs(p, text, pos[1], knot);
+  await writePlanConfigs(p, text, pos[1], knot);
   return 0;
 }
 
-function writePlanConfigs(p, planText, dir, knot) {
+async function writePlanConfigs(p, planText, dir, knot) {
   const root = new URL("..", import.meta.url).pathname;
-  const {topology, paths} = writePlanWranglerConfigs(p, dir, {root, planText, ...(knot ? {knot} : {})});
+  const {topology, paths} = await writePlanWranglerConfigs(p, dir, {root, planText, ...(knot ? {knot} : {})});
   const members = topology.stations.reduce((a, s) => a + s.members.length, 0);
   process.stderr.write(`knotwork: wrote ${paths.length} Worker configurations to ${dir} (${members} station scripts, ` +
                        `${topology.shards.length} vocab shards, warden, coordinator) for R2 object ${topology.knot}\n`);

@@ -58,8 +58,7 @@ static const char* USAGE =
     "  plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
     "       [--shards N] [--stations N] [--wrangler DIR [--knot NAME]]\n"
     "                                 mesh topology for a per-isolate memory budget, as JSON\n"
-    "                                 (--wrangler: also DIR/plan.json, and the command that\n"
-    "                                 writes one Worker config per isolate from it)\n"
+    "                                 (--wrangler: write one Worker config per isolate)\n"
     "  tokenize MODEL (-p TEXT | --prompt-file FILE) [--ids] [--no-bos] [--no-special]\n"
     "                                 token ids and pieces (see `knot tokenize --help`)\n"
     "  generate MODEL (-p TEXT | --prompt-file FILE) [options]\n"
@@ -377,11 +376,8 @@ int cmd_plan(int argc, char** argv) {
     }
     const std::string plan = plan_json(m, o);
     if (!key.empty() && wrangler.empty()) fail("--knot goes with --wrangler DIR");
-    const std::string next = wrangler.empty() ? "" : write_wrangler_plan(plan, wrangler, key);
+    if (!wrangler.empty()) write_wrangler_configs(plan, wrangler, key);
     std::fputs(plan.c_str(), stdout);
-    if (!next.empty())
-      std::fprintf(stderr, "knot: wrote %s/plan.json; write its Worker configurations with (from a knotwork checkout):\n  %s\n",
-                   wrangler.c_str(), next.c_str());
     return std::fflush(stdout) == 0 ? 0 : 1;
   }
 }

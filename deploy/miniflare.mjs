@@ -32,14 +32,14 @@ export function miniflareWorker(d, s, root = ROOT) {
 }
 
 /** Miniflare worker options for a topology (first: the entry); options as describeDeployment's. */
-export function meshWorkers(topology, options = {}, root = ROOT) {
-  const d = describeDeployment(topology, options);
+export async function meshWorkers(topology, options = {}, root = ROOT) {
+  const d = await describeDeployment(topology, options);
   return d.scripts.map((s) => miniflareWorker(d, s, root));
 }
 
 /** Start a mesh; the model's .knot bytes are put into local R2 under topology.knot. */
 export async function startMesh({knotBytes, topology, port, ...options}) {
-  const mf = new Miniflare({workers: meshWorkers(topology, options), ...(port !== undefined ? {host: "127.0.0.1", port} : {})});
+  const mf = new Miniflare({workers: await meshWorkers(topology, options), ...(port !== undefined ? {host: "127.0.0.1", port} : {})});
   const url = await mf.ready;
   const bucket = await mf.getR2Bucket("MODELS");
   if (knotBytes) await bucket.put(topology.knot, knotBytes);

@@ -22,7 +22,7 @@ const nStations = Math.min(Number(opt("--stations", 2)), c.n_layer);
 const layers = cuts(c.n_layer, nStations).slice(1).map((x, i, a) => x - (i ? a[i - 1] : 0));
 const t = topologyFromCounts(c, {knot: basename(file), stations: layers, shards: Math.min(Number(opt("--shards", 2)), c.n_vocab)});
 validateTopology(c, t);
-const paths = writeWranglerConfigs(t, outDir, {root});
+const paths = await writeWranglerConfigs(t, outDir, {root});
 process.stderr.write(`mesh-config: ${t.stations.length} stations (layers ${t.stations.map((s) => `[${s.layers}]`).join(" ")}), ` +
                      `${t.shards.length} vocab shards (${t.shards.map((s) => `[${s.vocab}]`).join(" ")}) for ${basename(file)}\n`);
 process.stdout.write(paths.join("\n") + "\n");

@@ -17,7 +17,7 @@ if (!process.argv[2]) validateTopology(example, t);
 const dir = join(root, EXAMPLE_DIR);
 mkdirSync(dir, {recursive: true});
 for (const f of readdirSync(dir)) if (f.endsWith(".jsonc")) rmSync(join(dir, f));  // scripts of an earlier topology
-for (const [path, text] of Object.entries(exampleConfigs(t))) {
+for (const [path, text] of Object.entries(await exampleConfigs(t))) {
   writeFileSync(join(root, path), text);
   console.error(`wrote ${path}`);
 }

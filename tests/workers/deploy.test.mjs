@@ -16,7 +16,7 @@ const run = promisify(execFile);
 const EXAMPLE = {n_layer: 5, n_embd: 256, n_head: 32, n_head_kv: 16, head_dim: 8, n_ff: 256, n_vocab: 512};
 
 test("deploy/example/*.jsonc: generated from the example topology, and each packs with wrangler deploy --dry-run", async () => {
-  const files = exampleConfigs(topologyFromCounts(EXAMPLE, {knot: "stories260K-pad256-llama-q4_k_m.knot", stations: [2, 3], shards: 2}));
+  const files = await exampleConfigs(topologyFromCounts(EXAMPLE, {knot: "stories260K-pad256-llama-q4_k_m.knot", stations: [2, 3], shards: 2}));
   assert.deepEqual(Object.keys(files).sort(), ["deploy/example/knot-sh0.jsonc", "deploy/example/knot-sh1.jsonc", "deploy/example/knot-st0.jsonc",
     "deploy/example/knot-st1.jsonc", "deploy/example/knot-warden.jsonc", "deploy/example/wrangler.jsonc"]);
   for (const [path, text] of Object.entries(files))

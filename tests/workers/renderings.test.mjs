@@ -1,9 +1,10 @@
-// One deployment description (deploy/description.mjs), two renderings: the wrangler.jsonc files
-// of deploy/wrangler.mjs, read back by wrangler itself (unstable_getMiniflareWorkerOptions, what
+// One deployment description (core/infer/deployment.cpp through deploy/description.mjs), two
+// renderings: the wrangler.jsonc files of deploy/wrangler.mjs, read back by wrangler itself (unstable_getMiniflareWorkerOptions, what
 // `wrangler dev` hands to Miniflare), carry exactly the vars, bindings, sources and
 // compatibility settings that deploy/miniflare.mjs gives the tests' meshes — so what the tests
 // run is what deploys. Over several topologies (2 stations + 2 shards, a station chain, split
-// layers, hub shard groups, the planner's resident 7B plan) and with every option set.
+// layers, hub shard groups, the planner's resident 7B plan) and with every option set. The core's
+// topology of a plan is the one workers/lib/topology.mjs builds.
 import {test} from "node:test";
 import assert from "node:assert/strict";
 import {execFileSync} from "node:child_process";
@@ -12,7 +13,7 @@ import {dirname, join, resolve} from "node:path";
 import {unstable_getMiniflareWorkerOptions as wranglerWorkerOptions} from "wrangler";
 import {plan} from "../../bindings/planner.mjs";
 import {meshWorkers} from "../../deploy/miniflare.mjs";
-import {describeDeployment} from "../../deploy/description.mjs";
+import {deploymentOf, describeDeployment} from "../../deploy/description.mjs";
 import {EXAMPLE_DIR, parseWranglerConfig, writeWranglerConfigs} from "../../deploy/wrangler.mjs";
 import {links, topologyFromCounts, topologyFromPlan} from "../../workers/lib/topology.mjs";
 import {KNOT_BIN, ROOT, tmpDir} from "../wasm/helpers.mjs";
@@ -41,10 +42,10 @@ function normalize(w) {
   };
 }
 
-function assertSameRenderings(topology, options, what) {
+async function assertSameRenderings(topology, options, what) {
   const dir = tmpDir("knotwork-renderings-");
-  const paths = writeWranglerConfigs(topology, dir, {root: ROOT, warden: false, ...options});
-  const mf = meshWorkers(topology, options);
+  const paths = await writeWranglerConfigs(topology, dir, {root: ROOT, warden: false, ...options});
+  const mf = await meshWorkers(topology, options);
   assert.deepEqual(paths.map((p) => parseWranglerConfig(readFileSync(p, "utf8")).name), mf.map((w) => w.name), `${what}: scripts, entry first`);
   for (const [i, p] of paths.entries()) {
     const m = mf[i];
@@ -56,10 +57,10 @@ function assertSameRenderings(topology, options, what) {
 }
 
 for (const [name, make] of Object.entries(TOPOLOGIES)) {
-  test(`wrangler.jsonc and Miniflare carry the same vars and bindings: ${name}`, () => {
+  test(`wrangler.jsonc and Miniflare carry the same vars and bindings: ${name}`, async () => {
     const t = make();
-    assertSameRenderings(t, {}, `${name}, defaults`);
-    const mf = assertSameRenderings(t, ALL_OPTIONS, `${name}, every option`);
+    await assertSameRenderings(t, {}, `${name}, defaults`);
+    const mf = await assertSameRenderings(t, ALL_OPTIONS, `${name}, every option`);
     // the options reached the scripts that read them (so the comparison above covered them)
     const by = Object.fromEntries(mf.map((w) => [w.name, w]));
     const coord = by["knot-coordinator"].bindings;
@@ -97,12 +98,19 @@ test("wrangler.jsonc and Miniflare carry the same vars and bindings: the planner
   const topology = topologyFromPlan(p.model, p, {knot: "qwen7b.knot"});
   assert.equal(topology.chain, true);
   assert.ok(topology.stations.reduce((a, s) => a + s.members.length, 0) >= 6);
-  assertSameRenderings(topology, {}, "7B, defaults");
-  assertSameRenderings(topology, ALL_OPTIONS, "7B, every option");
+  assert.ok(topology.shardGroups.some((g) => g.length > 1));
+  await assertSameRenderings(topology, {}, "7B, defaults");
+  await assertSameRenderings(topology, ALL_OPTIONS, "7B, every option");
+  // the core's topology of a plan (what `knot plan --wrangler` deploys) is the JS one
+  for (const opts of [{}, {budget: "1GB"}, {mode: "fluid", stations: 2}]) {
+    const po = await plan(q7, opts);
+    assert.deepEqual((await deploymentOf({plan: po, knot: "qwen7b.knot"})).topology, topologyFromPlan(po.model, po, {knot: "qwen7b.knot"}),
+                     JSON.stringify(opts));
+  }
 });
 
-test("the committed example (deploy/example/) is the description of its topology, as wrangler reads it", () => {
-  const mf = meshWorkers(topologyFromCounts(SMALL, {knot: "stories260K-pad256-llama-q4_k_m.knot", stations: [2, 3], shards: 2}), {warden: true});
+test("the committed example (deploy/example/) is the description of its topology, as wrangler reads it", async () => {
+  const mf = await meshWorkers(topologyFromCounts(SMALL, {knot: "stories260K-pad256-llama-q4_k_m.knot", stations: [2, 3], shards: 2}), {warden: true});
   assert.equal(mf.length, 6);
   for (const m of mf) {
     const p = join(ROOT, EXAMPLE_DIR, m.name === "knot-coordinator" ? "wrangler.jsonc" : `${m.name}.jsonc`);
@@ -111,8 +119,14 @@ test("the committed example (deploy/example/) is the description of its topology
   }
 });
 
-test("the description refuses an unknown option and a bad link mode, naming them", () => {
+test("the description refuses an unknown option, a bad value and a plan that does not cover the model, naming them", async () => {
   const t = TOPOLOGIES["2 stations + 2 shards"]();
-  assert.throws(() => describeDeployment(t, {ttl: 5}), /deployment: unknown option ttl/);
-  assert.throws(() => describeDeployment(t, {linkMode: "udp"}), /deployment: linkMode must be "ws" or "http", not "udp"/);
+  await assert.rejects(describeDeployment(t, {ttl: 5}), /deployment: unknown option ttl/);
+  await assert.rejects(describeDeployment(t, {linkMode: "udp"}), /deployment: linkMode must be "ws" or "http", not "udp"/);
+  await assert.rejects(describeDeployment(t, {ttlMs: "soon"}), /deployment: ttlMs must be an integer >= 0, got "soon"/);
+  const p = {model: {...SMALL, name: "m.gguf"}, stations: [{id: "a", layers: [0, 2], mode: "resident"}, {id: "b", layers: [3, 5], mode: "resident"}],
+             shards: [{id: "s", vocab: [0, 512]}]};
+  await assert.rejects(deploymentOf({plan: p}), /topology: station layers \[3,5\] do not continue from layer 2/);
+  p.stations[1].layers = [2, 5];
+  assert.equal((await deploymentOf({plan: p})).topology.knot, "m.knot");
 });
