@@ -157,6 +157,23 @@ Links links(const ojson& t) {
   return out;
 }
 
+// the fields describe_deployment reads (validate / validateTopology checks the coverage)
+void require_topology(const ojson& t) {
+  const auto pair = [](const ojson& o, const char* k) { return o.is_object() && o.contains(k) && o[k].is_array() && o[k].size() == 2; };
+  const auto text = [](const ojson& o, const char* k) { return o.is_object() && o.contains(k) && o[k].is_string(); };
+  bool ok = text(t, "knot") && t.contains("stations") && t["stations"].is_array() && !t["stations"].empty() && t.contains("shards") &&
+            t["shards"].is_array();
+  if (ok)
+    for (const auto& s : t["stations"]) {
+      ok = ok && pair(s, "layers") && text(s, "role") && s.contains("members") && s["members"].is_array() && !s["members"].empty();
+      if (ok)
+        for (const auto& m : s["members"]) ok = ok && text(m, "name");
+    }
+  if (ok)
+    for (const auto& s : t["shards"]) ok = ok && text(s, "name") && pair(s, "vocab");
+  if (!ok) fail("deployment: not a topology (needs knot, stations [{layers, role, members [{name}]}], shards [{name, vocab}])");
+}
+
 ojson link_bindings(const std::string& prefix, const std::vector<std::string>& names) {
   ojson a = ojson::array();
   for (const auto& n : names) a.push_back({{"binding", prefix + "_" + n}, {"service", script_name(n)}});
@@ -270,7 +287,8 @@ DeployOptions deploy_options_from_json(const ojson& j) {
 }
 
 ojson topology_from_plan(const ojson& plan, const std::string& knot) {
-  if (!plan.is_object() || !plan.contains("model") || !plan["stations"].is_array() || !plan["shards"].is_array())
+  const auto array = [&](const char* k) { return plan.contains(k) && plan[k].is_array(); };
+  if (!plan.is_object() || !plan.contains("model") || !plan["model"].is_object() || !array("stations") || !array("shards"))
     fail("not a planner plan (needs model, stations, shards: the output of knot plan)");
   const ojson& c = plan["model"];
   const int64_t n_layer = c["n_layer"];
@@ -303,6 +321,7 @@ ojson topology_from_plan(const ojson& plan, const std::string& knot) {
 }
 
 ojson describe_deployment(const ojson& t, const DeployOptions& o) {
+  require_topology(t);
   const Links l = links(t);
   const std::string knot = t["knot"];
   ojson hooks = o.test_hooks ? ojson{{"TEST_HOOKS", "1"}} : ojson::object();
