@@ -149,4 +149,7 @@ int kw_model_slice_end(int32_t h, uint32_t i);
 // "chunk", "shards", "stations", "mode"}; result: the plan JSON (core/infer/planner.h).
 int kw_plan(const uint8_t* prefix, uint32_t len, double file_size, const char* name, uint32_t name_len,
             const char* opts, uint32_t opts_len);
+// request JSON {topology | plan + knot?, options?, main_prefix}; result {topology, description,
+// files: [{file, text}]} (core/infer/deployment.h: the Worker scripts of a mesh, wrangler.jsonc).
+int kw_deploy(const char* req, uint32_t req_len);
 }

@@ -164,7 +164,7 @@ const OptionSpec kObjective = {KEY("objective"), .flag = "--objective", .kind = 
 const OptionSpec kCost = {KEY("cost"), .flag = "--cost", .kind = OptKind::Text, .lo = 1, .metavar = "FILE",
   .help = "the time model's measured rates (bench/cost-model.json)"};
 const OptionSpec kWrangler = {KEY("wrangler"), .flag = "--wrangler", .kind = OptKind::Text, .lo = 1, .metavar = "DIR",
-  .help = "also write the Worker configurations of the plan into DIR: the coordinator (wrangler.toml, the only "
+  .help = "also write the Worker configurations of the plan into DIR: the coordinator (wrangler.jsonc, the only "
           "public route), one script per station member and per vocab shard, the warden; plan.json and "
           "topology.json beside them"};
 const OptionSpec kKnot = {KEY("knot"), .flag = "--knot", .kind = OptKind::Text, .lo = 1, .metavar = "NAME",
@@ -205,12 +205,13 @@ const CommandSpec kCommands[] = {
       &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink},
      nullptr},
     {"plan", "MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
-             "                     [--shards N] [--stations N] [--wrangler DIR [--knot NAME]]",
+             "                     [--shards N] [--stations N] [--objective memory|latency] [--cost FILE]\n"
+             "                     [--wrangler DIR [--knot NAME]]",
      "MODEL", kModelHelp,
      "Prints the mesh plan of MODEL (the JSON of native `knot plan`, the same planner in wasm).\n",
      {&kBudget, &kPlanMode, &kContext, &kPlanChunk, &kPlanShards, &kPlanStations, &kObjective, &kCost, &kWrangler, &kKnot},
-     "Run the configurations with `wrangler dev -c DIR/wrangler.toml -c DIR/knot-st0.toml ...`\n"
-     "or deploy each with `wrangler deploy -c DIR/<name>.toml`.\n"},
+     "Run the configurations with `wrangler dev -c DIR/wrangler.jsonc -c DIR/knot-st0.jsonc ...`\n"
+     "or deploy each with `wrangler deploy -c DIR/<name>.jsonc`.\n"},
 };
 
 // "in [0, 1]", ">= 0", "> 0", "in (0, 1]": the range as messages state it.
