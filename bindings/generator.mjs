@@ -22,6 +22,7 @@
 // ids; see Sampler::sample_topk). With a repetition penalty it is exact only when every
 // penalised token that matters is in the list (apply the penalty shard-side otherwise).
 import {init, _withOut as withOut} from "./knotwork.mjs";
+import {samplingOptions} from "./options.mjs";
 
 /** Top-k (absolute ids v0..v1) and log-sum-exp of one slice's logits [v1 - v0]. */
 export async function topkLse(logits, v0, v1, k) {
@@ -52,12 +53,7 @@ export class Generator {
   static async open(model, opts = {}) {
     const w = await init();
     if (model.loadTokenizer) await model.loadTokenizer();
-    const o = JSON.stringify({
-      n_predict: opts.maxTokens ?? 128, temperature: opts.temperature, top_k: opts.topK, top_p: opts.topP,
-      min_p: opts.minP, repeat_penalty: opts.repeatPenalty, repeat_last_n: opts.repeatLastN, seed: opts.seed,
-      presence_penalty: opts.presencePenalty, frequency_penalty: opts.frequencyPenalty,
-      stop: opts.stop, ignore_eos: opts.ignoreEos, ...opts.options, n_ctx: opts.nCtx ?? 0,
-    });
+    const o = JSON.stringify({...samplingOptions(opts), n_ctx: opts.nCtx ?? 0});
     const h = w.withString(o, (p, n) => withOut(w, (out) => w.call("kw_generator_new", model.handle, p, n, out)));
     return new Generator(w, h, w.resultJSON());
   }
