@@ -166,7 +166,7 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
     // The KV cache must fit in what is left of the 128 MB linear memory. Checked here in
     // 64-bit arithmetic: size_t is 32 bits in wasm32, so n_ctx x bytes/token can wrap.
     const auto& c = m.model.config;
-    const int n_ctx = eo.n_ctx > 0 ? eo.n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
+    const int n_ctx = knot::context_of(c, eo.n_ctx);  // what the Engine will take
     const knot::KvType kvt = knot::forward_options_for(eo.mode).kv_type;
     const uint64_t per_tok = 2ull * c.n_layer * c.n_head_kv * c.head_dim * knot::kv_elem_bytes(kvt);
     const uint64_t room = kLinearCap - std::min<uint64_t>(kLinearCap, heap_in_use());
