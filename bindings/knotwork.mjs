@@ -9,6 +9,7 @@
 // isolate has 128 MB, and the module's memory is capped at that.
 import {loadWasm, KnotworkError} from "./loader.mjs";
 import {bytesSource, fileSource, urlSource, countingSource} from "./sources.mjs";
+import {coreOptions} from "./options.mjs";
 
 export {bytesSource, fileSource, urlSource, countingSource, KnotworkError};
 
@@ -406,22 +407,12 @@ export class Model {
     const ids = typeof prompt === "string"
       ? this.tokenize(prompt, {addBos: opts.addBos ?? true, parseSpecial: opts.parseSpecial ?? true})
       : Array.from(prompt);
-    const o = {
-      mode: opts.reference ? "reference" : "fast",
-      n_predict: opts.maxTokens ?? 128,
-      temperature: opts.temperature, top_k: opts.topK, top_p: opts.topP, min_p: opts.minP,
-      repeat_penalty: opts.repeatPenalty, repeat_last_n: opts.repeatLastN, seed: opts.seed,
-      presence_penalty: opts.presencePenalty, frequency_penalty: opts.frequencyPenalty,
-      logprobs: opts.logprobs,
-      stop: opts.stop, ignore_eos: opts.ignoreEos, n_ctx: opts.nCtx, chunk: opts.chunk,
-      kv_budget: opts.kvBudget, lookup: opts.lookup,
-      ...opts.options,
-    };
+    const o = coreOptions(opts);
     const mem0 = readMemoryStats(w);
     const sess = w.withString(JSON.stringify(o), (p, n) =>
       withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
     try {
-      const {chunk} = w.resultJSON();
+      const {chunk, mode} = w.resultJSON();
       const a = Int32Array.from(ids);
       // prompt pieces: whole chunks, so the forward passes are the same as in one call
       const piece = opts.prefillProgress > 0 ? Math.max(1, Math.round(opts.prefillProgress / chunk)) * chunk : a.length;
@@ -468,7 +459,7 @@ export class Model {
              nGenerated: out.length, nDecoded, prefillMs, decodeMs,
              prefillTokS: ids.length / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0,
-             mode: o.mode, memory: {...mem, atStart: mem0.linear},
+             mode, memory: {...mem, atStart: mem0.linear},
              ...(o.lookup > 0 ? {speculative: {lookup: o.lookup, drafted, accepted, acceptance: drafted ? accepted / drafted : 0}} : {})};
     } finally {
       w.exports.kw_session_free(sess);
@@ -482,7 +473,7 @@ export class Model {
    */
   session({reference = false, nCtx, chunk, kvBudget} = {}) {
     const w = this.w;
-    const o = JSON.stringify({mode: reference ? "reference" : "fast", n_ctx: nCtx, chunk, kv_budget: kvBudget});
+    const o = JSON.stringify(coreOptions({reference, nCtx, chunk, kvBudget}));
     const h = w.withString(o, (p, n) => withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
     return {
       eval(ids) {

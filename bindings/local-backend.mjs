@@ -12,6 +12,7 @@
 // is abandoned (the consumer's return(), or the request's AbortSignal).
 import {ApiError} from "./openai.mjs";
 import {memoryStats} from "./knotwork.mjs";
+import {defaultContext, requestOptions} from "./options.mjs";
 
 const tick = globalThis.setImmediate
   ? () => new Promise((r) => setImmediate(r))
@@ -37,7 +38,7 @@ export function quantization(info) {
 export function localBackend(model, {id, nCtx, chunk, reference = false, prefillProgress = 64, chatTemplate = "",
                                      created = Math.floor(Date.now() / 1000)} = {}) {
   const cfg = model.info.config ?? {};
-  const ctx = nCtx ?? Math.min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 2048, 2048);
+  const ctx = nCtx ?? defaultContext(cfg);
   const quant = quantization(model.info);
   const topology = {kind: "single-process", stations: [{name: "local", layers: [0, cfg.n_layer], state: "ready"}],
                     shards: [{name: "local", vocab: [0, cfg.n_vocab], state: "ready"}]};
@@ -114,14 +115,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
         active++;
         try {
           await tick();  // the "accepted" bytes leave before the prefill blocks this thread
-          const gen = model.generate(ids, {
-            // OpenAI's top_p 0 (only the most likely token) is the smallest top_p the core takes
-            maxTokens, temperature: req.temperature, topP: req.topP === 0 ? Number.MIN_VALUE : req.topP, topK: req.topK, minP: req.minP,
-            repeatPenalty: req.repeatPenalty, seed, stop: req.stop, ignoreEos: req.ignoreEos,
-            presencePenalty: req.presencePenalty || undefined, frequencyPenalty: req.frequencyPenalty || undefined,
-            logprobs: req.logprobs >= 0 ? req.logprobs : undefined,
-            nCtx: ctx, chunk, reference, prefillProgress,
-          });
+          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), nCtx: ctx, chunk, reference, prefillProgress});
           for await (const ev of gen) {
             if (ev.type === "token") {
               const mem = ev.telemetry?.memory ?? await memoryStats();

@@ -60,6 +60,10 @@ ForwardOptions forward_options_for(Mode m) {
   return f;
 }
 
+int context_of(const ModelConfig& c, int n_ctx) {
+  return n_ctx > 0 ? n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
+}
+
 Engine::Engine(const Model& m, const EngineOptions& o) : m_(m), opt_(o) {
   const ModelConfig& c = m.config;
   fo_ = o.forward ? *o.forward : forward_options_for(o.mode);
@@ -68,7 +72,7 @@ Engine::Engine(const Model& m, const EngineOptions& o) : m_(m), opt_(o) {
     fail("model config is incomplete (n_layer " + S(c.n_layer) + ", n_embd " + S(c.n_embd) +
          ", n_head " + S(c.n_head) + ", n_head_kv " + S(c.n_head_kv) + ", head_dim " +
          S(c.head_dim) + ", n_ff " + S(c.n_ff) + ")");
-  n_ctx_ = o.n_ctx > 0 ? o.n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
+  n_ctx_ = context_of(c, o.n_ctx);
   chunk_ = std::max(1, std::min(o.chunk, n_ctx_));
 
   tok_embd_ = &m.get("token_embd_weight", -1, "embed");

@@ -32,6 +32,10 @@ enum class Mode { Fast, Reference };
 const char* mode_name(Mode m);
 ForwardOptions forward_options_for(Mode m);
 
+// The context of EngineOptions::n_ctx (0: min(n_ctx_train, 2048), 2048 when the file does
+// not say). The JS bindings' defaultContext (bindings/options.mjs) is this rule.
+int context_of(const ModelConfig& c, int n_ctx);
+
 struct EngineOptions {
   Mode mode = Mode::Fast;
   int n_ctx = 0;     // 0: min(n_ctx_train, 2048) (2048 when the file does not say)

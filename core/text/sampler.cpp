@@ -3,11 +3,7 @@
 // splitmix64, exp() is our own (basic IEEE ops only), candidate order is a total order
 // (logit desc, id asc), and floating-point contraction into FMA is disabled here so
 // x86, ARM and wasm round the same way.
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
 
 #include "text/sampler.h"
 
