@@ -8,7 +8,7 @@
 //   POST /tensors {identity, ranges: [{name, offset, size}]} -> the bytes, concatenated
 //   POST /invalidate/<name> {identity}               drop every cached range of that tensor
 // Consumers verify what they get (the core's hashes) and, on a reject, read R2 and call
-// /invalidate (lib/sources.mjs), so a poisoned entry is served at most once.
+// /invalidate (lib/r2.mjs), so a poisoned entry is served at most once.
 //
 // CobordismWardenDO, one per `knot|v0-v1`: embedding rows. L1 raw quantized rows in DO memory
 // (LRU, ROWS_L1_BUDGET, default 256 MiB), L2 Workers KV (ROWS_KV) of dequantized f32 rows with
@@ -16,11 +16,26 @@
 // blocking the answer), L3 R2 range reads verified by the .knot chunk hashes. Cache writes
 // after the answer go through ctx.waitUntil.
 //   POST /rows {identity, ids: [...]} -> f32 [ids.length, n_embd]
-import wasmModule from "../../build/wasm/knotwork.wasm";
-import {init, dequantizeRow, rowBytes, parseKnotHeader} from "../../bindings/knotwork.mjs";
+//
+// Both objects keep HTTP routes rather than RPC methods: their answers' statuses (400 no
+// identity, 409 another model, 502 R2) are their contract, and an error thrown through
+// RPC arrives without its status.
+/**
+ * @typedef {object} Env
+ * @property {R2Bucket} MODELS  the .knot files
+ * @property {DurableObjectNamespace<LayerWardenDO>} LAYER_WARDEN
+ * @property {DurableObjectNamespace<CobordismWardenDO>} COB_WARDEN
+ * @property {KVNamespace} [ROWS_KV]  L2 of the row caches
+ * @property {string} [WARDEN_BUDGET]  bytes a layer warden holds (default 1 GiB)
+ * @property {string} [ROWS_L1_BUDGET]  bytes of raw rows a cobordism warden holds (default 256 MiB)
+ * @property {string} [TEST_HOOKS]  /do/... routes and /debug/corrupt, tests only
+ */
+import {DurableObject} from "cloudflare:workers";
+import {dequantizeRow, rowBytes, parseKnotHeader} from "../../bindings/knotwork.mjs";
 import {openParts} from "../../bindings/mesh.mjs";
-import {r2Source} from "../lib/sources.mjs";
-import {HttpError, errorResponse} from "../lib/common.mjs";
+import {r2Source} from "../lib/r2.mjs";
+import {HttpError, errorResponse} from "../lib/errors.mjs";
+import {initWasm} from "../lib/boot.mjs";
 
 const MiB = 1 << 20;
 const sameModel = (a, b) => a && b && a.knot === b.knot && a.etag === b.etag && a.size === b.size;
@@ -53,10 +68,10 @@ async function identityGuard(ctx, current, given, what) {
     throw new HttpError(409, `${what}: configured for ${describe(current)}, refused a call for ${describe(given)}`);
 }
 
-export class LayerWardenDO {
+export class LayerWardenDO extends DurableObject {
+  /** @param {DurableObjectState} ctx @param {Env} env */
   constructor(ctx, env) {
-    this.ctx = ctx;
-    this.env = env;
+    super(ctx, env);
     this.identity = null;
     this.cache = new Lru(Number(env.WARDEN_BUDGET ?? 1024 * MiB), (e) => e.resident);
     this.stats = {hits: 0, misses: 0, invalidated: 0, served: 0};
@@ -126,7 +141,7 @@ function rowsParts(env, identity) {
   if (rowsModel?.key === identity.knot + identity.etag) return rowsModel.promise;
   const key = identity.knot + identity.etag;
   rowsModel = {key, promise: (async () => {
-    await init(wasmModule);
+    await initWasm();
     const src = await r2Source(env.MODELS, identity.knot);
     if (src.etag !== identity.etag) throw new HttpError(409, `cobordism warden: R2 object ${identity.knot} has etag ${src.etag}, the call names ${identity.etag}`);
     const parts = await openParts(src);
@@ -139,10 +154,10 @@ function rowsParts(env, identity) {
   return rowsModel.promise;
 }
 
-export class CobordismWardenDO {
+export class CobordismWardenDO extends DurableObject {
+  /** @param {DurableObjectState} ctx @param {Env} env */
   constructor(ctx, env) {
-    this.ctx = ctx;
-    this.env = env;
+    super(ctx, env);
     this.l1 = new Lru(Number(env.ROWS_L1_BUDGET ?? 256 * MiB));
     this.stats = {l1: 0, l2: 0, l3: 0, l2Rejected: 0};
   }
@@ -205,6 +220,7 @@ export class CobordismWardenDO {
 }
 
 export default {
+  /** @param {Request} req @param {Env} env */
   async fetch(req, env) {
     // tests reach a warden object through here: /do/layer/<key>/<path> or /do/rows/<key>/<path>
     const url = new URL(req.url);

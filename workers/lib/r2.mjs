@@ -1,4 +1,4 @@
-// sources.mjs — byte sources for workers: an R2 object by range, and the same object read
+// r2.mjs — byte sources for workers: an R2 object by range, and the same object read
 // through a layer warden (bytes cached in the warden's DO memory). Every byte a station or
 // shard loads is verified by the core (content hashes, finite block scales) whatever the
 // source; a rejected warden read is retried from R2 and the warden told to drop the entry.
