@@ -113,10 +113,9 @@ async function own(sh, f, env) {
     const x = new Float32Array(ids.length * E);
     if (owned.length) {
       const stub = env.COB_WARDEN.get(env.COB_WARDEN.idFromName(sh.warden.key));  // a stub per request (I/O object)
-      const res = await stub.fetch("https://warden/rows", {method: "POST",
-        body: JSON.stringify({identity: sh.warden.identity, ids: owned.map(([id]) => id)})});
-      if (!res.ok) throw new HttpError(502, `shard ${sh.cfg.name}: cobordism warden: HTTP ${res.status}: ${await res.text()}`);
-      const rows = new Float32Array(await res.arrayBuffer());
+      const rows = await stub.rows(sh.warden.identity, owned.map(([id]) => id)).catch((e) => {
+        throw new HttpError(502, `shard ${sh.cfg.name}: cobordism warden: ${e.message}`);
+      });
       if (rows.length !== owned.length * E) throw new HttpError(502, `shard ${sh.cfg.name}: cobordism warden returned ${rows.length} values for ${owned.length} rows`);
       owned.forEach(([, i], j) => x.set(rows.subarray(j * E, (j + 1) * E), i * E));
       stats.wardenRows = (stats.wardenRows ?? 0) + owned.length;

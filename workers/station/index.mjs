@@ -113,9 +113,9 @@ async function bootStation(env, ctx) {
     if (env.WARDEN) {
       const key = `${cfg.knot}|${l0}-${l1}`;
       const identity = {knot: cfg.knot, etag: r2.etag, size: r2.size};
-      const res = await env.WARDEN.get(env.WARDEN.idFromName(key)).fetch("https://warden/configure",
-        {method: "POST", body: JSON.stringify({identity, layers: [l0, l1]})});
-      if (!res.ok) throw new Error(`station ${cfg.name}: warden refused /configure: ${await res.text()}`);
+      await env.WARDEN.get(env.WARDEN.idFromName(key)).configure(identity).catch((e) => {
+        throw new Error(`station ${cfg.name}: warden refused /configure: ${e.message}`);
+      });
       st.warden = {key, identity, nameOf: tensorNamer(parts), stats};
     }
     if (cfg.resident !== false)
