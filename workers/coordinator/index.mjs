@@ -45,7 +45,7 @@ export default {
       if (url.pathname === "/v1/mesh/stats") return Response.json(await isolateStats(env));
       if (url.pathname === "/v1/mesh/generate" && req.method === "POST") {
         const body = await req.json().catch(() => { throw new HttpError(400, "body is not JSON"); });
-        return sessionStream(env, body);
+        return new Response(sessionStream(env, body), {headers: {"content-type": "application/x-ndjson"}});
       }
       if (url.pathname === "/" || url.pathname === "/health" || url.pathname.startsWith("/v1/"))
         return createHandler(meshBackend(env), {apiKey: env.API_KEY})(req);
