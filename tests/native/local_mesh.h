@@ -1,9 +1,10 @@
 // local_mesh.h — a test oracle: a whole mesh in one process, the native twin of
 // tests/wasm/local-mesh.mjs openLocalMesh (header-only; only tests/native include it).
-// Layer stations cut into attention-head slices (each a knot::Station with its own KV
-// cache of the range's layers and the slice's KV heads) and FFN column slices, and vocab
-// shards (embedding rows, lm_head logits -> top-k + lse), merged by summing partials
-// (DESIGN §1) and merging the shards' top-k (DESIGN §6). Tests compare it with the Engine.
+// Layer stations cut into attention-head slices (each a knot::Station with its own KV cache
+// of the range's layers and the slice's KV heads) and FFN column slices, and vocab shards
+// (embedding rows, lm_head logits -> top-k + lse), merged by summing partials
+// (docs/architecture.md) and merging the shards' top-k (docs/protocol.md). Tests compare it
+// with the Engine.
 //
 // plan: layers {0, a, .., n_layer} (station cuts); per station heads {0, .., n_head}
 // (multiples of the GQA group) and ffn {0, .., n_ff} cuts; vocab {0, .., n_vocab} shard

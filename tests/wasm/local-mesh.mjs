@@ -1,7 +1,8 @@
 // local-mesh.mjs — a test oracle: a whole mesh in this isolate, over bindings/mesh.mjs
-// ModelParts and Stations (DESIGN §1-2, §6). Tests compare it with model.generate() and
-// with the workers' mesh; the real loop is workers/coordinator/mesh.mjs. Native twin:
-// tests/native/local_mesh.h (knot::LocalMesh), same plan, same sums.
+// ModelParts and Stations (docs/architecture.md, docs/memory.md, docs/protocol.md). Tests
+// compare it with model.generate() and with the workers' mesh; the real loop is
+// workers/coordinator/mesh.mjs. Native twin: tests/native/local_mesh.h (knot::LocalMesh),
+// same plan, same sums.
 //
 //    plan = {layers: [0, a, .., n_layer],         station cuts
 //            heads:  [[0, .., n_head], ..],        per station: head-slice cuts (GQA multiples)

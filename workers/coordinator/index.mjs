@@ -1,8 +1,8 @@
-// workers/coordinator — the mesh's entry Worker (DESIGN §5, §6), the only publicly
-// routable script. Its parts: session.mjs (SessionDO: each generation runs in the session
-// Durable Object its session id names), mesh.mjs (MeshCoordinator: the generation loop),
-// backend.mjs (the OpenAI API's backend over the mesh), prompt.mjs (the tokenizer, once
-// per isolate), stats.mjs (every isolate's memory).
+// workers/coordinator — the mesh's entry Worker (docs/architecture.md, docs/protocol.md),
+// the only publicly routable script. Its parts: session.mjs (SessionDO: each generation
+// runs in the session Durable Object its session id names), mesh.mjs (MeshCoordinator: the
+// generation loop), backend.mjs (the OpenAI API's backend over the mesh), prompt.mjs (the
+// tokenizer, once per isolate), stats.mjs (every isolate's memory).
 //
 // HTTP:  POST /v1/mesh/generate {prompt | ids | messages, options, session?}
 //          -> NDJSON events (bindings/events.mjs: telemetry, token, summary | error)

@@ -1,6 +1,7 @@
-// session.mjs — the session Durable Object (DESIGN §5, §6): each generation runs in the
-// SessionDO its session id names, which keeps WebSocket links to the stations and shards
-// for the session's lifetime (one subrequest per link instead of one per hop: DESIGN §8).
+// session.mjs — the session Durable Object (docs/architecture.md, docs/protocol.md): each
+// generation runs in the SessionDO its session id names, which keeps WebSocket links to the
+// stations and shards for the session's lifetime (one subrequest per link instead of one
+// per hop: docs/limits.md).
 //
 // RPC: generate(body, send) — body {ids | messages | prompt (tokenized here only when no
 //   ids: prompt.mjs), options (Model.generate's), session, timeouts?, linkMode?}; send(e)

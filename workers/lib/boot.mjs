@@ -1,5 +1,5 @@
-// boot.mjs — what a worker holds at module scope, once per isolate (DESIGN §5): the wasm
-// module, started once, and a boot cache of one value per config key. A station
+// boot.mjs — what a worker holds at module scope, once per isolate (docs/architecture.md):
+// the wasm module, started once, and a boot cache of one value per config key. A station
 // (station/index.mjs) and a vocab shard (cobordism/index.mjs) boot alike: the .knot opened
 // from R2 by its header, then the tensors that worker holds (modelBoot).
 import wasmModule from "../../build/wasm/knotwork.wasm";
