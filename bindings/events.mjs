@@ -33,6 +33,7 @@
  *            top?: {token: number, logprob: number}[],
  *            telemetry: {n: number, elapsedMs: number, decodeTokS: number,
  *                        memory?: {linear: number, peakLinear: number, heap: number, peakHeap: number},
+ *                        speculative?: {drafted: number, accepted: number, acceptance: number},
  *                        hops?: number}}} TokenEvent
  *   text: the complete UTF-8 this token released ("" while a character or a possible stop
  *   string is pending); logprob / top (the raw distribution's) when logprobs was asked
@@ -40,10 +41,12 @@
  *            promptIds: number[], nPrompt: number, nGenerated: number, nDecoded: number, nCtx: number,
  *            prefillMs: number, decodeMs: number, prefillTokS: number, decodeTokS: number,
  *            mode: string, engine?: object, memory?: object,
+ *            speculative?: {lookup: number, drafted: number, accepted: number, acceptance: number},
  *            hops?: number, subrequests?: number, maxConnections?: number, messages?: number,
  *            abstains?: number, reprefills?: number, rowsPrefetched?: number, flaggedTokens?: number[],
  *            shardK?: number|"full", coordinatorMemory?: object}} SummaryEvent
- *   engine / memory: a single process's (Model.generate); hops ... coordinatorMemory: the mesh's
+ *   engine / memory / speculative (lookup > 0): a single process's (Model.generate);
+ *   hops ... coordinatorMemory: the mesh's
  * @typedef {{type: "error", error: string, status: number}} ErrorEvent
  * @typedef {AcceptedEvent|PrefillEvent|TelemetryEvent|TokenEvent|SummaryEvent|ErrorEvent} GenerationEvent
  */
