@@ -379,7 +379,7 @@ export class Model {
    * (text: the complete UTF-8 it released, may be "" while a character or a possible stop
    * string is pending; telemetry: {n: tokens so far, elapsedMs, decodeTokS, memory: {linear,
    * peakLinear, heap, peakHeap}: wasm linear memory and malloc'd bytes now and at their
-   * peak}), then one {type: "summary", ...}. Options left undefined take the
+   * peak}), then one {type: "summary", ...} (the schema: bindings/events.mjs). Options left undefined take the
    * core's defaults; every value is checked against the core's option table
    * (core/infer/options.cpp, the CLIs' ranges; a refusal is KnotworkError with status
    * STATUS.USAGE). temperature 0 is greedy.

@@ -6,9 +6,10 @@
 //   const handle = createHandler(backend, {apiKey});
 //
 // Requests run one at a time (one wasm instance, one 128 MB memory): later ones wait in
-// a FIFO and say so in their telemetry ({type: "queue", ahead}). Every await between
-// tokens yields a macrotask so the server keeps answering (/health, disconnects) while a
-// generation runs. The session of a request is freed when its generation ends, fails or
+// a FIFO and say so in their telemetry ({type: "telemetry", event: "queue", ahead}). Every
+// await between tokens yields a macrotask so the server keeps answering (/health,
+// disconnects) while a generation runs. Model.generate's events pass on as they are
+// (bindings/events.mjs), after `accepted`. The session of a request is freed when its generation ends, fails or
 // is abandoned (the consumer's return(), or the request's AbortSignal).
 import {ApiError} from "./openai.mjs";
 import {memoryStats} from "./knotwork.mjs";
@@ -107,7 +108,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
       let waiting = true;
       try {
         const ahead = queued - 1 + active;  // waiting before this one, plus the one running
-        if (ahead > 0) yield {type: "queue", ahead};
+        if (ahead > 0) yield {type: "telemetry", event: "queue", ahead};
         await prev;
         queued--;
         waiting = false;
@@ -117,20 +118,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
           await tick();  // the "accepted" bytes leave before the prefill blocks this thread
           const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), nCtx: ctx, chunk, reference, prefillProgress});
           for await (const ev of gen) {
-            if (ev.type === "token") {
-              const mem = ev.telemetry?.memory ?? await memoryStats();
-              const out = {type: "token", id: ev.token, text: ev.text,
-                           telemetry: {memory: {linear: mem.linear, heap: mem.heap}}};
-              if (ev.logprob !== undefined) { out.logprob = ev.logprob; out.top = ev.top; }
-              yield out;
-            } else if (ev.type === "prefill") {
-              yield {type: "prefill", done: ev.done, total: ev.total, elapsedMs: ev.elapsedMs};
-            } else if (ev.type === "summary") {
-              yield {type: "done", reason: ev.reason, promptTokens: ev.nPrompt, completionTokens: ev.nGenerated,
-                     telemetry: {prefillMs: ev.prefillMs, decodeMs: ev.decodeMs, prefillTokS: ev.prefillTokS,
-                                 decodeTokS: ev.decodeTokS, peakEngineBytes: ev.engine?.engine_peak_bytes,
-                                 peakLinearBytes: ev.memory?.peakLinear}};
-            }
+            yield ev;  // Model.generate's events as they are (bindings/events.mjs)
             await tick();
             if (signal?.aborted) return;  // the finally blocks free the session
           }

@@ -21,6 +21,10 @@ const KIND_NAMES = Object.fromEntries(Object.entries(KIND).map(([k, v]) => [v, k
 
 export class FrameError extends Error {}
 
+/** The request id of a frame (offset 8) without decoding the rest; 0 when too short to hold one. */
+export const requestId = (bytes) =>
+  bytes.length >= 12 ? new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(8, true) : 0;
+
 const te = new TextEncoder(), td = new TextDecoder();
 
 /**
