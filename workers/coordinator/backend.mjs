@@ -3,14 +3,11 @@
 // its ids generate in a SessionDO (session.mjs), whose events (bindings/events.mjs) pass
 // on unrenamed after `accepted`; an error event is thrown.
 import {ApiError} from "../../bindings/openai.mjs";
+import {defaultContext, requestOptions} from "../../bindings/options.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {sessionEvents} from "./session.mjs";
 import {textModel, promptIds} from "./prompt.mjs";
 import {isolateStats} from "./stats.mjs";
-
-// TODO(options.mjs): the default context (min(trained context, 2048)) comes from
-// bindings/options.mjs at merge, as for the single-process backend.
-const defaultContext = (c) => Math.min(c.n_ctx_train || 2048, 2048);
 
 /** @param {import("./index.mjs").Env} env */
 export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {}) {
@@ -45,11 +42,7 @@ export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {})
                            {param: req.maxTokens !== undefined ? "max_tokens" : param, code: "context_length_exceeded"});
       const seed = req.seed ?? Math.floor(Math.random() * 2 ** 32);
       yield {type: "accepted", promptTokens: ids.length, nCtx, arch: c.arch, mode: "mesh", seed, topology: topo};
-      // TODO(options.mjs): the request -> generate options mapping becomes bindings/options.mjs's at merge
-      const options = {maxTokens: req.maxTokens ?? nCtx - ids.length, temperature: req.temperature, topP: req.topP, topK: req.topK,
-                       minP: req.minP, repeatPenalty: req.repeatPenalty, seed, stop: req.stop, ignoreEos: req.ignoreEos,
-                       presencePenalty: req.presencePenalty, frequencyPenalty: req.frequencyPenalty,
-                       logprobs: req.logprobs >= 0 ? req.logprobs : undefined, nCtx};
+      const options = {...requestOptions(req, {maxTokens: req.maxTokens ?? nCtx - ids.length, seed}), nCtx};
       for await (const e of sessionEvents(env, {ids, options})) {
         if (e.type === "error") throw new Error(`mesh: ${e.error}`);
         yield e;

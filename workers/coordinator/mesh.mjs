@@ -15,6 +15,7 @@ import {Counter, LinkError, gather} from "../lib/link.mjs";
 import {Generator, mergeTopK, topkLse} from "../../bindings/generator.mjs";
 import {linkBudget} from "../lib/topology.mjs";
 import {addPartials} from "../lib/partials.mjs";
+import {defaultContext} from "../../bindings/options.mjs";
 
 export class MeshError extends Error {}
 
@@ -81,8 +82,7 @@ export class MeshCoordinator {
     const events = [];
     const ev = (e) => events.push({type: "telemetry", ...e});
     const c = this.text.info.config;
-    // TODO(options.mjs): the default context from bindings/options.mjs at merge
-    const nCtx = opts.nCtx > 0 ? opts.nCtx : c.n_ctx_train > 0 ? Math.min(c.n_ctx_train, 2048) : 2048;
+    const nCtx = opts.nCtx > 0 ? opts.nCtx : defaultContext(c);
     if (opts.logprobs > 20) throw new MeshError(`logprobs must be at most 20, got ${opts.logprobs}`);
     const gen = await Generator.open(this.text, {...opts, nCtx});
     const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
