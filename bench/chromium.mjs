@@ -8,7 +8,7 @@ import {existsSync} from "node:fs";
 import {execFileSync} from "node:child_process";
 import {basename, dirname, join, resolve} from "node:path";
 import {fileURLToPath} from "node:url";
-import {serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+import {bindingsRoutes, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
@@ -24,9 +24,7 @@ const {chromium} = await import("playwright-core");
 const server = await serveFiles({
   "/bench/chromium-page.html": join(ROOT, "bench/chromium-page.html"),
   "/bench/prompt.txt": join(ROOT, "bench/prompt.txt"),
-  "/bindings/knotwork.mjs": join(ROOT, "bindings/knotwork.mjs"),
-  "/bindings/loader.mjs": join(ROOT, "bindings/loader.mjs"),
-  "/bindings/sources.mjs": join(ROOT, "bindings/sources.mjs"),
+  ...bindingsRoutes(),
   "/build/wasm/knotwork.wasm": join(ROOT, "build/wasm/knotwork.wasm"),
   "/model": resolve(model),
 });
