@@ -80,6 +80,9 @@ async function generate(args) {
   const [model] = cl.args, {options, cli} = cl;
   const prompt = promptBytes(cli);
   const idsOnly = cli.ids === true;
+  // --grammar FILE / --json-schema FILE: their text, as the options object takes it
+  if (cli.grammar_file !== undefined) options.grammar = readPromptFile(cli.grammar_file).toString("utf8");
+  if (cli.json_schema_file !== undefined) options.json_schema = readPromptFile(cli.json_schema_file).toString("utf8");
 
   const src = await source(model);
   let m;

@@ -80,6 +80,7 @@ json options_object(const char* opts, uint32_t opts_len, const char* fn) {
 // extra: more head fields (logprobs).
 void set_step_result(const knot::GenStep& st, const json& extra = nullptr) {
   json head{{"id", st.id}, {"done", st.done}, {"reason", st.reason}, {"text_len", st.text.size()}};
+  if (st.need_wider) head["need_wider"] = true;  // top-k step with a grammar: nothing sampled
   if (!extra.is_null()) head.update(extra);
   set_result(head.dump() + '\n' + st.text);
 }
