@@ -107,8 +107,14 @@ test("openai client -> mesh: seeded sampling with presence/frequency penalties a
   const opts = {maxTokens: 16, temperature: 0.8, seed: 11, presencePenalty: 0.7, frequencyPenalty: 0.3, logprobs: 2};
   const m = await kw.openModel(kw.bytesSource(bytes, "single.knot"));
   const want = [];
+  const utf8 = new TextDecoder();
   try {
-    for await (const e of m.generate(m.tokenize("Once upon a time"), opts)) if (e.type === "token") want.push(e);
+    for await (const e of m.generate(m.tokenize("Once upon a time"), opts)) if (e.type === "token") {
+      // the legacy completions' top_logprobs: {token text: logprob}, the first of equal texts kept
+      const top = {};
+      for (const x of e.top) top[utf8.decode(m.tokenBytes(x.token))] ??= x.logprob;
+      want.push({...e, topByText: top});
+    }
   } finally { m.close(); }
   const mesh = await meshFor(bytes, {stations: [2, 3], shards: 3}, {port: 0});
   try {
@@ -119,9 +125,11 @@ test("openai client -> mesh: seeded sampling with presence/frequency penalties a
     const lp = c.choices[0].logprobs;
     assert.equal(lp.token_logprobs.length, want.length);
     lp.token_logprobs.forEach((x, i) => assert.ok(Math.abs(x - want[i].logprob) < 1e-9, `token ${i}: ${x} vs ${want[i].logprob}`));
+    assert.equal(lp.top_logprobs.length, want.length);
     lp.top_logprobs.forEach((top, i) => {
-      assert.ok(Object.keys(top).length >= 1, `token ${i}: top_logprobs`);
-      for (const v of Object.values(top)) assert.ok(want[i].top.some((x) => Math.abs(x.logprob - v) < 1e-9), `token ${i}: top ${v}`);
+      assert.deepEqual(Object.keys(top), Object.keys(want[i].topByText), `token ${i}: top_logprobs tokens`);
+      for (const [k, v] of Object.entries(top))
+        assert.ok(Math.abs(v - want[i].topByText[k]) < 1e-9, `token ${i}: top ${JSON.stringify(k)} ${v} vs ${want[i].topByText[k]}`);
     });
   } finally { await mesh.close(); }
 });
