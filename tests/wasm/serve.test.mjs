@@ -178,7 +178,17 @@ test("serve: logprobs (chat: logprobs + top_logprobs; completions: logprobs N) f
   assert.equal(l.tokens.length, 8);
   assert.equal(l.token_logprobs.length, 8);
   assert.equal(l.top_logprobs.length, 8);
-  assert.ok(l.top_logprobs.every((o) => Object.keys(o).length >= 1 && Object.keys(o).length <= 2));
+  // {token text: logprob} of the 2 best, as one process computes them (equal texts: the first kept)
+  const utf8 = new TextDecoder(), wantTop = [];
+  for await (const e of model.generate(PROMPT, {maxTokens: 8, temperature: 0, logprobs: 2})) if (e.type === "token") {
+    const top = {};
+    for (const x of e.top) top[utf8.decode(model.tokenBytes(x.token))] ??= x.logprob;
+    wantTop.push(top);
+  }
+  l.top_logprobs.forEach((o, i) => {
+    assert.deepEqual(Object.keys(o), Object.keys(wantTop[i]), `token ${i}: top_logprobs tokens`);
+    for (const [k, v] of Object.entries(o)) assert.ok(Math.abs(v - wantTop[i][k]) < 1e-6, `token ${i} ${JSON.stringify(k)}: ${v} vs ${wantTop[i][k]}`);
+  });
   assert.equal(l.text_offset[0], 0);
   assert.equal(l.tokens.join(""), c.choices[0].text);
   // streamed: one logprobs entry per chunk
