@@ -161,6 +161,17 @@ test("serve: logprobs (chat: logprobs + top_logprobs; completions: logprobs N) f
                                                   temperature: 0, logprobs: true, top_logprobs: 3});
   const lp = r.choices[0].logprobs.content;
   assert.equal(lp.length, r.usage.completion_tokens);
+  // one process on the same templated prompt: the same tokens (bytes), logprobs and top 3
+  const utf8 = new TextDecoder(), want = [];
+  const hi = model.tokenize(model.applyChatTemplate([{role: "user", content: "Hi"}]), {addBos: true, parseSpecial: true});
+  for await (const e of model.generate(hi, {maxTokens: 12, temperature: 0, logprobs: 3})) if (e.type === "token") want.push(e);
+  assert.equal(lp.length, want.length);
+  lp.forEach((t, i) => {
+    assert.deepEqual(t.bytes, Array.from(model.tokenBytes(want[i].token)), `token ${i}`);
+    assert.ok(Math.abs(t.logprob - want[i].logprob) < 1e-6, `token ${i}: ${t.logprob} vs ${want[i].logprob}`);
+    assert.deepEqual(t.top_logprobs.map((x) => x.token), want[i].top.map((x) => utf8.decode(model.tokenBytes(x.token))), `token ${i}: top 3`);
+    t.top_logprobs.forEach((x, j) => assert.ok(Math.abs(x.logprob - want[i].top[j].logprob) < 1e-6, `token ${i} top ${j}`));
+  });
   let text = "";
   for (const t of lp) {
     assert.equal(t.top_logprobs.length, 3);
@@ -172,13 +183,23 @@ test("serve: logprobs (chat: logprobs + top_logprobs; completions: logprobs N) f
     assert.deepEqual(t.bytes, Array.from(new TextEncoder().encode(t.token)));
     text += t.token;
   }
-  assert.equal(text.trim(), r.choices[0].message.content.trim());
+  assert.equal(text, r.choices[0].message.content);
   const c = await client.completions.create({model: srv.id, prompt: PROMPT, max_tokens: 8, temperature: 0, logprobs: 2});
   const l = c.choices[0].logprobs;
   assert.equal(l.tokens.length, 8);
   assert.equal(l.token_logprobs.length, 8);
   assert.equal(l.top_logprobs.length, 8);
-  assert.ok(l.top_logprobs.every((o) => Object.keys(o).length >= 1 && Object.keys(o).length <= 2));
+  // {token text: logprob} of the 2 best, as one process computes them (equal texts: the first kept)
+  const wantTop = [];
+  for await (const e of model.generate(PROMPT, {maxTokens: 8, temperature: 0, logprobs: 2})) if (e.type === "token") {
+    const top = {};
+    for (const x of e.top) top[utf8.decode(model.tokenBytes(x.token))] ??= x.logprob;
+    wantTop.push(top);
+  }
+  l.top_logprobs.forEach((o, i) => {
+    assert.deepEqual(Object.keys(o), Object.keys(wantTop[i]), `token ${i}: top_logprobs tokens`);
+    for (const [k, v] of Object.entries(o)) assert.ok(Math.abs(v - wantTop[i][k]) < 1e-6, `token ${i} ${JSON.stringify(k)}: ${v} vs ${wantTop[i][k]}`);
+  });
   assert.equal(l.text_offset[0], 0);
   assert.equal(l.tokens.join(""), c.choices[0].text);
   // streamed: one logprobs entry per chunk
