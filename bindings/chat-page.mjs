@@ -111,7 +111,8 @@ function members(state) {
   topology(topo);
 }
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
-let topo = null;
+let topo = null, running = null;  // running: the AbortController of the request in flight
+$("stop").onclick = () => running?.abort();
 
 function telemetry(ev) {
   window.knotTelemetry.push(ev);
