@@ -61,7 +61,7 @@ async function readSSE(response, onEvent = () => {}) {
 
 let srv, client, keyed, model, templated;
 before(async () => {
-  srv = await startServe(modelPath(MODEL), ["--ctx", "256"]);
+  srv = await startServe(modelPath(MODEL), ["--ctx", "256", "--parallel", "1"]);  // one slot: the queue test below
   client = new OpenAI({baseURL: `${srv.url}/v1`, apiKey: "unused", maxRetries: 0});
   keyed = await startServe(modelPath(MODEL2), ["--api-key", "sekret-key-123", "--name", "qwen-tiny"]);
   model = await kw.openModel(modelPath(MODEL));
@@ -299,8 +299,13 @@ test("serve: --api-key requires Authorization: Bearer KEY on the API; the chat p
   const j = await none.json();
   assert.equal(j.error.code, "missing_api_key");
   assert.match(j.error.message, /didn't provide an API key/);
-  assert.equal((await fetch(`${keyed.url}/health`)).status, 401);
-  assert.equal((await fetch(`${keyed.url}/health`, {headers: {authorization: "Bearer sekret-key-123"}})).status, 200);
+  // /health answers without the key (a probe), with its details only with the key
+  const open = await fetch(`${keyed.url}/health`);
+  assert.equal(open.status, 200);
+  assert.deepEqual(await open.json(), {status: "ok"});
+  const withKey = await fetch(`${keyed.url}/health`, {headers: {authorization: "Bearer sekret-key-123"}});
+  assert.equal(withKey.status, 200);
+  assert.equal((await withKey.json()).model, "qwen-tiny");
   // a streamed request with a wrong key is refused before any stream starts
   const s = await fetch(`${keyed.url}/v1/chat/completions`, {method: "POST", headers: {authorization: "Bearer x", "content-type": "application/json"},
     body: JSON.stringify({model: "qwen-tiny", messages, stream: true})});
@@ -397,13 +402,15 @@ test("serve: a client that disconnects mid-stream frees its session (KV released
   }
   assert.equal(h.sessions, 0, "the session was freed");
   assert.equal(h.served, h0.served, "the abandoned generation did not run to its end");
-  // (the module's result buffer may have shrunk meanwhile: not above the level before)
-  assert.ok(h.memory.heap <= h0.memory.heap, `wasm heap ${h.memory.heap} after vs ${h0.memory.heap} before the request`);
+  // (the module keeps the last call's result buffer, a few hundred bytes that vary with it:
+  // back at the level before within that; the KV cache alone is megabytes, checked above)
+  const SLACK = 1024;
+  assert.ok(h.memory.heap <= h0.memory.heap + SLACK, `wasm heap ${h.memory.heap} after vs ${h0.memory.heap} before the request`);
   // and the server still serves
   const c = new OpenAI({baseURL: `${long.url}/v1`, apiKey: "x", maxRetries: 0});
   const r = await c.completions.create({model: long.id, prompt: PROMPT, max_tokens: 4, temperature: 0});
   assert.equal(r.usage.completion_tokens, 4);
-  assert.ok((await health()).memory.heap <= h0.memory.heap);
+  assert.ok((await health()).memory.heap <= h0.memory.heap + SLACK);
 });
 
 test("bindings: generate() with prefill progress gives the same ids; logprobs are the log-softmax of the logits", async () => {
