@@ -26,6 +26,7 @@ const server = await serveFiles({
   "/bench/prompt.txt": join(ROOT, "bench/prompt.txt"),
   "/bindings/knotwork.mjs": join(ROOT, "bindings/knotwork.mjs"),
   "/bindings/loader.mjs": join(ROOT, "bindings/loader.mjs"),
+  "/bindings/wasm-choice.mjs": join(ROOT, "bindings/wasm-choice.mjs"),
   "/bindings/sources.mjs": join(ROOT, "bindings/sources.mjs"),
   "/build/wasm/knotwork.wasm": join(ROOT, "build/wasm/knotwork.wasm"),
   "/model": resolve(model),

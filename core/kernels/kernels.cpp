@@ -54,6 +54,8 @@ bool simd_compiled() {
 #endif
 }
 
+const char* simd_kernels_name() { return dot_kernels(Kernel::Simd).name; }
+
 static const DotKernels* g_simd_override = nullptr;
 
 void set_simd_kernels_for_test(const DotKernels* k) { g_simd_override = k; }
@@ -61,7 +63,9 @@ void set_simd_kernels_for_test(const DotKernels* k) { g_simd_override = k; }
 const DotKernels& dot_kernels(Kernel k) {
   if (k == Kernel::Simd) {
     if (g_simd_override) return *g_simd_override;
-#if defined(__wasm_simd128__)
+#if defined(KNOT_WASM_RELAXED)
+    return kDotWasmRelaxed;
+#elif defined(__wasm_simd128__)
     return kDotWasm;
 #elif defined(KNOT_HAVE_AVX2_TU)
     if (cpu_has_avx2()) return kDotAvx2;

@@ -55,6 +55,7 @@ typedef void (*act_q_fn)(const float* x, void* dst, int64_t n);
 //   mm[t]        batched prefill kernel (may be nullptr: matmul_rows tiles the dot)
 //   quant_act[f] SIMD activation quantizer of format f (may be nullptr: scalar one)
 struct DotKernels {
+  const char* name = "scalar";  // back end, for reports ("avx2", "wasm-simd128", ...)
   dot_fn dot[kDTypeSlots] = {};
   dot_fn dot_q16[kDTypeSlots] = {};
   mm_fn mm[kDTypeSlots] = {};
@@ -90,6 +91,13 @@ extern const DotKernels kDotAvx2;
 // wasm simd128 kernels (kernels_wasm.cpp).
 #if defined(__wasm_simd128__)
 extern const DotKernels kDotWasm;
+#endif
+// wasm relaxed-SIMD kernels (kernels_wasm_relaxed.cpp, clang-19 -mrelaxed-simd); only in
+// the relaxed module, whose kernels.cpp is compiled with -DKNOT_WASM_RELAXED.
+#if defined(KNOT_WASM_RELAXED) || defined(__wasm_relaxed_simd__)
+extern const DotKernels kDotWasmRelaxed;
+// io: int8 a[16], uint8 b[16] (0..127), int32 c[4] -> c = relaxed_dot_i8x16_i7x16_add(a, b, c).
+void relaxed_dot_probe(uint8_t* io);
 #endif
 
 // The table Kernel k runs on this machine (Simd falls back to kDotGeneric). kernels.cpp.

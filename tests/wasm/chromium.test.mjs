@@ -32,6 +32,7 @@ test(`Chromium: ${MODEL} (.gguf and .knot over HTTP ranges) greedy 32 ids on the
     "/tests/wasm/page-worker.mjs": join(ROOT, "tests/wasm/page-worker.mjs"),
     "/bindings/knotwork.mjs": join(ROOT, "bindings/knotwork.mjs"),
     "/bindings/loader.mjs": join(ROOT, "bindings/loader.mjs"),
+    "/bindings/wasm-choice.mjs": join(ROOT, "bindings/wasm-choice.mjs"),
     "/bindings/sources.mjs": join(ROOT, "bindings/sources.mjs"),
     "/build/wasm/knotwork.wasm": WASM_PATH,
     "/models/m.gguf": modelPath,

@@ -20,7 +20,7 @@
 //       flag fullLogits -> f32 [v1 - v0] the slice's logits
 //       else            -> the slice's top-k + log-sum-exp + min (lib/frame.mjs encodeTopK:
 //                          ids absolute, best first), what the coordinator's Generator samples
-import wasmModule from "../../build/wasm/knotwork.wasm";
+import {wasmModules as wasmModule} from "../lib/wasm.mjs";
 import {init, memoryStats} from "../../bindings/knotwork.mjs";
 import {openParts, topkLse, mergeTopK} from "../../bindings/mesh.mjs";
 import {decodeFrame, encodeFrame, encodeTopK, decodeTopK, splitTopRow, FLAG} from "../lib/frame.mjs";

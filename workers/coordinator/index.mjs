@@ -16,7 +16,7 @@
 //        /v1/chat/completions, /v1/completions, /health, / (chat page)
 // JS: meshEvents(env, body) is an async iterator of the same events; meshBackend(env) is
 // the openai.mjs backend interface over it.
-import wasmModule from "../../build/wasm/knotwork.wasm";
+import {wasmModules as wasmModule} from "../lib/wasm.mjs";
 import {init, memoryStats} from "../../bindings/knotwork.mjs";
 import {r2Source} from "../lib/sources.mjs";
 import {openTextModel} from "../lib/text.mjs";

@@ -26,7 +26,7 @@
 // A session this station does not hold (lost, expired, DO restarted) at pos > 0 is a 409
 // naming the session and positions: the coordinator re-prefills. Down the chain, a lost
 // session or a dropped link answers 409 too, a timeout 504.
-import wasmModule from "../../build/wasm/knotwork.wasm";
+import {wasmModules as wasmModule} from "../lib/wasm.mjs";
 import {init, memoryStats} from "../../bindings/knotwork.mjs";
 import {openParts} from "../../bindings/mesh.mjs";
 import {decodeFrame, encodeFrame, FLAG} from "../lib/frame.mjs";

@@ -16,7 +16,7 @@
 // blocking the answer), L3 R2 range reads verified by the .knot chunk hashes. Cache writes
 // after the answer go through ctx.waitUntil.
 //   POST /rows {identity, ids: [...]} -> f32 [ids.length, n_embd]
-import wasmModule from "../../build/wasm/knotwork.wasm";
+import {wasmModules as wasmModule} from "../lib/wasm.mjs";
 import {init, dequantizeRow, rowBytes, parseKnotHeader} from "../../bindings/knotwork.mjs";
 import {openParts} from "../../bindings/mesh.mjs";
 import {r2Source} from "../lib/sources.mjs";
