@@ -60,6 +60,7 @@ struct DotKernels {
   dot_fn dot_q16[kDTypeSlots] = {};
   mm_fn mm[kDTypeSlots] = {};
   act_q_fn quant_act[kActFormats] = {};
+  int mm_min_tokens = 2;  // matmul_rows uses mm[] for chunks of at least this many tokens
 };
 
 inline mm_fn pick_mm_batch(const DotKernels& k, DType t) {
@@ -87,6 +88,8 @@ extern const DotKernels kDotGeneric;
 #if defined(__x86_64__) || defined(__i386__)
 #define KNOT_HAVE_AVX2_TU 1
 extern const DotKernels kDotAvx2;
+// AVX-512 F/BW/VL + AVX512-VNNI kernels (kernels_avx512.cpp); only valid when the CPU has them.
+extern const DotKernels kDotAvx512Vnni;
 #endif
 // wasm simd128 kernels (kernels_wasm.cpp).
 #if defined(__wasm_simd128__)
@@ -99,6 +102,14 @@ extern const DotKernels kDotWasmRelaxed;
 // io: int8 a[16], uint8 b[16] (0..127), int32 c[4] -> c = relaxed_dot_i8x16_i7x16_add(a, b, c).
 void relaxed_dot_probe(uint8_t* io);
 #endif
+
+// Every SIMD table this machine can run, best first (natively: AVX-512 VNNI, AVX2; wasm:
+// the module's one). Tests iterate it so each variant is checked against the scalar one.
+struct NamedKernels {
+  const char* name;
+  const DotKernels* table;
+};
+int usable_simd_tables(NamedKernels out[4]);
 
 // The table Kernel k runs on this machine (Simd falls back to kDotGeneric). kernels.cpp.
 const DotKernels& dot_kernels(Kernel k);
