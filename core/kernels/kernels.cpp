@@ -48,6 +48,16 @@ static bool cpu_has_avx512vnni() {
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   return ok;
 }
+// AVX-VNNI: CPUID leaf 7 subleaf 1 EAX bit 4 (GCC 12's __builtin_cpu_supports("avxvnni")
+// reports 0 on CPUs that have it), on top of AVX2 (which covers OS YMM support).
+static bool cpu_has_avxvnni() {
+  static const bool ok = [] {
+    if (!cpu_has_avx2()) return false;
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;
+  }();
+  return ok;
+}
 #endif
 
 int usable_simd_tables(NamedKernels out[4]) {
@@ -58,6 +68,7 @@ int usable_simd_tables(NamedKernels out[4]) {
   out[n++] = {kDotWasm.name, &kDotWasm};
 #elif defined(KNOT_HAVE_AVX2_TU)
   if (cpu_has_avx512vnni()) out[n++] = {kDotAvx512Vnni.name, &kDotAvx512Vnni};
+  if (cpu_has_avxvnni()) out[n++] = {kDotAvxVnni.name, &kDotAvxVnni};
   if (cpu_has_avx2()) out[n++] = {kDotAvx2.name, &kDotAvx2};
 #endif
   return n;
@@ -88,6 +99,7 @@ const DotKernels& dot_kernels(Kernel k) {
     return kDotWasm;
 #elif defined(KNOT_HAVE_AVX2_TU)
     if (cpu_has_avx512vnni()) return kDotAvx512Vnni;
+    if (cpu_has_avxvnni()) return kDotAvxVnni;
     if (cpu_has_avx2()) return kDotAvx2;
 #endif
   }

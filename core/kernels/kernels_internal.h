@@ -90,6 +90,8 @@ extern const DotKernels kDotGeneric;
 extern const DotKernels kDotAvx2;
 // AVX-512 F/BW/VL + AVX512-VNNI kernels (kernels_avx512.cpp); only valid when the CPU has them.
 extern const DotKernels kDotAvx512Vnni;
+// AVX-VNNI (256-bit VEX) kernels (kernels_avxvnni.cpp); only valid when the CPU has them.
+extern const DotKernels kDotAvxVnni;
 #endif
 // wasm simd128 kernels (kernels_wasm.cpp).
 #if defined(__wasm_simd128__)
@@ -103,7 +105,7 @@ extern const DotKernels kDotWasmRelaxed;
 void relaxed_dot_probe(uint8_t* io);
 #endif
 
-// Every SIMD table this machine can run, best first (natively: AVX-512 VNNI, AVX2; wasm:
+// Every SIMD table this machine can run, best first (natively: AVX-512 VNNI, AVX-VNNI, AVX2; wasm:
 // the module's one). Tests iterate it so each variant is checked against the scalar one.
 struct NamedKernels {
   const char* name;

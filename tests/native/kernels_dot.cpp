@@ -442,7 +442,7 @@ TEST(KernelsDot, BenchHelpersReturnPositiveRates) {
   EXPECT_GT(kernel_bench_dequant_dot(DType::Q6_K, 64, 1024, 0.01), 0.0);
 }
 
-// Every SIMD variant this CPU can run (AVX-512 VNNI and AVX2 here; usable_simd_tables),
+// Every SIMD variant this CPU can run (AVX-512 VNNI, AVX-VNNI, AVX2 here; usable_simd_tables),
 // not only the one dot_kernels() picks: each forced in turn must pass the selftest and
 // give the scalar kernels' outputs bit for bit on every block type (the type-traits
 // table), for decode (1 token, the AVX-512 16-row kernels) and prefill token counts,
@@ -456,6 +456,12 @@ TEST(KernelsDot, EveryUsableSimdVariantMatchesScalar) {
     ASSERT_GE(n, 2);
     EXPECT_STREQ(tables[0].name, "avx512vnni");
     EXPECT_STREQ(simd_kernels_name(), "avx512vnni");  // the best one is the default
+  }
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (simd_compiled() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4))) {  // AVX-VNNI
+    bool listed = false;
+    for (int v = 0; v < n; v++) listed = listed || std::strcmp(tables[v].name, "avxvnni") == 0;
+    EXPECT_TRUE(listed) << "AVX-VNNI CPU but no avxvnni table";
   }
 #endif
   const int64_t cols = 1024;
