@@ -16,8 +16,9 @@
 import {existsSync, readFileSync, readdirSync, writeFileSync} from "node:fs";
 import {join, resolve} from "node:path";
 import {Miniflare} from "miniflare";
-import {ROOT, COMPATIBILITY_DATE} from "../workers/local.mjs";
-import {serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+import {ROOT, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+
+const COMPATIBILITY_DATE = "2026-04-01";  // the mesh Workers' date
 
 const args = process.argv.slice(2);
 const opt = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args.splice(i, 2)[1] : d; };

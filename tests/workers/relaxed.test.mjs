@@ -7,7 +7,9 @@ import assert from "node:assert/strict";
 import {existsSync} from "node:fs";
 import {resolve} from "node:path";
 import {Miniflare} from "miniflare";
-import {ROOT, COMPATIBILITY_DATE} from "../../workers/local.mjs";
+import {ROOT} from "../wasm/helpers.mjs";
+
+const COMPATIBILITY_DATE = "2026-04-01";  // the mesh Workers' date
 
 const RELAXED = resolve(ROOT, "build/wasm/knotwork-relaxed.wasm");
 
