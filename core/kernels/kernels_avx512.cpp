@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/kernels_internal.h"
 
@@ -118,11 +119,114 @@ void mm_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint
   }
 }
 
+// Prefill (2+ tokens): the 16 rows' blocks are repacked once per call into pair-major
+// int16 (for weight pair p of a block, one zmm holding that pair of all 16 rows), then
+// each token tile accumulates one block's sums for all 16 rows with 16 vpdpwssd against a
+// broadcast activation pair — no horizontal reduction. Same integer block sums and the
+// same lanewise block_accum as mm_rows16, so the same bits.
+
+// 16 x 16 dword transpose: out[p] lane r = in[r] lane p.
+inline void transpose16(const __m512i in[16], __m512i out[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {  // u[4i+j], 128-bit lane L: rows 4i..4i+3 of column 4L+j
+    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; j++) {  // 4 x 4 transpose of 128-bit lanes of u[j], u[4+j], u[8+j], u[12+j]
+    const __m512i x0 = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i x1 = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    out[0 + j] = _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(2, 0, 2, 0));
+    out[4 + j] = _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(3, 1, 3, 1));
+    out[8 + j] = _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(2, 0, 2, 0));
+    out[12 + j] = _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+struct PackScratch {
+  std::vector<__m512i> w;  // [nb][16 pairs] 16 rows' weight pairs
+  std::vector<__m512> d;   // [nb] 16 rows' weight scales
+};
+thread_local PackScratch g_pack;
+
+template <int TT>
+inline void gemm_tile(const __m512i* pw, const __m512* pd, int64_t nb, const block_q16_0* const* a, __m512* acc) {
+  for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {  // hot loop: one block, 16 rows x TT tokens
+    __m512i s[TT];
+    for (int t = 0; t < TT; t++) s[t] = _mm512_setzero_si512();
+    const __m512i* w = pw + 16 * i;
+    for (int p = 0; p < 16; p++) {
+      const __m512i wv = _mm512_load_si512((const void*)(w + p));
+      for (int t = 0; t < TT; t++) {
+        int32_t pair;
+        std::memcpy(&pair, a[t][i].qs + 2 * p, 4);
+        s[t] = _mm512_dpwssd_epi32(s[t], wv, _mm512_set1_epi32(pair));
+      }
+    }
+    for (int t = 0; t < TT; t++) {
+      const __m512 d = _mm512_mul_ps(pd[i], _mm512_set1_ps(a[t][i].d));      // block_accum, lanewise:
+      acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(d, _mm512_cvtepi32_ps(s[t])));  // acc + (dw*da)*sumi
+    }
+  }
+}
+
+template <class F>
+void mm_gemm16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+               int64_t nt, float* Y, int64_t ldy) {
+  if (nt < 2) return mm_rows16<F>(n, W, rb, nrows, act, ab, nt, Y, ldy);
+  const int64_t nb = n / QK8_0;
+  PackScratch& ps = g_pack;
+  ps.w.resize((size_t)(nb * 16));
+  ps.d.resize((size_t)nb);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+    const int nr = (int)std::min<int64_t>(16, nrows - r0);
+    const uint8_t* row[16];
+    alignas(64) int32_t offs[16];
+    for (int r = 0; r < 16; r++) {  // rows past the end repeat the last one; not stored
+      row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;
+      offs[r] = (int32_t)(row[r] - row[0]);
+    }
+    const __m512i voff = _mm512_load_si512(offs);
+    for (int64_t i = 0; i < nb; i++) {  // repack: rows' int16 pairs -> pair-major
+      __m512i rw[16];
+      for (int r = 0; r < 16; r++) rw[r] = F::weights(row[r] + (size_t)i * F::BLOCK);
+      transpose16(rw, &ps.w[(size_t)(16 * i)]);
+      const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + (size_t)i * F::BLOCK), 1);
+      ps.d[(size_t)i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+    }
+    for (int64_t t0 = 0; t0 < nt; t0 += 4) {
+      const int tt = (int)std::min<int64_t>(4, nt - t0);
+      const block_q16_0* a[4];
+      for (int t = 0; t < tt; t++) a[t] = (const block_q16_0*)(act + (size_t)(t0 + t) * ab);
+      __m512 acc[4];
+      switch (tt) {
+        case 1: gemm_tile<1>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 2: gemm_tile<2>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 3: gemm_tile<3>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        default: gemm_tile<4>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+      }
+      for (int t = 0; t < tt; t++) {
+        alignas(64) float o[16];
+        _mm512_store_ps(o, acc[t]);
+        for (int r = 0; r < nr; r++) Y[(t0 + t) * ldy + r0 + r] = o[r];
+      }
+    }
+  }
+}
+
 void mm_q8_0_avx512(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
-  mm_rows16<RowsQ8_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+  mm_gemm16<RowsQ8_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 void mm_q4_0_avx512(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
-  mm_rows16<RowsQ4_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+  mm_gemm16<RowsQ4_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 
 // ---- K-quants x Q8_K
