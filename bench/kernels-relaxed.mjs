@@ -7,7 +7,7 @@
 //
 // Sizes: 4096 x 4096 (the cache-resident figure of bench/kernels.mjs) and >= 96 MiB of
 // weights (decode streams from memory). Q4_K, Q6_K (relaxed kernels) and Q8_0 (same
-// simd128 kernel in both: a control). G weights/s = rows * cols * iterations / time.
+// simd128 kernel in both: a control). G weights/s = rows * cols * tokens * iterations / time.
 // Timing: workerd freezes its clocks inside a request, so each run's cost is the workerd
 // process's CPU time (/proc/PID/stat utime+stime, 10 ms ticks; runs of >= --min-s CPU
 // seconds); Chromium: performance.now() on the page (wall time). Best of --rounds
@@ -26,7 +26,9 @@ const minS = Number(opt("--min-s", 0.6)), rounds = Number(opt("--rounds", 3)), o
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const COLS = 4096;
 const ROW_BYTES = {Q4_K: 144 * 16, Q6_K: 210 * 16, Q8_0: 34 * 128};
-const sizes = (t) => [["resident", 4096], ["large", Math.ceil((96 << 20) / ROW_BYTES[t])]];
+// [label, rows, tokens]: matvec resident and >= 96 MiB, and the prefill chunk (matmul over
+// 64 tokens, G weight x token products/s) on the resident matrix.
+const sizes = (t) => [["resident", 4096, 1], ["large", Math.ceil((96 << 20) / ROW_BYTES[t]), 1], ["matmul64", 4096, 64]];
 const loadavg = () => Number(readFileSync("/proc/loadavg", "utf8").split(" ")[0]);
 const out = (o) => console.log(JSON.stringify(o));
 
@@ -64,12 +66,12 @@ async function benchWorkerd() {
     await call({variant: "baseline", type: "Q8_0", rows: 16, cols: 256, iters: 1});
     const pid = workerdPid();
     for (const type of ["Q4_K", "Q6_K", "Q8_0"]) {
-      for (const [size, rows] of sizes(type)) {
+      for (const [size, rows, ntok] of sizes(type)) {
         const la = loadavg(), best = {}, kernels = {};
         let bytes = 0;
         for (let r = 0; r < rounds; r++) {
           for (const variant of ["baseline", "relaxed"]) {
-            const q = {variant, type, rows, cols: COLS};
+            const q = {variant, type, rows, cols: COLS, ntok};
             const p = await call({...q, iters: 2});  // prepare + warm-up
             kernels[variant] = p.kernels, bytes = p.bytes;
             let iters = 2, cpu = 0;
@@ -80,11 +82,11 @@ async function benchWorkerd() {
               if (cpu >= minS) break;
               iters = Math.ceil(iters * Math.min(8, Math.max(2, (minS * 1.2) / Math.max(cpu, 0.01))));
             }
-            best[variant] = Math.max(best[variant] ?? 0, (rows * COLS * iters) / cpu / 1e9);
+            best[variant] = Math.max(best[variant] ?? 0, (rows * COLS * ntok * iters) / cpu / 1e9);
           }
         }
         out({bench: "wasm-kernels-relaxed", runtime: "workerd", timing: "workerd process CPU time", type, size,
-             shape: [rows, COLS], weight_bytes: bytes, kernels, unit: "G weights/s",
+             shape: [rows, COLS], tokens: ntok, weight_bytes: bytes, kernels, unit: "G weights/s",
              baseline: +best.baseline.toFixed(3), relaxed: +best.relaxed.toFixed(3),
              x_baseline: +(best.relaxed / best.baseline).toFixed(2), rounds, loadavg: la});
       }
@@ -122,31 +124,31 @@ async function benchChromium() {
       window.bench = relaxedBench(loadWasm, {baseline: u("knotwork.wasm"), relaxed: u("knotwork-relaxed.wasm")});
     });
     for (const type of ["Q4_K", "Q6_K", "Q8_0"]) {
-      for (const [size, rows] of sizes(type)) {
+      for (const [size, rows, ntok] of sizes(type)) {
         const la = loadavg();
-        const r = await page.evaluate(async ({type, rows, cols, minS, rounds}) => {
+        const r = await page.evaluate(async ({type, rows, cols, ntok, minS, rounds}) => {
           const best = {}, kernels = {};
           let bytes = 0;
           for (let k = 0; k < rounds; k++) {
             for (const variant of ["baseline", "relaxed"]) {
               const p = await window.bench.prepare(variant, type, rows, cols);
               kernels[variant] = p.kernels, bytes = p.bytes;
-              window.bench.run(p.key, 2);
+              window.bench.run(p.key, 2, ntok);
               let iters = 2, s = 0;
               for (;;) {
                 const t0 = performance.now();
-                window.bench.run(p.key, iters);
+                window.bench.run(p.key, iters, ntok);
                 s = (performance.now() - t0) / 1000;
                 if (s >= minS) break;
                 iters = Math.ceil(iters * Math.min(8, Math.max(2, (minS * 1.2) / Math.max(s, 0.001))));
               }
-              best[variant] = Math.max(best[variant] ?? 0, (rows * cols * iters) / s / 1e9);
+              best[variant] = Math.max(best[variant] ?? 0, (rows * cols * ntok * iters) / s / 1e9);
             }
           }
           return {best, kernels, bytes, ua: navigator.userAgent};
-        }, {type, rows, cols: COLS, minS, rounds});
+        }, {type, rows, cols: COLS, ntok, minS, rounds});
         out({bench: "wasm-kernels-relaxed", runtime: "chromium", timing: "performance.now (wall)", type, size,
-             shape: [rows, COLS], weight_bytes: r.bytes, kernels: r.kernels, unit: "G weights/s",
+             shape: [rows, COLS], tokens: ntok, weight_bytes: r.bytes, kernels: r.kernels, unit: "G weights/s",
              baseline: +r.best.baseline.toFixed(3), relaxed: +r.best.relaxed.toFixed(3),
              x_baseline: +(r.best.relaxed / r.best.baseline).toFixed(2), rounds, loadavg: la,
              browser: r.ua.match(/Chrome\/[\d.]+/)?.[0]});

@@ -11,7 +11,7 @@ export default {
     const q = new URL(req.url).searchParams;
     try {
       const p = await bench.prepare(q.get("variant"), q.get("type"), Number(q.get("rows")), Number(q.get("cols")));
-      const sum = bench.run(p.key, Number(q.get("iters") || 0));
+      const sum = bench.run(p.key, Number(q.get("iters") || 0), Number(q.get("ntok") || 1));
       return Response.json({...p, sum});
     } catch (e) {
       return Response.json({error: String(e?.stack || e)}, {status: 500});

@@ -27,17 +27,27 @@ export function relaxedBench(loadWasm, sources) {
         w.call("kw_bench_matvec_prepare", TYPE_IDS[type], rows, cols, 7, p);
         const h = w.i32(p, 1)[0];
         w.free(p);
-        const bytes = w.resultJSON().w_bytes;
-        mats.set(key, {w, h, kernels, bytes});
+        const info = w.resultJSON();
+        mats.set(key, {w, h, kernels, bytes: info.w_bytes, wPtr: info.w_ptr, type, rows, cols});
       }
       const m = mats.get(key);
       return {key, kernels: m.kernels, bytes: m.bytes};
     },
-    /** iters Simd matvecs of a prepared matrix; returns the checksum of y. */
-    run(key, iters) {
+    /** iters Simd matvecs (ntok 1) or matmuls over ntok tokens of a prepared matrix;
+     *  returns a checksum. */
+    run(key, iters, ntok = 1) {
       const m = mats.get(key);
-      m.w.call("kw_bench_matvec_run", m.h, 2, iters);
-      return new Float64Array(m.w.resultBytes().buffer)[0];
+      if (ntok === 1) {
+        m.w.call("kw_bench_matvec_run", m.h, 2, iters);
+        return new Float64Array(m.w.resultBytes().buffer)[0];
+      }
+      if (!m.X || m.ntok !== ntok) {
+        m.X = m.w.malloc(4 * ntok * m.cols), m.Y = m.w.malloc(4 * ntok * m.rows), m.ntok = ntok;
+        const X = m.w.f32(m.X, ntok * m.cols);
+        for (let i = 0; i < X.length; i++) X[i] = Math.sin(i * 0.37);
+      }
+      for (let k = 0; k < iters; k++) m.w.call("kw_matmul", TYPE_IDS[m.type], m.wPtr, m.rows, m.cols, m.X, ntok, m.Y, 2);
+      return m.w.f32(m.Y, 1)[0];
     },
   };
 }
