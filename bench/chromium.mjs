@@ -3,34 +3,31 @@
 // (the browser wllama runs in: ../shared/peers/bench.sh), on the same model file, with
 // bench/generate.mjs's protocol. One JSON object.
 //
-//   node bench/chromium.mjs MODEL.gguf|.knot [--prompt-tokens 128] [--decode 128] [--runs 3] [--relaxed]
-// --relaxed: the relaxed-SIMD module (build/wasm/knotwork-relaxed.wasm) instead of the baseline.
+//   node bench/chromium.mjs MODEL.gguf|.knot [--prompt-tokens 128] [--decode 128] [--runs 3]
 import {existsSync} from "node:fs";
 import {execFileSync} from "node:child_process";
 import {basename, dirname, join, resolve} from "node:path";
 import {fileURLToPath} from "node:url";
-import {serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+import {bindingsRoutes, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const args = process.argv.slice(2);
 const flag = (k, d) => { const i = args.indexOf(k); return i >= 0 ? Number(args.splice(i, 2)[1]) : d; };
 const nPrompt = flag("--prompt-tokens", 128), nDecode = flag("--decode", 128), runs = flag("--runs", 3);
+// --relaxed: the relaxed-SIMD module (build/wasm/knotwork-relaxed.wasm) instead of the baseline.
 const ri = args.indexOf("--relaxed");
 const wasmFile = ri >= 0 ? (args.splice(ri, 1), "knotwork-relaxed.wasm") : "knotwork.wasm";
 const model = args[0];
 if (!model || !existsSync(model)) {
-  console.error("usage: node bench/chromium.mjs MODEL [--prompt-tokens N] [--decode N] [--runs R]");
+  console.error("usage: node bench/chromium.mjs MODEL [--prompt-tokens N] [--decode N] [--runs R] [--relaxed]");
   process.exit(2);
 }
 const {chromium} = await import("playwright-core");
 const server = await serveFiles({
   "/bench/chromium-page.html": join(ROOT, "bench/chromium-page.html"),
   "/bench/prompt.txt": join(ROOT, "bench/prompt.txt"),
-  "/bindings/knotwork.mjs": join(ROOT, "bindings/knotwork.mjs"),
-  "/bindings/loader.mjs": join(ROOT, "bindings/loader.mjs"),
-  "/bindings/wasm-choice.mjs": join(ROOT, "bindings/wasm-choice.mjs"),
-  "/bindings/sources.mjs": join(ROOT, "bindings/sources.mjs"),
+  ...bindingsRoutes(),
   [`/build/wasm/${wasmFile}`]: join(ROOT, "build/wasm", wasmFile),
   "/model": resolve(model),
 });

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// estimate-7b.mjs — qwen2.5-coder-7b tok/s on the production platform (DESIGN §1), estimated
+// estimate-7b.mjs — qwen2.5-coder-7b tok/s on the production platform (docs/architecture.md), estimated
 // from the planner's topology and measured pieces, JSON lines on stdout:
 //   - decode time of every isolate of the plans, run for real (bench/lib/isolate.mjs: the
 //     wasm module and bindings/mesh.mjs) on a 4-layer qwen2.5-coder-7b-shaped synth model,
@@ -11,9 +11,14 @@
 //   - fluid stations read every matmul weight once per token: the measured local load
 //     (file -> hash check -> wasm) and, as a stated assumption, --fetch-mbps from warden/R2.
 //   node bench/estimate-7b.mjs [--hop-ms 4.4] [--fetch-mbps 200] [--timing 5] [--dir build/mem]
+//                              [--write-cost bench/cost-model.json]
+// --write-cost writes the planner's time model (core/infer/plan_cost.h) from the resident
+// stations measured here: decode weight bytes per ms (a station's weight bytes / its decode
+// compute), prefill weight bytes x tokens per ms (its first chunk), --hop-ms (measure it
+// with bench/mesh.mjs: hopMs) and --fetch-mbps, with the date, commit and load average.
 import {join, resolve} from "node:path";
-import {mkdtempSync, rmSync} from "node:fs";
-import {tmpdir} from "node:os";
+import {mkdtempSync, rmSync, writeFileSync} from "node:fs";
+import os, {tmpdir} from "node:os";
 import {spawnSync} from "node:child_process";
 import {ROOT, spawnIsolate, synth7b} from "./lib/isolate.mjs";
 import {plan} from "../bindings/planner.mjs";
@@ -23,6 +28,8 @@ const args = process.argv.slice(2);
 const opt = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] : d; };
 const hopMs = Number(opt("--hop-ms", "4.4")), fetchMBps = Number(opt("--fetch-mbps", "200")), timing = Number(opt("--timing", "5"));
 const dir = resolve(opt("--dir", join(ROOT, "build/mem")));
+const costFile = opt("--write-cost", null);
+const rates = {decode: [], prefill: []};  // per resident station: weight bytes per ms
 const LAYERS = 4, FULL = 28;
 const log = (o) => console.log(JSON.stringify({bench: "estimate-7b", ...o}));
 const model = synth7b(dir, LAYERS, log);
@@ -47,7 +54,12 @@ for (const [name, opts] of Object.entries(plans)) {
   const perLayer = new Map();
   for (const s of small.stations) {
     const m = spawnIsolate(job("station", s));
-    log({plan: name, id: s.id, mode: s.mode, layers: m.layers, decode_compute_ms: m.decode_compute_ms, decode_load_ms: m.decode_load_ms,
+    if (s.mode === "resident") {
+      rates.decode.push(s.memory.resident_weights / m.decode_compute_ms);
+      rates.prefill.push(s.memory.resident_weights * m.prefill_tokens / m.prefill_compute_ms);
+    }
+    log({plan: name, id: s.id, mode: s.mode, layers: m.layers, prefill_compute_ms: m.prefill_compute_ms, prefill_tokens: m.prefill_tokens,
+         decode_compute_ms: m.decode_compute_ms, decode_load_ms: m.decode_load_ms,
          decode_load_bytes: m.decode_load_bytes, phase_ms: m.phase_ms, finite: m.finite});
     for (let l = s.layers[0]; l < s.layers[1]; l++) {
       const p = perLayer.get(l) ?? {compute: 0, load: 0, bytes: 0};
@@ -81,4 +93,17 @@ for (const [name, opts] of Object.entries(plans)) {
                          : {ms_per_token: +base.toFixed(1), tok_s: +(1000 / base).toFixed(2)})};
 }
 rmSync(tmp, {recursive: true, force: true});
+if (costFile) {
+  const median = (v) => [...v].sort((a, b) => a - b)[v.length >> 1];
+  const sig = (v) => Number(v.toPrecision(3));
+  const commit = spawnSync("git", ["-C", ROOT, "rev-parse", "--short", "HEAD"], {encoding: "utf8"}).stdout.trim();
+  const cost = {decode_bytes_per_ms: sig(median(rates.decode)), prefill_token_bytes_per_ms: sig(median(rates.prefill)),
+                hop_ms: hopMs, fetch_bytes_per_ms: fetchMBps * 1000, prompt_tokens: 2000,
+                measured: new Date().toISOString().slice(0, 10), commit, load_average: os.loadavg().map((x) => +x.toFixed(2)),
+                command: `node bench/estimate-7b.mjs ${args.join(" ")}`,
+                note: "rates of one wasm station isolate (Node) on the 4-layer qwen2.5-coder-7b-shaped synth, median over its resident stations; " +
+                      "hop_ms is the given --hop-ms (bench/mesh.mjs measures it under local workerd); fetch is an assumption (--fetch-mbps)"};
+  writeFileSync(costFile, JSON.stringify(cost, null, 2) + "\n");
+  log({cost_model: costFile, ...cost});
+}
 log({summary: true, measured_on: `${LAYERS}-layer 7B-shaped synth, scaled to ${FULL} layers`, ...out});

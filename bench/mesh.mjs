@@ -12,7 +12,7 @@ import {tmpdir} from "node:os";
 import {join, resolve, dirname} from "node:path";
 import {fileURLToPath} from "node:url";
 import * as kw from "../bindings/knotwork.mjs";
-import {startMesh} from "../workers/local.mjs";
+import {startMesh} from "../deploy/miniflare.mjs";
 import {topologyFromCounts, checkLimits} from "../workers/lib/topology.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");

@@ -12,7 +12,7 @@
 // MODEL is a .gguf/.knot path or an http(s) URL served with Range support.
 import {closeSync, openSync, readFileSync, readSync, statSync, writeFileSync} from "node:fs";
 import * as kw from "../bindings/knotwork.mjs";
-import {writePlanWranglerConfigs} from "../workers/lib/wrangler.mjs";
+import {writePlanWranglerConfigs} from "../deploy/wrangler.mjs";
 
 const USAGE = `usage: knotwork <command> [args]
   generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]
@@ -102,6 +102,11 @@ async function generate(args) {
     `knotwork: decode ${s.nDecoded} tokens in ${(s.decodeMs / 1000).toFixed(3)} s (${s.decodeTokS.toFixed(1)} tok/s), stop: ${s.reason}\n` +
     `knotwork: peak KV+activation memory ${mib(s.engine.engine_peak_bytes)} MiB, ` +
     `peak wasm linear memory ${mib(s.memory.peakLinear)} MiB\n`);
+  if (s.speculative) {
+    const sp = s.speculative;
+    process.stderr.write(`knotwork: speculative (lookup ${sp.lookup}): ${sp.drafted} drafted, ${sp.accepted} accepted ` +
+                         `(${(100 * sp.acceptance).toFixed(0)}%)\n`);
+  }
   m.close();
   return 0;
 }
@@ -117,7 +122,7 @@ async function mesh(args) {
   if (cli.chain) counts.chain = true;
   const planPath = cli.plan ?? null;
   if (planPath && Object.keys(counts).length) throw new UsageError("give --plan or --stations/--shards/--slices, not both");
-  const {startMesh} = await import("../workers/local.mjs");
+  const {startMesh} = await import("../deploy/miniflare.mjs");
   const {topologyFromCounts, topologyFromPlan, validateTopology} = await import("../workers/lib/topology.mjs");
   const {openTextModel} = await import("../workers/lib/text.mjs");
   // a .gguf becomes a temporary .knot (in memory); a .knot goes to R2 as it is
@@ -362,17 +367,22 @@ async function serve(args) {
 
 const WRANGLER_USAGE = `usage: knotwork wrangler PLAN.json DIR [--knot NAME]
   The Worker configurations of a plan (\`knot plan\` / \`knotwork plan\` JSON) into DIR
-  (see plan --help). \`knot plan --wrangler DIR\` runs this.
+  (see plan --help): the same files as \`knot plan --wrangler DIR\`.
 `;
 
 async function plan(args) {
   const cl = await commandLine("plan", args);
   if (typeof cl === "number") return cl;
-  const [file] = cl.args, {wrangler: dir, knot, ...opts} = cl.cli;  // the planner's options
+  const [file] = cl.args, {wrangler: dir, knot, cost, ...opts} = cl.cli;  // the planner's options
   if (knot !== undefined && !dir) throw new UsageError("--knot goes with --wrangler DIR");
+  if (cost !== undefined) {
+    let text;
+    try { text = readFileSync(cost, "utf8"); } catch (e) { throw fileError(cost, e); }
+    try { opts.cost = JSON.parse(text); } catch (e) { throw new Error(`${cost}: cost model: not JSON: ${e.message}`); }
+  }
   const {planText} = await import("../bindings/planner.mjs");
   const text = await planText(await source(file), opts);
-  if (dir) writePlanConfigs(JSON.parse(text), text, dir, knot);
+  if (dir) await writePlanConfigs(JSON.parse(text), text, dir, knot);
   process.stdout.write(text.endsWith("\n") ? text : text + "\n");
   return 0;
 }
@@ -393,13 +403,13 @@ async function wrangler(args) {
   try { p = JSON.parse(text); } catch (e) { throw new Error(`${pos[0]}: not JSON: ${e.message}`); }
   if (!p?.model?.n_layer || !Array.isArray(p.stations) || !Array.isArray(p.shards))
     throw new Error(`${pos[0]}: not a planner plan (needs model, stations, shards: the output of knot plan)`);
-  writePlanConfigs(p, text, pos[1], knot);
+  await writePlanConfigs(p, text, pos[1], knot);
   return 0;
 }
 
-function writePlanConfigs(p, planText, dir, knot) {
+async function writePlanConfigs(p, planText, dir, knot) {
   const root = new URL("..", import.meta.url).pathname;
-  const {topology, paths} = writePlanWranglerConfigs(p, dir, {root, planText, ...(knot ? {knot} : {})});
+  const {topology, paths} = await writePlanWranglerConfigs(p, dir, {root, planText, ...(knot ? {knot} : {})});
   const members = topology.stations.reduce((a, s) => a + s.members.length, 0);
   process.stderr.write(`knotwork: wrote ${paths.length} Worker configurations to ${dir} (${members} station scripts, ` +
                        `${topology.shards.length} vocab shards, warden, coordinator) for R2 object ${topology.knot}\n`);

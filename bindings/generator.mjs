@@ -16,12 +16,29 @@
 //
 // A top-k ("TopK") is {ids: number[], logits: number[], lse: number, min: number}: ids
 // absolute and best first (logit desc, lower id on ties), lse = log Σ exp(logit) over the
-// slice (or merged slices), min = the lowest finite logit (used by top-p's bucketing).
+// slice (or merged slices), min = the lowest finite logit (used by top-p's bucketing);
+// lse null: -inf (an empty slice), min null: +inf (no finite logit), as JSON carries them.
 // Sampling from a merged TopK equals sampling from the full logits for greedy, and for
 // top-k / top-p / min-p whenever k covers the tokens those filters keep (same seed, same
 // ids; see Sampler::sample_topk). With a repetition penalty it is exact only when every
 // penalised token that matters is in the list (apply the penalty shard-side otherwise).
+// A TopK crosses the ABI as arrays in wasm memory (wasm/abi.h: i32 ids, f32 logits, f64
+// lse and min), never as JSON: the values arrive exactly as the core computed them.
 import {init, _withOut as withOut} from "./knotwork.mjs";
+import {samplingOptions} from "./options.mjs";
+
+const lseIn = (t) => t.lse === null ? -Infinity : Number(t.lse);
+const minIn = (t) => t.min == null ? Infinity : Number(t.min);
+const outOf = (x, inf) => x === inf ? null : x;
+
+// The result buffer of kw_topk_lse / kw_topk_merge (f64 lse, f64 min, i32 ids[n], f32 logits[n]) as a TopK.
+function resultTopK(w) {
+  const b = w.resultBytes();  // a copy at offset 0: aligned for the f64 view
+  const n = (b.length - 16) / 8;
+  const [lse, min] = new Float64Array(b.buffer, 0, 2);
+  return {ids: Array.from(new Int32Array(b.buffer, 16, n)), logits: Array.from(new Float32Array(b.buffer, 16 + 4 * n, n)),
+          lse: outOf(lse, -Infinity), min: outOf(min, Infinity)};
+}
 
 /** Top-k (absolute ids v0..v1) and log-sum-exp of one slice's logits [v1 - v0]. */
 export async function topkLse(logits, v0, v1, k) {
@@ -29,14 +46,34 @@ export async function topkLse(logits, v0, v1, k) {
   const b = new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength);
   const p = w.copyIn(b);
   try { w.call("kw_topk_lse", p, v0, v1, k); } finally { w.free(p); }
-  return w.resultJSON();
+  return resultTopK(w);
 }
 
 /** Merge shards' TopKs into the best k overall with the combined lse and min. */
 export async function mergeTopK(parts, k) {
   const w = await init();
-  w.withString(JSON.stringify(parts), (p, n) => w.call("kw_topk_merge", p, n, k));
-  return w.resultJSON();
+  if (!Array.isArray(parts)) throw new TypeError("mergeTopK: parts must be an array (a JSON array) of top-k objects {ids, logits, lse, min}");
+  const P = parts.length;
+  const nIds = parts.reduce((a, t) => a + t.ids.length, 0), nLogits = parts.reduce((a, t) => a + t.logits.length, 0);
+  // one allocation: stats f64[2P], sizes i32[2P], ids i32[nIds], logits f32[nLogits]
+  const p = w.malloc(24 * P + 4 * (nIds + nLogits));
+  try {
+    const stats = w.f64(p, 2 * P), sizes = w.i32(p + 16 * P, 2 * P);
+    const ids = w.i32(p + 24 * P, nIds), logits = w.f32(p + 24 * P + 4 * nIds, nLogits);
+    let ai = 0, al = 0;
+    parts.forEach((t, i) => {
+      stats[2 * i] = lseIn(t);
+      stats[2 * i + 1] = minIn(t);
+      sizes[2 * i] = t.ids.length;
+      sizes[2 * i + 1] = t.logits.length;
+      ids.set(t.ids, ai);
+      logits.set(t.logits, al);
+      ai += t.ids.length;
+      al += t.logits.length;
+    });
+    w.call("kw_topk_merge", p + 24 * P, p + 24 * P + 4 * nIds, p + 16 * P, p, P, k);
+  } finally { w.free(p); }
+  return resultTopK(w);
 }
 
 /**
@@ -52,12 +89,7 @@ export class Generator {
   static async open(model, opts = {}) {
     const w = await init();
     if (model.loadTokenizer) await model.loadTokenizer();
-    const o = JSON.stringify({
-      n_predict: opts.maxTokens ?? 128, temperature: opts.temperature, top_k: opts.topK, top_p: opts.topP,
-      min_p: opts.minP, repeat_penalty: opts.repeatPenalty, repeat_last_n: opts.repeatLastN, seed: opts.seed,
-      presence_penalty: opts.presencePenalty, frequency_penalty: opts.frequencyPenalty,
-      stop: opts.stop, ignore_eos: opts.ignoreEos, ...opts.options, n_ctx: opts.nCtx ?? 0,
-    });
+    const o = JSON.stringify({...samplingOptions(opts), n_ctx: opts.nCtx ?? 0});
     const h = w.withString(o, (p, n) => withOut(w, (out) => w.call("kw_generator_new", model.handle, p, n, out)));
     return new Generator(w, h, w.resultJSON());
   }
@@ -95,7 +127,13 @@ export class Generator {
       const p = w.copyIn(new Uint8Array(x.buffer, x.byteOffset, x.byteLength));
       try { w.call("kw_generator_step", this.handle, p, x.length); } finally { w.free(p); }
     } else {
-      w.withString(JSON.stringify(x), (p, n) => w.call("kw_generator_step_topk", this.handle, p, n));
+      const ni = x.ids.length, nl = x.logits.length;
+      const p = w.malloc(4 * (ni + nl));
+      try {
+        w.i32(p, ni).set(x.ids);
+        w.f32(p + 4 * ni, nl).set(x.logits);
+        w.call("kw_generator_step_topk", this.handle, p, ni, p + 4 * ni, nl, lseIn(x), minIn(x));
+      } finally { w.free(p); }
     }
     const s = w.resultStep();
     this.ids.push(s.id);

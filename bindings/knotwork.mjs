@@ -9,6 +9,7 @@
 // isolate has 128 MB, and the module's memory is capped at that.
 import {loadWasm, KnotworkError} from "./loader.mjs";
 import {bytesSource, fileSource, urlSource, countingSource} from "./sources.mjs";
+import {coreOptions} from "./options.mjs";
 
 export {bytesSource, fileSource, urlSource, countingSource, KnotworkError};
 
@@ -378,7 +379,7 @@ export class Model {
    * (text: the complete UTF-8 it released, may be "" while a character or a possible stop
    * string is pending; telemetry: {n: tokens so far, elapsedMs, decodeTokS, memory: {linear,
    * peakLinear, heap, peakHeap}: wasm linear memory and malloc'd bytes now and at their
-   * peak}), then one {type: "summary", ...}. Options left undefined take the
+   * peak}), then one {type: "summary", ...} (the schema: bindings/events.mjs). Options left undefined take the
    * core's defaults; every value is checked against the core's option table
    * (core/infer/options.cpp, the CLIs' ranges; a refusal is KnotworkError with status
    * STATUS.USAGE). temperature 0 is greedy.
@@ -406,22 +407,12 @@ export class Model {
     const ids = typeof prompt === "string"
       ? this.tokenize(prompt, {addBos: opts.addBos ?? true, parseSpecial: opts.parseSpecial ?? true})
       : Array.from(prompt);
-    const o = {
-      mode: opts.reference ? "reference" : "fast",
-      n_predict: opts.maxTokens ?? 128,
-      temperature: opts.temperature, top_k: opts.topK, top_p: opts.topP, min_p: opts.minP,
-      repeat_penalty: opts.repeatPenalty, repeat_last_n: opts.repeatLastN, seed: opts.seed,
-      presence_penalty: opts.presencePenalty, frequency_penalty: opts.frequencyPenalty,
-      logprobs: opts.logprobs,
-      stop: opts.stop, ignore_eos: opts.ignoreEos, n_ctx: opts.nCtx, chunk: opts.chunk,
-      kv_budget: opts.kvBudget,
-      ...opts.options,
-    };
+    const o = coreOptions(opts);
     const mem0 = readMemoryStats(w);
     const sess = w.withString(JSON.stringify(o), (p, n) =>
       withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
     try {
-      const {chunk} = w.resultJSON();
+      const {chunk, mode} = w.resultJSON();
       const a = Int32Array.from(ids);
       // prompt pieces: whole chunks, so the forward passes are the same as in one call
       const piece = opts.prefillProgress > 0 ? Math.max(1, Math.round(opts.prefillProgress / chunk)) * chunk : a.length;
@@ -435,7 +426,7 @@ export class Model {
       const prefillMs = performance.now() - t0;
       if (opts.prefillProgress > 0) yield {type: "prefill", done: a.length, total: a.length, elapsedMs: prefillMs};
       const out = [];
-      let decodeMs = 0, nDecoded = 0, reason = o.n_predict === 0 ? "length" : "", text = "";
+      let decodeMs = 0, nDecoded = 0, reason = o.n_predict === 0 ? "length" : "", text = "", drafted = 0, accepted = 0;
       while (!reason) {
         const t = performance.now();
         w.call("kw_session_step", sess);
@@ -443,12 +434,18 @@ export class Model {
         const head = w.resultStep(), piece = head.text;
         out.push(head.id);
         text += piece;
-        if (!head.done) { decodeMs += dt; nDecoded++; }  // this step also ran the token's forward pass
+        // a step runs the forward pass its predecessor needs (none for the first, none for a
+        // token a speculative pass already verified), then samples
+        if (out.length > 1) { decodeMs += dt; nDecoded++; }
         reason = head.done ? head.reason : "";
         const ev = {type: "token", token: head.id, text: piece,
                     telemetry: {n: out.length, elapsedMs: prefillMs + decodeMs,
                                 decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0,
                                 memory: readMemoryStats(w)}};
+        if (head.drafted !== undefined) {
+          drafted = head.drafted; accepted = head.accepted;
+          ev.telemetry.speculative = {drafted, accepted, acceptance: drafted ? accepted / drafted : 0};
+        }
         if (head.logprob !== undefined) {
           ev.logprob = head.logprob;
           ev.top = head.top.map(([token, logprob]) => ({token, logprob}));
@@ -462,7 +459,8 @@ export class Model {
              nGenerated: out.length, nDecoded, prefillMs, decodeMs,
              prefillTokS: ids.length / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0,
-             mode: o.mode, memory: {...mem, atStart: mem0.linear}};
+             mode, memory: {...mem, atStart: mem0.linear},
+             ...(o.lookup > 0 ? {speculative: {lookup: o.lookup, drafted, accepted, acceptance: drafted ? accepted / drafted : 0}} : {})};
     } finally {
       w.exports.kw_session_free(sess);
     }
@@ -475,7 +473,7 @@ export class Model {
    */
   session({reference = false, nCtx, chunk, kvBudget} = {}) {
     const w = this.w;
-    const o = JSON.stringify({mode: reference ? "reference" : "fast", n_ctx: nCtx, chunk, kv_budget: kvBudget});
+    const o = JSON.stringify(coreOptions({reference, nCtx, chunk, kvBudget}));
     const h = w.withString(o, (p, n) => withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
     return {
       eval(ids) {

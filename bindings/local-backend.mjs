@@ -6,12 +6,14 @@
 //   const handle = createHandler(backend, {apiKey});
 //
 // Requests run one at a time (one wasm instance, one 128 MB memory): later ones wait in
-// a FIFO and say so in their telemetry ({type: "queue", ahead}). Every await between
-// tokens yields a macrotask so the server keeps answering (/health, disconnects) while a
-// generation runs. The session of a request is freed when its generation ends, fails or
+// a FIFO and say so in their telemetry ({type: "telemetry", event: "queue", ahead}). Every
+// await between tokens yields a macrotask so the server keeps answering (/health,
+// disconnects) while a generation runs. Model.generate's events pass on as they are
+// (bindings/events.mjs), after `accepted`. The session of a request is freed when its generation ends, fails or
 // is abandoned (the consumer's return(), or the request's AbortSignal).
 import {ApiError} from "./openai.mjs";
 import {memoryStats} from "./knotwork.mjs";
+import {defaultContext, requestOptions} from "./options.mjs";
 
 const tick = globalThis.setImmediate
   ? () => new Promise((r) => setImmediate(r))
@@ -37,7 +39,7 @@ export function quantization(info) {
 export function localBackend(model, {id, nCtx, chunk, reference = false, prefillProgress = 64, chatTemplate = "",
                                      created = Math.floor(Date.now() / 1000)} = {}) {
   const cfg = model.info.config ?? {};
-  const ctx = nCtx ?? Math.min(cfg.n_ctx_train > 0 ? cfg.n_ctx_train : 2048, 2048);
+  const ctx = nCtx ?? defaultContext(cfg);
   const quant = quantization(model.info);
   const topology = {kind: "single-process", stations: [{name: "local", layers: [0, cfg.n_layer], state: "ready"}],
                     shards: [{name: "local", vocab: [0, cfg.n_vocab], state: "ready"}]};
@@ -106,7 +108,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
       let waiting = true;
       try {
         const ahead = queued - 1 + active;  // waiting before this one, plus the one running
-        if (ahead > 0) yield {type: "queue", ahead};
+        if (ahead > 0) yield {type: "telemetry", event: "queue", ahead};
         await prev;
         queued--;
         waiting = false;
@@ -114,29 +116,9 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
         active++;
         try {
           await tick();  // the "accepted" bytes leave before the prefill blocks this thread
-          const gen = model.generate(ids, {
-            // OpenAI's top_p 0 (only the most likely token) is the smallest top_p the core takes
-            maxTokens, temperature: req.temperature, topP: req.topP === 0 ? Number.MIN_VALUE : req.topP, topK: req.topK, minP: req.minP,
-            repeatPenalty: req.repeatPenalty, seed, stop: req.stop, ignoreEos: req.ignoreEos,
-            presencePenalty: req.presencePenalty || undefined, frequencyPenalty: req.frequencyPenalty || undefined,
-            logprobs: req.logprobs >= 0 ? req.logprobs : undefined,
-            nCtx: ctx, chunk, reference, prefillProgress,
-          });
+          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), nCtx: ctx, chunk, reference, prefillProgress});
           for await (const ev of gen) {
-            if (ev.type === "token") {
-              const mem = ev.telemetry?.memory ?? await memoryStats();
-              const out = {type: "token", id: ev.token, text: ev.text,
-                           telemetry: {memory: {linear: mem.linear, heap: mem.heap}}};
-              if (ev.logprob !== undefined) { out.logprob = ev.logprob; out.top = ev.top; }
-              yield out;
-            } else if (ev.type === "prefill") {
-              yield {type: "prefill", done: ev.done, total: ev.total, elapsedMs: ev.elapsedMs};
-            } else if (ev.type === "summary") {
-              yield {type: "done", reason: ev.reason, promptTokens: ev.nPrompt, completionTokens: ev.nGenerated,
-                     telemetry: {prefillMs: ev.prefillMs, decodeMs: ev.decodeMs, prefillTokS: ev.prefillTokS,
-                                 decodeTokS: ev.decodeTokS, peakEngineBytes: ev.engine?.engine_peak_bytes,
-                                 peakLinearBytes: ev.memory?.peakLinear}};
-            }
+            yield ev;  // Model.generate's events as they are (bindings/events.mjs)
             await tick();
             if (signal?.aborted) return;  // the finally blocks free the session
           }

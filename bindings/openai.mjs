@@ -16,28 +16,29 @@
 //   backend.models() -> Promise<ModelCard[]>     ModelCard: {id, created?, owned_by?, ...}
 //       (extra fields are passed through in /v1/models, e.g. knotwork: {quantization, ctx})
 //   backend.health?() -> Promise<object>         GET /health (sessions open, memory, shards)
-//   backend.generate(req, {signal}) -> AsyncIterable<Event>
+//   backend.generate(req, {signal}) -> AsyncIterable<GenerationEvent> (bindings/events.mjs)
 //     req (already validated; model is one of models()):
 //       {kind: "chat"|"completion", model, messages?: [{role, content: string}],
 //        prompt?: string|number[], maxTokens?: number (undefined: up to the context),
 //        temperature, topP, topK?, minP?, repeatPenalty?, seed?, stop: string[], ignoreEos,
 //        presencePenalty, frequencyPenalty,
 //        logprobs: -1 (off) | k in 0..20 (the sampled token's logprob + the k best)}
-//     Events, in order:
+//     Events, in order (the schema of bindings/events.mjs, passed on unrenamed):
 //       {type: "accepted", promptTokens, nCtx, ...telemetry}       FIRST, once the prompt is
 //           tokenized and fits: the handler then commits to 200 and (streaming) sends the
 //           headers. An error thrown before it becomes the HTTP status; after it, an error
 //           in the stream (`data: {"error": ...}`).
-//       {type: NAME, ...}           anything worth showing, in the stream's vocabulary below
-//                                   (prefill progress, topology, per-shard health, retries);
-//       {type: "telemetry", event: NAME, ...}   the coordinator's names, mapped by the
-//                                   TELEMETRY table (prefill_started/progress/completed,
-//                                   reprefill -> retry, abstain -> shard failed)
-//       {type: "token", text, id, logprob?, top?: [{token: id, logprob}], telemetry?: {memory?}}
+//       {type: "prefill", done, total, elapsedMs}    prompt progress
+//       {type: "telemetry", event: NAME, ...}   named progress, mapped to the stream's
+//                                   vocabulary below by the TELEMETRY table
+//                                   (prefill_started/progress/completed, reprefill ->
+//                                   retry, abstain -> shard failed; others as {type: NAME})
+//       {type: "token", token, text, logprob?, top?: [{token: id, logprob}], telemetry?: {memory?}}
 //           text: the complete UTF-8 this token released ("" while a character or a
 //           possible stop string is pending); logprob/top when req.logprobs >= 0
-//       {type: "done", reason: "eog"|"stop"|"length"|"context", promptTokens,
-//        completionTokens, telemetry?}
+//       {type: "summary", reason: "eog"|"stop"|"length"|"context", nPrompt, nGenerated,
+//        prefillMs, decodeMs, prefillTokS, decodeTokS, ...}   LAST
+//       any other {type: NAME, ...} is shown as telemetry as it is
 //     A consumer that stops early (client gone) calls the iterator's return(): the backend
 //     must free the session there (finally). `signal` aborts too.
 //   backend.tokenBytes?(model, id) -> Uint8Array  bytes of a token (sync), for logprobs
@@ -234,13 +235,13 @@ function tokenEntry(backend, model, id, logprob) {
 
 // Chat logprobs of one token: {token, logprob, bytes, top_logprobs: [...]}
 function chatLogprob(backend, model, ev) {
-  return {...tokenEntry(backend, model, ev.id, ev.logprob),
+  return {...tokenEntry(backend, model, ev.token, ev.logprob),
           top_logprobs: (ev.top ?? []).map((t) => tokenEntry(backend, model, t.token, t.logprob))};
 }
 
 // Legacy completions logprobs, accumulated: {tokens, token_logprobs, top_logprobs, text_offset}
 function addCompletionLogprob(acc, backend, model, ev, offset) {
-  acc.tokens.push(tokenEntry(backend, model, ev.id, ev.logprob).token);
+  acc.tokens.push(tokenEntry(backend, model, ev.token, ev.logprob).token);
   acc.token_logprobs.push(ev.logprob);
   const top = {};
   for (const t of ev.top ?? []) top[tokenEntry(backend, model, t.token, t.logprob).token] ??= t.logprob;
@@ -248,9 +249,8 @@ function addCompletionLogprob(acc, backend, model, ev, offset) {
   acc.text_offset.push(offset);
 }
 
-// Backend telemetry in the coordinator's words ({type: "telemetry", event: NAME, ...}, as
-// workers/coordinator/mesh.mjs emits it) -> this stream's vocabulary (header). Unlisted
-// names pass through as {type: NAME, ...}.
+// Telemetry events ({type: "telemetry", event: NAME, ...}, bindings/events.mjs) -> this
+// stream's vocabulary (header). Unlisted names pass through as {type: NAME, ...}.
 const TELEMETRY = {
   prefill_started: (e) => ({type: "prefill", done: 0, total: e.tokens}),
   prefill_progress: (e) => ({type: "prefill", done: e.done, total: e.total}),
@@ -268,8 +268,13 @@ export function normalizeTelemetry(ev) {
   return TELEMETRY[name] ? TELEMETRY[name](rest) : {...rest, type: name};
 }
 
-const usageOf = (done) => ({prompt_tokens: done.promptTokens, completion_tokens: done.completionTokens,
-                            total_tokens: done.promptTokens + done.completionTokens});
+const usageOf = (s) => ({prompt_tokens: s.nPrompt, completion_tokens: s.nGenerated, total_tokens: s.nPrompt + s.nGenerated});
+
+// What the stream's `done` telemetry and a response's `knotwork` field say of a summary:
+// timings, a single process's peaks, a mesh's hops and links (absent fields stay absent).
+const summaryTelemetry = (s) => ({prefillMs: s.prefillMs, decodeMs: s.decodeMs, prefillTokS: s.prefillTokS, decodeTokS: s.decodeTokS,
+  peakEngineBytes: s.engine?.engine_peak_bytes, peakLinearBytes: s.memory?.peakLinear, hops: s.hops, subrequests: s.subrequests,
+  maxConnections: s.maxConnections, abstains: s.abstains, reprefills: s.reprefills});
 
 // Rolling tokens/s over the last `window` tokens.
 class Rate {
@@ -304,7 +309,7 @@ async function start(backend, req, signal) {
 async function complete(backend, req, signal) {
   const {it, accepted} = await start(backend, req, signal);
   const chat = req.kind === "chat";
-  let text = "", done = null;
+  let text = "", summary = null;
   const lpChat = [], lpComp = {tokens: [], token_logprobs: [], top_logprobs: [], text_offset: []};
   try {
     for (let r = await it.next(); !r.done; r = await it.next()) {
@@ -315,18 +320,18 @@ async function complete(backend, req, signal) {
           else addCompletionLogprob(lpComp, backend, req.model, ev, text.length);
         }
         text += ev.text;
-      } else if (ev.type === "done") done = ev;
+      } else if (ev.type === "summary") summary = ev;
     }
   } finally { await it.return?.(); }
-  if (!done) throw new Error("backend ended without a done event");
+  if (!summary) throw new Error("backend ended without a summary event");
   const created = Math.floor(Date.now() / 1000);
-  const knotwork = {promptTokens: accepted.promptTokens, ...done.telemetry, reason: done.reason};
+  const knotwork = {promptTokens: accepted.promptTokens, ...summaryTelemetry(summary), reason: summary.reason};
   const choice = chat
     ? {index: 0, message: {role: "assistant", content: text, refusal: null},
-       logprobs: req.logprobs >= 0 ? {content: lpChat, refusal: null} : null, finish_reason: finishReason(done.reason)}
-    : {index: 0, text, logprobs: req.logprobs >= 0 ? lpComp : null, finish_reason: finishReason(done.reason)};
+       logprobs: req.logprobs >= 0 ? {content: lpChat, refusal: null} : null, finish_reason: finishReason(summary.reason)}
+    : {index: 0, text, logprobs: req.logprobs >= 0 ? lpComp : null, finish_reason: finishReason(summary.reason)};
   return jsonResponse({id: newId(chat ? "chatcmpl" : "cmpl"), object: chat ? "chat.completion" : "text_completion",
-                       created, model: req.model, system_fingerprint: null, choices: [choice], usage: usageOf(done), knotwork});
+                       created, model: req.model, system_fingerprint: null, choices: [choice], usage: usageOf(summary), knotwork});
 }
 
 function stream(backend, req, signal) {
@@ -372,14 +377,14 @@ function stream(backend, req, signal) {
       if (ev.text || lp)
         out.push(data(chunk(chat ? {index: 0, delta: {content: ev.text}, logprobs: lp, finish_reason: null}
                                  : {index: 0, text: ev.text, logprobs: lp, finish_reason: null})));
-      out.push(tele({type: "tokens", n, tokS: rate.tokS, elapsedMs: now - t0,
-                     ...(ev.telemetry?.memory && {memory: ev.telemetry.memory})}));
-    } else if (ev.type === "done") {
+      const mem = ev.telemetry?.memory;
+      out.push(tele({type: "tokens", n, tokS: rate.tokS, elapsedMs: now - t0, ...(mem && {memory: {linear: mem.linear, heap: mem.heap}})}));
+    } else if (ev.type === "summary") {
       const fin = finishReason(ev.reason);
       out.push(data(chunk(chat ? {index: 0, delta: {}, logprobs: null, finish_reason: fin}
                                : {index: 0, text: "", logprobs: null, finish_reason: fin})));
       if (req.includeUsage) out.push(data(chunk(null, {usage: usageOf(ev)})));
-      out.push(tele({type: "done", reason: ev.reason, usage: usageOf(ev), ...ev.telemetry}));
+      out.push(tele({type: "done", reason: ev.reason, usage: usageOf(ev), ...summaryTelemetry(ev)}));
       out.push(te.encode("data: [DONE]\n\n"));
     } else {
       const t = normalizeTelemetry(ev);

@@ -9,10 +9,11 @@ int cmd_verify(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 #include <string>
-// cli/wrangler.cpp: the Worker configurations of a plan (planner JSON) into dir, written by
-// the one writer (workers/lib/wrangler.mjs through bin/knotwork.mjs); model_key is the
-// model's R2 object key ("" = the plan's model name as .knot). Fails with a message.
-int write_wrangler_configs(const std::string& plan_json, const std::string& dir, const std::string& model_key);
+// cli/wrangler.cpp: the Worker configurations of a plan (planner JSON) written into dir by
+// the one deployment description (core/infer/deployment.h), + plan.json and topology.json;
+// model_key is the model's R2 object key ("" = the plan's model name as .knot). Returns the
+// number of configs written; fails with a message.
+size_t write_wrangler_configs(const std::string& plan_json, const std::string& dir, const std::string& model_key);
 int cmd_tokenize(int argc, char** argv);  // cli/tokenize.cpp
 // Implemented in cli/generate.cpp; knot.cpp carries a weak fallback so the CLI links
 // without it.

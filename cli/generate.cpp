@@ -78,8 +78,12 @@ int cmd_generate(int argc, char** argv) {
                  "knot: peak KV+activation memory %.2f MiB\n",
                  knot::mode_name(eo.mode), knot::kernel_name(engine.forward_options().kernel),
                  knot::kv_type_name(engine.forward_options().kv_type), engine.n_ctx(), eo.chunk,
-                 t.n_prompt, t.prefill_s, t.prefill_tok_s(), t.n_decoded, t.decode_s,
+                 t.n_prompt, t.prefill_s, t.prefill_tok_s(), std::max(0, t.n_generated - 1), t.decode_s,
                  t.decode_tok_s(), r.stop_reason.c_str(), t.peak_bytes / 1048576.0);
+    if (run.gen.lookup > 0)
+      std::fprintf(stderr, "knot: speculative (lookup %d): %d drafted, %d accepted (%.0f%%), %d forward passes for %d tokens\n",
+                   run.gen.lookup, t.n_drafted, t.n_accepted, t.n_drafted ? 100.0 * t.n_accepted / t.n_drafted : 0.0,
+                   t.n_decoded, std::max(0, t.n_generated - 1));
     return 0;
   } catch (const knot::UsageError& e) {
     std::fprintf(stderr, "knot: error: %s\n", e.what());

@@ -1,53 +1,50 @@
-// wrangler.cpp — `knot plan --wrangler DIR`: the Worker configurations of a plan (DESIGN §5,
-// §8). One writer exists, workers/lib/wrangler.mjs (the names, bindings and vars the
-// workers read live beside the workers); this writes the plan to DIR/plan.json and runs
-// `node bin/knotwork.mjs wrangler DIR/plan.json DIR`, so both CLIs emit the same files.
-// The checkout is KNOTWORK_ROOT (default: the source dir this binary was built from), the
-// Node binary KNOTWORK_NODE (default: node on PATH).
-#include <spawn.h>
-#include <sys/wait.h>
-
-#include <cerrno>
+// wrangler.cpp — `knot plan --wrangler DIR`: the Worker configurations of a plan, written
+// natively by the one deployment description (core/infer/deployment.h; the node CLI and the
+// tests reach the same code through kw_deploy): DIR/wrangler.jsonc (the coordinator) and one
+// DIR/knot-<name>.jsonc per station member, vocab shard and the warden, plus plan.json and
+// topology.json. Each `main` is an absolute path to the Worker sources of the checkout
+// KNOTWORK_ROOT (default: the source dir this binary was built from).
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "infer/deployment.h"
 #include "kernels/common.h"
 
 #ifndef KNOT_SOURCE_DIR
 #define KNOT_SOURCE_DIR "."
 #endif
 
-extern char** environ;
+namespace {
 
-int write_wrangler_configs(const std::string& plan_text, const std::string& dir_s, const std::string& model_key) {
+void write_file(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  if (!f || !(f << text) || !f.flush()) knot::fail(p.string() + ": cannot write");
+}
+
+}  // namespace
+
+size_t write_wrangler_configs(const std::string& plan_text, const std::string& dir_s, const std::string& model_key) {
   namespace fs = std::filesystem;
+  using ojson = nlohmann::ordered_json;
+  const ojson plan = ojson::parse(plan_text);
+  const ojson t = knot::topology_from_plan(plan, model_key.empty() ? knot::knot_key_of(plan["model"]["name"]) : model_key);
+  knot::DeployOptions o;
+  o.warden = true;  // deployments bind the warden
+  const char* env = std::getenv("KNOTWORK_ROOT");
+  std::string root = fs::absolute(env && *env ? env : KNOT_SOURCE_DIR).lexically_normal().string();
+  if (root.size() > 1 && root.back() == '/') root.pop_back();
+  if (!fs::exists(fs::path(root) / "workers")) knot::fail(root + ": no workers/ here (set KNOTWORK_ROOT to a knotwork checkout)");
+  const auto files = knot::wrangler_files(knot::describe_deployment(t, o), root + "/");
   const fs::path dir(dir_s);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir)) knot::fail(dir_s + ": cannot create directory: " + ec.message());
-  const fs::path plan = dir / "plan.json";
-  {
-    std::ofstream f(plan, std::ios::binary | std::ios::trunc);
-    if (!f || !(f << plan_text) || !f.flush()) knot::fail(plan.string() + ": cannot write");
-  }
-  const char* root = std::getenv("KNOTWORK_ROOT");
-  const char* node = std::getenv("KNOTWORK_NODE");
-  const std::string script = (fs::path(root && *root ? root : KNOT_SOURCE_DIR) / "bin" / "knotwork.mjs").string();
-  if (!fs::exists(script)) knot::fail(script + ": not found (set KNOTWORK_ROOT to a knotwork checkout; the Worker configs are written by its bin/knotwork.mjs)");
-  std::vector<std::string> argv_s = {node && *node ? node : "node", script, "wrangler", plan.string(), dir_s};
-  if (!model_key.empty()) argv_s.insert(argv_s.end(), {"--knot", model_key});
-  std::vector<char*> argv;
-  for (auto& a : argv_s) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  const int e = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
-  if (e != 0) knot::fail(std::string(argv[0]) + ": cannot run (" + std::strerror(e) + "); Node.js writes the Worker configs (set KNOTWORK_NODE)");
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) knot::fail("writing the Worker configurations failed (" + script + " wrangler)");
-  return 0;
+  for (const auto& [name, text] : files) write_file(dir / name, text);
+  write_file(dir / "plan.json", plan_text);
+  write_file(dir / "topology.json", t.dump(2) + "\n");
+  return files.size();
 }

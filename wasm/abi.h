@@ -108,17 +108,24 @@ int kw_session_reset(int32_t s, int32_t n_pos);
 int kw_session_telemetry(int32_t s);
 int kw_session_free(int32_t s);
 // The core Generator alone (a mesh coordinator): opts = the sampling keys above + n_ctx.
-// step: full logits [n]; step_topk: a merged top-k JSON {ids, logits, lse, min}. Step
-// results as kw_session_step; start's result {"done", "reason"}.
+// step: full logits [n]; step_topk: a merged top-k as arrays (below). Step results as
+// kw_session_step; start's result {"done", "reason"}.
+// A top-k crosses as arrays in wasm memory, never JSON: ids i32[n] (absolute, best first),
+// logits f32[n], lse (f64, -inf: an empty slice) and min (f64, +inf: no finite logit).
+// Top-k result layout: f64 lse, f64 min, i32 ids[n], f32 logits[n]; n = (len - 16) / 8.
 int kw_generator_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle);
 int kw_generator_start(int32_t g, const int32_t* ids, uint32_t n);
 int kw_generator_step(int32_t g, const float* logits, uint32_t n);
-int kw_generator_step_topk(int32_t g, const char* topk_json, uint32_t len);
+int kw_generator_step_topk(int32_t g, const int32_t* ids, int32_t n_ids, const float* logits, int32_t n_logits,
+                           double lse, double min);
 int kw_generator_stop(int32_t g, const char* reason, uint32_t len);
 int kw_generator_free(int32_t g);
-// A slice's top-k + lse + min (result: top-k JSON); the merge of shards' top-k JSONs.
+// A slice's top-k + lse + min (result: the top-k layout); the merge of n_parts shards'
+// top-k lists: ids and logits end to end, sizes i32[2 * n_parts] = (ids, logits) counts
+// per part, stats f64[2 * n_parts] = (lse, min) per part (result: the top-k layout).
 int kw_topk_lse(const float* logits, int32_t v0, int32_t v1, int32_t k);
-int kw_topk_merge(const char* parts_json, uint32_t len, int32_t k);
+int kw_topk_merge(const int32_t* ids, const float* logits, const int32_t* sizes, const double* stats, int32_t n_parts,
+                  int32_t k);
 
 // ---- mesh: per-phase forward (abi_mesh.cpp) ----
 int kw_model_tensor_evict(int32_t h, uint32_t i);
@@ -149,4 +156,7 @@ int kw_model_slice_end(int32_t h, uint32_t i);
 // "chunk", "shards", "stations", "mode"}; result: the plan JSON (core/infer/planner.h).
 int kw_plan(const uint8_t* prefix, uint32_t len, double file_size, const char* name, uint32_t name_len,
             const char* opts, uint32_t opts_len);
+// request JSON {topology | plan + knot?, options?, main_prefix}; result {topology, description,
+// files: [{file, text}]} (core/infer/deployment.h: the Worker scripts of a mesh, wrangler.jsonc).
+int kw_deploy(const char* req, uint32_t req_len);
 }

@@ -1,5 +1,5 @@
 // abi_mesh.cpp — the per-phase forward pass for mesh stations and vocab shards
-// (DESIGN §1-2), over a model whose tensors JS loads and evicts one phase at a time.
+// (docs/architecture.md, docs/memory.md), over a model whose tensors JS loads and evicts one phase at a time.
 //
 // Tensors: after kw_model_open (no kw_model_finish needed), JS loads any subset with
 // kw_model_tensor_buffer/_loaded, drops them with kw_model_tensor_evict, and loads a
@@ -13,7 +13,7 @@
 // Row ranges: container/row_window.h plans the fetch and verifies the fetched bytes.
 // Activations are f32 row-major buffers in wasm memory that the caller allocates:
 //   x, out: [ntok, n_embd]   h: [ntok, c1-c0]   logits: [ntok, v1-v0]
-// Phases write partial residuals (the caller adds them, DESIGN's sum-of-partials merge).
+// Phases write partial residuals (the caller adds them, the merge rule of docs/architecture.md).
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -147,12 +147,41 @@ int kw_station_truncate(int32_t st, int32_t n_pos) {
   return guard([&] { g_stations.get(st, "kw_station_truncate").obj->truncate(n_pos); });
 }
 
-// result {"n_pos", "n_ctx", "kv_bytes", "workspace_bytes", "workspace_peak"}
+// KV snapshots: kw_station_kv_export(st, pos0, n) -> result bytes, positions [pos0, pos0+n)
+// (kv_bytes_per_token each, core/infer/kv_cache.h's layout); kw_station_kv_import(st, pos0,
+// n, bytes, len) appends them at pos0 == n_pos (len must be n * kv_bytes_per_token).
+KW_EXPORT(kw_station_kv_export)
+int kw_station_kv_export(int32_t st, int32_t pos0, int32_t n) {
+  return guard([&] {
+    const knot::Station& s = *g_stations.get(st, "kw_station_kv_export").obj;
+    if (pos0 < 0 || n < 0 || (int64_t)pos0 + n > s.n_pos())
+      knot::fail("kw_station_kv_export: positions [" + std::to_string(pos0) + "," + std::to_string((int64_t)pos0 + n) +
+                 ") but the station holds " + std::to_string(s.n_pos()));
+    std::vector<uint8_t> buf((size_t)n * s.kv().bytes_per_token());
+    s.export_kv(pos0, n, buf.data());
+    set_result_bytes(buf.data(), buf.size());
+  });
+}
+
+KW_EXPORT(kw_station_kv_import)
+int kw_station_kv_import(int32_t st, int32_t pos0, int32_t n, const uint8_t* bytes, uint32_t len) {
+  return guard([&] {
+    knot::Station& s = *g_stations.get(st, "kw_station_kv_import").obj;
+    const uint64_t want = (uint64_t)(n < 0 ? 0 : n) * s.kv().bytes_per_token();
+    if (n < 0 || len != want || (!bytes && len))
+      knot::fail("kw_station_kv_import: " + std::to_string(len) + " bytes for " + std::to_string(n) + " positions of " +
+                 std::to_string(s.kv().bytes_per_token()) + " bytes each");
+    s.import_kv(pos0, n, bytes);
+  });
+}
+
+// result {"n_pos", "n_ctx", "kv_bytes", "kv_bytes_per_token", "workspace_bytes", "workspace_peak"}
 KW_EXPORT(kw_station_info)
 int kw_station_info(int32_t st) {
   return guard([&] {
     const knot::Station& s = *g_stations.get(st, "kw_station_info").obj;
     set_result(json{{"n_pos", s.n_pos()}, {"n_ctx", s.n_ctx()}, {"kv_bytes", s.kv().bytes()},
+                    {"kv_bytes_per_token", s.kv().bytes_per_token()},
                     {"workspace_bytes", s.workspace().bytes()}, {"workspace_peak", s.workspace().peak}}.dump());
   });
 }
@@ -216,7 +245,7 @@ int kw_lm_head(int32_t model, const float* xn, int32_t ntok, int32_t v0, int32_t
     const knot::Tensor& W = knot::lm_head_tensor(m.model);
     loaded(&W, "lm_head");
     // Tensor rows past the tokenizer vocab are padding (qwen2.5: 151,936 tokens, 152,064
-    // rows): not tokens, so no shard may own or sample them (DESIGN §1).
+    // rows): not tokens, so no shard may own or sample them (docs/architecture.md).
     const int64_t nv = m.model.config.n_vocab;
     if (nv > 0 && v1 > nv)
       knot::fail("kw_lm_head: vocab slice [" + std::to_string(v0) + "," + std::to_string(v1) +

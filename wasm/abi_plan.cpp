@@ -2,6 +2,7 @@
 // bindings/planner.mjs produce the same plan JSON as native `knot plan`.
 #include "abi.h"
 #include "abi_internal.h"
+#include "infer/deployment.h"
 #include "infer/planner.h"
 
 using namespace kw;
@@ -24,4 +25,11 @@ int kw_plan(const uint8_t* prefix, uint32_t len, double file_size, const char* n
     }
     set_result(knot::plan_json(m, o));
   });
+}
+
+// The deployment description and its wrangler.jsonc files (core/infer/deployment.h):
+// request {topology | plan + knot?, options?, main_prefix} -> {topology, description, files}.
+KW_EXPORT(kw_deploy)
+int kw_deploy(const char* req, uint32_t req_len) {
+  return guard([&] { set_result(knot::deploy_request(std::string(str_arg(req, req_len)))); });
 }

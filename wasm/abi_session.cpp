@@ -14,10 +14,17 @@
 //   kw_session_telemetry(s), kw_session_free(s)
 //   kw_generator_new(model, opts_json) -> handle   same sampling opts + n_ctx
 //   kw_generator_start(g, ids, n), kw_generator_step(g, logits, n),
-//   kw_generator_step_topk(g, topk_json), kw_generator_stop(g, reason), kw_generator_free(g)
-//   kw_topk_lse(logits, v0, v1, k), kw_topk_merge(parts_json, k)
-//       top-k JSON: {"ids": [..], "logits": [..], "lse", "min"} (lse null: -inf, min null: +inf)
+//   kw_generator_step_topk(g, ids, n_ids, logits, n_logits, lse, min),
+//   kw_generator_stop(g, reason), kw_generator_free(g)
+//   kw_topk_lse(logits, v0, v1, k), kw_topk_merge(ids, logits, sizes, stats, n_parts, k)
+// Top-k lists cross as arrays in wasm memory, never JSON (two crossings per mesh token):
+//   in:  ids i32[n], logits f32[n], lse and min as f64 (lse -inf: an empty slice, min
+//        +inf: no finite logit; a NaN lse is refused)
+//   out: the result buffer = f64 lse, f64 min, i32 ids[n], f32 logits[n]
+//        (n = (kw_result_len() - 16) / 8)
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -26,6 +33,7 @@
 #include "infer/generate.h"
 #include "text/generator.h"
 #include "infer/options.h"
+#include "infer/speculative.h"
 #include "text/sampler.h"
 
 using json = nlohmann::json;
@@ -40,7 +48,8 @@ struct Session {
   std::unique_ptr<knot::Engine> engine;
   knot::GenerateParams params;
   std::optional<knot::Generator> gen;
-  const float* lg = nullptr;  // logits of the last evaluated position
+  std::optional<knot::DecodeLoop> loop;  // plain or speculative (params.lookup) decoding over engine + gen
+  std::vector<int32_t> prompt;
   bool prefilled = false;
   int logprobs = -1;          // >= 0: each step reports its token's logprob and the top k
 };
@@ -75,30 +84,32 @@ void set_step_result(const knot::GenStep& st, const json& extra = nullptr) {
   set_result(head.dump() + '\n' + st.text);
 }
 
-// JSON cannot hold infinities: lse -inf and min +inf travel as null.
-json topk_json(const knot::SliceTopK& t) {
-  return json{{"ids", t.ids},
-              {"logits", t.logits},
-              {"lse", std::isfinite(t.lse) ? json(t.lse) : json(nullptr)},
-              {"min", std::isfinite(t.min) ? json(t.min) : json(nullptr)}};
+// The top-k result layout: f64 lse, f64 min, i32 ids[n], f32 logits[n].
+void set_topk_result(const knot::SliceTopK& t) {
+  const size_t n = t.ids.size();
+  std::string b(16 + 8 * n, '\0');
+  const double stats[2] = {t.lse, (double)t.min};
+  std::memcpy(b.data(), stats, sizeof stats);
+  if (n) {
+    std::memcpy(b.data() + 16, t.ids.data(), 4 * n);
+    std::memcpy(b.data() + 16 + 4 * n, t.logits.data(), 4 * n);
+  }
+  set_result(std::move(b));
 }
 
-knot::SliceTopK topk_from_json(const json& j, const std::string& what) {
-  if (!j.is_object()) knot::fail(what + ": a top-k must be an object {ids, logits, lse, min}");
+// A top-k from caller arrays: ids [n_ids], logits [n_logits] (the same count), lse, min.
+knot::SliceTopK topk_from_arrays(const int32_t* ids, int64_t n_ids, const float* logits, int64_t n_logits, double lse,
+                                 double min, const std::string& what) {
+  if (n_ids < 0 || n_logits < 0) knot::fail(what + ": negative top-k length");
+  if (n_ids != n_logits)
+    knot::fail(what + ": top-k has " + std::to_string(n_ids) + " ids but " + std::to_string(n_logits) + " logits");
+  if (n_ids && (!ids || !logits)) knot::fail(what + ": null top-k buffer");
+  if (std::isnan(lse)) knot::fail(what + ": top-k lse is not a number (-inf: an empty slice)");
   knot::SliceTopK t;
-  try {
-    t.ids = j.at("ids").get<std::vector<int32_t>>();
-    t.logits = j.at("logits").get<std::vector<float>>();
-    const json& lse = j.at("lse");
-    t.lse = lse.is_null() ? -INFINITY : lse.get<double>();
-    auto mn = j.find("min");
-    t.min = mn == j.end() || mn->is_null() ? INFINITY : mn->get<float>();
-  } catch (const json::exception& e) {
-    knot::fail(what + ": bad top-k (" + e.what() + ")");
-  }
-  if (t.ids.size() != t.logits.size())
-    knot::fail(what + ": top-k has " + std::to_string(t.ids.size()) + " ids but " + std::to_string(t.logits.size()) +
-               " logits");
+  t.ids.assign(ids, ids + n_ids);
+  t.logits.assign(logits, logits + n_logits);
+  t.lse = lse;
+  t.min = std::isnan(min) ? INFINITY : (float)min;
   return t;
 }
 
@@ -157,7 +168,7 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
     // The KV cache must fit in what is left of the 128 MB linear memory. Checked here in
     // 64-bit arithmetic: size_t is 32 bits in wasm32, so n_ctx x bytes/token can wrap.
     const auto& c = m.model.config;
-    const int n_ctx = eo.n_ctx > 0 ? eo.n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
+    const int n_ctx = knot::context_of(c, eo.n_ctx);  // what the Engine will take
     const knot::KvType kvt = knot::forward_options_for(eo.mode).kv_type;
     const uint64_t per_tok = 2ull * c.n_layer * c.n_head_kv * c.head_dim * knot::kv_elem_bytes(kvt);
     const uint64_t room = kLinearCap - std::min<uint64_t>(kLinearCap, heap_in_use());
@@ -187,7 +198,9 @@ int kw_session_prefill(int32_t h, const int32_t* ids, uint32_t n) {
     s.prefilled = false;
     s.gen.emplace(*s.m->tok, s.params, s.engine->n_logits(), s.engine->n_ctx());
     s.gen->start(ids, (int)n);
-    s.lg = s.engine->eval(ids, (int)n);
+    s.prompt.assign(ids, ids + n);
+    s.loop.emplace(*s.engine, *s.gen, s.params.lookup);
+    s.loop->begin(s.prompt, s.engine->eval(ids, (int)n));
     s.prefilled = true;
   });
 }
@@ -203,8 +216,10 @@ int kw_session_prefill_more(int32_t h, const int32_t* ids, uint32_t n) {
       knot::fail("kw_session_prefill_more: prompt has " + std::to_string(s.engine->n_pos() + (int64_t)n) +
                  " tokens but the context holds " + std::to_string(s.engine->n_ctx()));
     s.prefilled = false;
-    s.lg = s.engine->eval(ids, (int)n);
+    const float* lg = s.engine->eval(ids, (int)n);
     s.gen->extend_prompt(ids, (int)n);
+    s.prompt.insert(s.prompt.end(), ids, ids + n);
+    s.loop->begin(s.prompt, lg);
     s.prefilled = true;
   });
 }
@@ -215,15 +230,20 @@ int kw_session_step(int32_t h) {
     Session& s = session(h, "kw_session_step");
     if (!s.prefilled) knot::fail("kw_session_step: call kw_session_prefill first");
     if (s.gen->done()) knot::fail("kw_session_step: generation already finished (" + s.gen->reason() + ")");
-    const knot::GenStep st = s.gen->step(s.lg, s.engine->n_logits());
-    json lp;  // logprobs of this position, before lg is overwritten by the next eval
+    const knot::DecodeLoop::Next nx = s.loop->next();  // the forward pass(es) the previous token needs, then a sample
+    const knot::GenStep& st = nx.step;
+    json lp;  // logprobs of this position (the logits it was sampled from)
     if (s.logprobs >= 0) {
-      const knot::SliceTopK top = knot::topk_lse(s.lg, 0, s.engine->n_logits(), s.logprobs);
+      const knot::SliceTopK top = knot::topk_lse(nx.logits, 0, s.engine->n_logits(), s.logprobs);
       json arr = json::array();
       for (size_t k = 0; k < top.ids.size(); k++) arr.push_back({top.ids[k], (double)top.logits[k] - top.lse});
-      lp = json{{"logprob", (double)s.lg[st.id] - top.lse}, {"top", std::move(arr)}};
+      lp = json{{"logprob", (double)nx.logits[st.id] - top.lse}, {"top", std::move(arr)}};
     }
-    if (!st.done) s.lg = s.engine->eval(&st.id, 1);
+    if (s.params.lookup > 0) {
+      if (lp.is_null()) lp = json::object();
+      lp["drafted"] = s.loop->drafted();
+      lp["accepted"] = s.loop->accepted();
+    }
     set_step_result(st, lp);
   });
 }
@@ -328,14 +348,13 @@ int kw_generator_step(int32_t h, const float* logits, uint32_t n) {
   });
 }
 
-// From a merged shard top-k (JSON, see the header). Result as kw_session_step.
+// From a merged shard top-k (arrays, see the header). Result as kw_session_step.
 KW_EXPORT(kw_generator_step_topk)
-int kw_generator_step_topk(int32_t h, const char* topk, uint32_t len) {
+int kw_generator_step_topk(int32_t h, const int32_t* ids, int32_t n_ids, const float* logits, int32_t n_logits,
+                           double lse, double min) {
   return guard([&] {
     knot::Generator& g = *g_generators.get(h, "kw_generator_step_topk").obj;
-    json j = json::parse(str_arg(topk, len), nullptr, false);
-    if (j.is_discarded()) knot::fail("kw_generator_step_topk: top-k is not JSON");
-    set_step_result(g.step(topk_from_json(j, "kw_generator_step_topk")));
+    set_step_result(g.step(topk_from_arrays(ids, n_ids, logits, n_logits, lse, min, "kw_generator_step_topk")));
   });
 }
 
@@ -357,24 +376,33 @@ int kw_generator_free(int32_t h) {
 // ---- shard top-k -------------------------------------------------------------------------
 
 // A slice's top-k (absolute ids, best first), log-sum-exp and lowest finite logit, for
-// exact merged sampling. logits: [v1-v0]. result: top-k JSON
+// exact merged sampling. logits: [v1-v0]. result: the top-k layout (see the header)
 KW_EXPORT(kw_topk_lse)
 int kw_topk_lse(const float* logits, int32_t v0, int32_t v1, int32_t k) {
   return guard([&] {
     if (!logits) knot::fail("kw_topk_lse: null logits buffer");
     if (v1 < v0) knot::fail("kw_topk_lse: empty or reversed slice [" + std::to_string(v0) + "," + std::to_string(v1) + ")");
-    set_result(topk_json(knot::topk_lse(logits, v0, v1, k)).dump());
+    set_topk_result(knot::topk_lse(logits, v0, v1, k));
   });
 }
 
-// parts: JSON array of top-k objects (disjoint slices). result: the merged top-k JSON.
+// n_parts top-k lists of disjoint slices, end to end: part i has sizes[2i] ids and
+// sizes[2i+1] logits (the same count), taken in order from ids and logits, and
+// stats[2i], stats[2i+1] = its lse and min. result: the merged top-k layout.
 KW_EXPORT(kw_topk_merge)
-int kw_topk_merge(const char* parts, uint32_t len, int32_t k) {
+int kw_topk_merge(const int32_t* ids, const float* logits, const int32_t* sizes, const double* stats, int32_t n_parts,
+                  int32_t k) {
   return guard([&] {
-    json j = json::parse(str_arg(parts, len), nullptr, false);
-    if (j.is_discarded() || !j.is_array()) knot::fail("kw_topk_merge: parts must be a JSON array of top-k objects");
+    if (n_parts < 0) knot::fail("kw_topk_merge: negative part count " + std::to_string(n_parts));
+    if (n_parts && (!sizes || !stats)) knot::fail("kw_topk_merge: null sizes or stats buffer");
     std::vector<knot::SliceTopK> ps;
-    for (size_t i = 0; i < j.size(); i++) ps.push_back(topk_from_json(j[i], "kw_topk_merge: part " + std::to_string(i)));
-    set_result(topk_json(knot::merge_topk(ps, k)).dump());
+    int64_t at_id = 0, at_logit = 0;
+    for (int32_t i = 0; i < n_parts; i++) {
+      ps.push_back(topk_from_arrays(ids + at_id, sizes[2 * i], logits + at_logit, sizes[2 * i + 1], stats[2 * i],
+                                    stats[2 * i + 1], "kw_topk_merge: part " + std::to_string(i)));
+      at_id += sizes[2 * i];
+      at_logit += sizes[2 * i + 1];
+    }
+    set_topk_result(knot::merge_topk(ps, k));
   });
 }

@@ -9,7 +9,8 @@
 // tensors held; fluid: load, run, evict per phase); a shard loads its token_embd and lm_head
 // rows, embeds a chunk and computes the lm_head of one position. With timing = N, N more
 // decode steps are timed (median): per phase compute ms and, for fluid stations, the load
-// ms and bytes of each phase (read from the file, verified by hash, copied into wasm).
+// ms and bytes of each phase (read from the file, verified by hash, copied into wasm); the
+// first prefill chunk's compute ms is reported too (prefill_compute_ms, prefill_tokens).
 import {spawnSync} from "node:child_process";
 import {existsSync, mkdirSync, statSync} from "node:fs";
 import {dirname, join, resolve} from "node:path";
@@ -143,7 +144,8 @@ export async function runIsolate(job) {
       }
       check(x);
     };
-    await run(0, K);          // one prefill chunk
+    await run(0, K);          // one prefill chunk (timed: the compute of its phases)
+    const prefillMs = Object.values(computeMs).reduce((a, b) => a + b, 0);
     await run(K, 1);          // one decode step
     positions = K + 1;
     if (job.timing) {         // decode steps, timed (memory sampling off: it forces GCs)
@@ -156,7 +158,7 @@ export async function runIsolate(job) {
         steps.push({compute: Object.values(computeMs).reduce((a, b) => a + b, 0), load: loadMs, bytes: loadBytes, phases: {...computeMs}});
       }
       const mid = steps.map((x, i) => [x.compute + x.load, i]).sort((a, b) => a[0] - b[0])[steps.length >> 1][1];
-      Object.assign(timing, {layers: l1 - l0, decode_compute_ms: steps[mid].compute, decode_load_ms: steps[mid].load,
+      Object.assign(timing, {layers: l1 - l0, prefill_compute_ms: prefillMs, prefill_tokens: K, decode_compute_ms: steps[mid].compute, decode_load_ms: steps[mid].load,
                              decode_load_bytes: steps[mid].bytes, phase_ms: steps[mid].phases});
     }
   }

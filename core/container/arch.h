@@ -18,7 +18,7 @@
 
 namespace knot {
 
-// The per-layer phases of the forward pass (DESIGN §2), plus the model-level tensors.
+// The per-layer phases of the forward pass (docs/memory.md), plus the model-level tensors.
 enum Phase : unsigned {
   PHASE_EMBED = 1u << 0,     // token_embd rows (a vocab shard)
   PHASE_ATTN = 1u << 1,

@@ -189,7 +189,7 @@ static void parse_meta(const json& j, KnotHeader& h, const std::string& what) {
     if (!jt.is_object() || !jt.contains("name") || !jt["name"].is_string()) fail(what + ": tensor entry without a name");
     t.name = jt["name"];
     const std::string ctx = what + ": tensor " + t.name;
-    // `type` is canonical; `tensor_type` is what an older writer used (DESIGN §7.3)
+    // `type` is canonical; `tensor_type` is what an older writer used (docs/traps.md, trap 3)
     const char* tk = jt.contains("type") ? "type" : jt.contains("tensor_type") ? "tensor_type" : nullptr;
     if (!tk || !jt[tk].is_string()) fail(ctx + ": no 'type' field");
     const TypeTraits* tt = nullptr;

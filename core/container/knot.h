@@ -1,4 +1,4 @@
-// knot.h — the .knot container (DESIGN §3): byte sources, header parse (pure, for the
+// knot.h — the .knot container (docs/knot-format.md): byte sources, header parse (pure, for the
 // wasm ABI, and via a range-reading ByteSource), verified tensor and row reads, writer.
 //
 // Layout (little-endian):

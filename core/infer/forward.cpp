@@ -471,29 +471,32 @@ void ffn_proj(const ModelConfig& cfg, const Tensor& W, const float* xn, int ntok
   project_rows(W, b, b + (c1 - c0), xn, ntok, y, k);
 }
 
+// What the gate and up phases begin with: the column slice checked (c1 < 0 becomes n_ff),
+// the layer's ffn_norm present, xn = ffn_norm(x) [ntok, E] in ws.xn. phase: for messages.
+const float* ffn_norm_input(const ModelConfig& cfg, const LayerWeights& w, const float* x, int ntok,
+                            Workspace& ws, int& c0, int& c1, const char* phase) {
+  ffn_range(cfg, w.layer, c0, c1);
+  const Tensor& wn = need(w.ffn_norm, w.layer, phase, "ffn_norm_weight");
+  float* xn = grow(ws.xn, (size_t)ntok * cfg.n_embd);
+  rmsnorm_rows(x, wn, ntok, cfg.n_embd, cfg.rms_eps, xn, ws, phase);
+  return xn;
+}
+
 }  // namespace
 
 void ffn_gate(const ModelConfig& cfg, const LayerWeights& w, const float* x, int ntok, float* h,
               const ForwardOptions& o, Workspace& ws, int c0, int c1) {
-  const int L = w.layer;
-  ffn_range(cfg, L, c0, c1);
-  const Tensor& wn = need(w.ffn_norm, L, "ffn_gate", "ffn_norm_weight");
-  const Tensor& wg = need(w.ffn_gate, L, "ffn_gate", "ffn_gate_weight");
-  float* xn = grow(ws.xn, (size_t)ntok * cfg.n_embd);  // [ntok, E]
-  rmsnorm_rows(x, wn, ntok, cfg.n_embd, cfg.rms_eps, xn, ws, "ffn_gate");
+  const float* xn = ffn_norm_input(cfg, w, x, ntok, ws, c0, c1, "ffn_gate");
+  const Tensor& wg = need(w.ffn_gate, w.layer, "ffn_gate", "ffn_gate_weight");
   ffn_proj(cfg, wg, xn, ntok, h, o.kernel, c0, c1, "ffn_gate");
   ws.note_peak();
 }
 
 void ffn_up(const ModelConfig& cfg, const LayerWeights& w, const float* x, int ntok, float* h,
             const ForwardOptions& o, Workspace& ws, int c0, int c1) {
-  const int L = w.layer;
-  ffn_range(cfg, L, c0, c1);
-  const Tensor& wn = need(w.ffn_norm, L, "ffn_up", "ffn_norm_weight");
-  const Tensor& wu = need(w.ffn_up, L, "ffn_up", "ffn_up_weight");
-  float* xn = grow(ws.xn, (size_t)ntok * cfg.n_embd);  // [ntok, E]
-  float* u = grow(ws.up, (size_t)ntok * (c1 - c0));    // [ntok, nc]
-  rmsnorm_rows(x, wn, ntok, cfg.n_embd, cfg.rms_eps, xn, ws, "ffn_up");
+  const float* xn = ffn_norm_input(cfg, w, x, ntok, ws, c0, c1, "ffn_up");
+  const Tensor& wu = need(w.ffn_up, w.layer, "ffn_up", "ffn_up_weight");
+  float* u = grow(ws.up, (size_t)ntok * (c1 - c0));  // [ntok, nc]
   ffn_proj(cfg, wu, xn, ntok, u, o.kernel, c0, c1, "ffn_up");
   swiglu_k(h, u, (size_t)ntok * (c1 - c0), o.kernel);
   ws.note_peak();
@@ -501,14 +504,10 @@ void ffn_up(const ModelConfig& cfg, const LayerWeights& w, const float* x, int n
 
 void ffn_gate_up(const ModelConfig& cfg, const LayerWeights& w, const float* x, int ntok, float* h,
                  const ForwardOptions& o, Workspace& ws, int c0, int c1) {
-  const int L = w.layer;
-  ffn_range(cfg, L, c0, c1);
-  const Tensor& wn = need(w.ffn_norm, L, "ffn_gate", "ffn_norm_weight");
-  const Tensor& wg = need(w.ffn_gate, L, "ffn_gate", "ffn_gate_weight");
-  const Tensor& wu = need(w.ffn_up, L, "ffn_up", "ffn_up_weight");
-  float* xn = grow(ws.xn, (size_t)ntok * cfg.n_embd);  // [ntok, E]
-  float* u = grow(ws.up, (size_t)ntok * (c1 - c0));    // [ntok, nc]
-  rmsnorm_rows(x, wn, ntok, cfg.n_embd, cfg.rms_eps, xn, ws, "ffn_gate");
+  const float* xn = ffn_norm_input(cfg, w, x, ntok, ws, c0, c1, "ffn_gate");
+  const Tensor& wg = need(w.ffn_gate, w.layer, "ffn_gate", "ffn_gate_weight");
+  const Tensor& wu = need(w.ffn_up, w.layer, "ffn_up", "ffn_up_weight");
+  float* u = grow(ws.up, (size_t)ntok * (c1 - c0));  // [ntok, nc]
   ffn_proj(cfg, wg, xn, ntok, h, o.kernel, c0, c1, "ffn_gate");
   ffn_proj(cfg, wu, xn, ntok, u, o.kernel, c0, c1, "ffn_up");
   swiglu_k(h, u, (size_t)ntok * (c1 - c0), o.kernel);

@@ -1,4 +1,5 @@
 #include "infer/generate.h"
+#include "infer/speculative.h"
 
 #include <algorithm>
 #include <cmath>
@@ -59,6 +60,10 @@ ForwardOptions forward_options_for(Mode m) {
   return f;
 }
 
+int context_of(const ModelConfig& c, int n_ctx) {
+  return n_ctx > 0 ? n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
+}
+
 Engine::Engine(const Model& m, const EngineOptions& o) : m_(m), opt_(o) {
   const ModelConfig& c = m.config;
   fo_ = o.forward ? *o.forward : forward_options_for(o.mode);
@@ -67,7 +72,7 @@ Engine::Engine(const Model& m, const EngineOptions& o) : m_(m), opt_(o) {
     fail("model config is incomplete (n_layer " + S(c.n_layer) + ", n_embd " + S(c.n_embd) +
          ", n_head " + S(c.n_head) + ", n_head_kv " + S(c.n_head_kv) + ", head_dim " +
          S(c.head_dim) + ", n_ff " + S(c.n_ff) + ")");
-  n_ctx_ = o.n_ctx > 0 ? o.n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
+  n_ctx_ = context_of(c, o.n_ctx);
   chunk_ = std::max(1, std::min(o.chunk, n_ctx_));
 
   tok_embd_ = &m.get("token_embd_weight", -1, "embed");
@@ -126,25 +131,28 @@ size_t Engine::peak_bytes() const {
   return std::max(fixed + ws_.peak, bytes());
 }
 
-void Engine::forward_chunk(const int32_t* ids, int n, bool want_logits) {
+void Engine::forward_chunk(const int32_t* ids, int n, bool want_logits, bool all_rows) {
   const ModelConfig& c = m_.config;
   const int E = c.n_embd;
   const int pos0 = kv_.n_pos();
   float* x = x_.data();  // [n, E]
   embed_rows(*tok_embd_, ids, n, 0, tok_embd_->nrows(), n_logits_, x);
   forward_layers(c, layers_.data(), kv_, pos0, x, n, fo_, ws_);
-  if (want_logits) {
-    output_norm(c, *out_norm_, x + (size_t)(n - 1) * E, 1, xl_.data(), ws_);
-    lm_head_logits(*lm_head_, xl_.data(), 1, 0, n_logits_, logits_.data(), fo_.kernel);
-    // Never sample from garbage: a NaN/Inf here means broken weights or an overflow.
+  if (!want_logits) return;
+  const int rows = all_rows ? n : 1;
+  float* xn = all_rows ? xn_rows_.data() : xl_.data();
+  float* lg = all_rows ? logit_rows_.data() : logits_.data();
+  output_norm(c, *out_norm_, x + (size_t)(n - rows) * E, rows, xn, ws_);
+  lm_head_logits(*lm_head_, xn, rows, 0, n_logits_, lg, fo_.kernel);
+  // Never sample from garbage: a NaN/Inf here means broken weights or an overflow.
+  for (int r = 0; r < rows; r++)
     for (int i = 0; i < n_logits_; i++)
-      if (!std::isfinite(logits_[i]))
-        fail("non-finite logit for token " + S(i) + " at position " + S(pos0 + n - 1) +
+      if (!std::isfinite(lg[(size_t)r * n_logits_ + i]))
+        fail("non-finite logit for token " + S(i) + " at position " + S(pos0 + n - rows + r) +
              " (corrupt weights or activation overflow)");
-  }
 }
 
-const float* Engine::eval(const int32_t* ids, int n) {
+void Engine::check_eval(const int32_t* ids, int n) const {
   if (n <= 0) fail("eval: no tokens");
   const int pos = kv_.n_pos();
   if (pos + n > n_ctx_)
@@ -154,6 +162,30 @@ const float* Engine::eval(const int32_t* ids, int n) {
     if (ids[i] < 0 || ids[i] >= n_logits_)
       fail("token " + S(i) + " has id " + S(ids[i]) + ", outside the vocabulary [0," +
            S(n_logits_) + ")");
+}
+
+const float* Engine::eval_rows(const int32_t* ids, int n) {
+  check_eval(ids, n);
+  if (n > chunk_) fail("eval_rows: " + S(n) + " tokens exceed the batch of " + S(chunk_));
+  const size_t E = (size_t)m_.config.n_embd;
+  if (xn_rows_.size() < (size_t)n * E) {
+    xn_rows_.resize((size_t)n * E);
+    logit_rows_.resize((size_t)n * n_logits_);
+  }
+  const int pos = kv_.n_pos();
+  try {
+    forward_chunk(ids, n, true, true);
+  } catch (...) {
+    kv_.truncate(pos);
+    throw;
+  }
+  tel_.peak_bytes = std::max(tel_.peak_bytes, peak_bytes());
+  return logit_rows_.data();
+}
+
+const float* Engine::eval(const int32_t* ids, int n) {
+  check_eval(ids, n);
+  const int pos = kv_.n_pos();
   try {
     for (int i = 0; i < n; i += chunk_) {
       const int nt = std::min(chunk_, n - i);
@@ -179,14 +211,16 @@ GenerateResult Engine::generate(const Tokenizer& tok, const std::vector<int32_t>
   const double t1 = now();
   tel_.n_prompt = (int)prompt.size();
   tel_.prefill_s = t1 - t0;
+  DecodeLoop loop(*this, gen, p.lookup);
+  loop.begin(prompt, lg);
   while (!gen.done()) {
-    const GenStep s = gen.step(lg, n_logits_);
+    const GenStep s = loop.next().step;
     tel_.n_generated++;
-    if (!s.text.empty() && on_text && !on_text(s.text) && !s.done) gen.stop("callback");
-    if (gen.done()) break;
-    lg = eval(&s.id, 1);
-    tel_.n_decoded++;
+    tel_.n_decoded = loop.passes();
+    tel_.n_drafted = loop.drafted();
+    tel_.n_accepted = loop.accepted();
     tel_.decode_s = now() - t1;  // sampling included
+    if (!s.text.empty() && on_text && !on_text(s.text) && !s.done) gen.stop("callback");
   }
   tel_.peak_bytes = std::max(tel_.peak_bytes, peak_bytes());
   return GenerateResult{gen.ids(), gen.text(), gen.reason()};

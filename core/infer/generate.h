@@ -11,6 +11,7 @@
 // construction; the decode loop does not allocate. peak_bytes() reports KV + activation
 // buffers (weights are the Model's and not counted).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -31,6 +32,10 @@ enum class Mode { Fast, Reference };
 const char* mode_name(Mode m);
 ForwardOptions forward_options_for(Mode m);
 
+// The context of EngineOptions::n_ctx (0: min(n_ctx_train, 2048), 2048 when the file does
+// not say). The JS bindings' defaultContext (bindings/options.mjs) is this rule.
+int context_of(const ModelConfig& c, int n_ctx);
+
 struct EngineOptions {
   Mode mode = Mode::Fast;
   int n_ctx = 0;     // 0: min(n_ctx_train, 2048) (2048 when the file does not say)
@@ -45,12 +50,14 @@ struct EngineOptions {
 
 struct Telemetry {
   int n_prompt = 0;    // tokens prefilled
-  int n_decoded = 0;   // single-position forward passes after the prefill
+  int n_decoded = 0;   // forward passes after the prefill (one per step; a verify pass counts once)
+  int n_drafted = 0;   // speculative decoding: tokens drafted, and of those accepted
+  int n_accepted = 0;
   int n_generated = 0; // tokens sampled
   double prefill_s = 0, decode_s = 0;
   size_t peak_bytes = 0;
   double prefill_tok_s() const { return prefill_s > 0 ? n_prompt / prefill_s : 0; }
-  double decode_tok_s() const { return decode_s > 0 ? n_decoded / decode_s : 0; }
+  double decode_tok_s() const { return decode_s > 0 ? std::max(0, n_generated - 1) / decode_s : 0; }
 };
 
 struct GenerateResult {
@@ -79,7 +86,12 @@ class Engine {
   // one: [n_logits()]. Throws when the positions exceed the context or an id is outside
   // the vocabulary (nothing is appended in that case).
   const float* eval(const int32_t* ids, int n);
+  // Runs n <= chunk() ids as eval() does, returns the logits of every one of them:
+  // [n, n_logits()] (speculative decoding: one pass verifies n - 1 drafted tokens). The
+  // rows stay valid until the next eval_rows().
+  const float* eval_rows(const int32_t* ids, int n);
   const float* logits() const { return logits_.data(); }
+  int chunk() const { return chunk_; }
   void truncate(int n_pos) { kv_.truncate(n_pos); }
   void reset() { kv_.truncate(0); }
 
@@ -94,7 +106,8 @@ class Engine {
   const KvCache& kv() const { return kv_; }
 
  private:
-  void forward_chunk(const int32_t* ids, int n, bool want_logits);
+  void forward_chunk(const int32_t* ids, int n, bool want_logits, bool all_rows = false);
+  void check_eval(const int32_t* ids, int n) const;
   double now() const;
 
   const Model& m_;
@@ -110,6 +123,8 @@ class Engine {
   std::vector<float> x_;       // [chunk, n_embd] residual stream
   std::vector<float> xl_;      // [n_embd]        normed last row
   std::vector<float> logits_;  // [n_logits]
+  std::vector<float> xn_rows_;     // [rows, n_embd]   eval_rows: every row normed (sized on first use)
+  std::vector<float> logit_rows_;  // [rows, n_logits] eval_rows: every row's logits
   Telemetry tel_;
 };
 

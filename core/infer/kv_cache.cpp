@@ -102,6 +102,47 @@ void KvCache::truncate(int n_pos) {
   for (int& p : n_pos_) p = std::min(p, n_pos);
 }
 
+size_t KvCache::bytes_per_token() const {
+  return kv_bytes_per_token(head_dim_, l1_ - l0_, kvh1_ - kvh0_, type_);
+}
+
+void KvCache::export_rows(int pos0, int n, uint8_t* dst) const {
+  if (!data_) fail("KV cache: export on a freed or empty cache");
+  if (pos0 < 0 || n < 0 || pos0 + n > n_pos())
+    fail("KV cache: export of positions [" + std::to_string(pos0) + "," + std::to_string(pos0 + n) + ") but the cache holds " +
+         std::to_string(n_pos()));
+  const size_t eb = kv_elem_bytes(type_), hd = (size_t)head_dim_ * eb;
+  const uint8_t* base = data_.get();
+  for (int t = 0; t < n; t++)
+    for (int l = l0_; l < l1_; l++)
+      for (int kind = 0; kind < 2; kind++)
+        for (int h = kvh0_; h < kvh1_; h++) {
+          std::memcpy(dst, base + offset(kind == 1, l, h, pos0 + t) * eb, hd);
+          dst += hd;
+        }
+}
+
+void KvCache::import_rows(int pos0, int n, const uint8_t* src) {
+  if (!data_) fail("KV cache: import on a freed or empty cache");
+  for (int l = l0_; l < l1_; l++)
+    if (n_pos_[l - l0_] != pos0)
+      fail("KV cache: import at position " + std::to_string(pos0) + " but layer " + std::to_string(l) + " holds " +
+           std::to_string(n_pos_[l - l0_]) + " positions (imports append; truncate first)");
+  if (n < 0 || pos0 + n > n_ctx_)
+    fail("KV cache: importing " + std::to_string(n) + " positions at " + std::to_string(pos0) + " exceeds the context of " +
+         std::to_string(n_ctx_) + " positions");
+  const size_t eb = kv_elem_bytes(type_), hd = (size_t)head_dim_ * eb;
+  uint8_t* base = data_.get();
+  for (int t = 0; t < n; t++)
+    for (int l = l0_; l < l1_; l++)
+      for (int kind = 0; kind < 2; kind++)
+        for (int h = kvh0_; h < kvh1_; h++) {
+          std::memcpy(base + offset(kind == 1, l, h, pos0 + t) * eb, src, hd);
+          src += hd;
+        }
+  for (int& p : n_pos_) p = pos0 + n;
+}
+
 void KvCache::free() {
   data_.reset();
   bytes_ = 0;

@@ -45,6 +45,17 @@ class KvCache {
   void append(int layer, int pos0, int ntok, const float* k, const float* v);
   // Forget positions >= n_pos in every layer (a no-op for layers holding fewer).
   void truncate(int n_pos);
+
+  // Snapshots (a station persisting its session, a replica rebuilding it): positions
+  // [pos0, pos0+n) of every layer and KV head as the stored elements (F16 or F32, no
+  // conversion), position-major so consecutive positions are consecutive bytes:
+  //   [pos][layer][K, V][kv_head][head_dim]   bytes_per_token() per position.
+  size_t bytes_per_token() const;
+  // Needs every layer to hold pos0 + n positions. dst: [n * bytes_per_token()].
+  void export_rows(int pos0, int n, uint8_t* dst) const;
+  // Appends what export_rows wrote (a cache of the same layers, KV heads, head_dim and
+  // type): pos0 must equal every layer's n_pos (truncate first), pos0 + n <= n_ctx.
+  void import_rows(int pos0, int n, const uint8_t* src);
   // Release the storage; the cache is empty and unusable until re-created.
   void free();
 

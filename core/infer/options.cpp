@@ -1,5 +1,6 @@
-// options.cpp — the option table of `generate`, its command-line parser, usage text and
-// the options-object reader (see options.h for the contract).
+// options.cpp — the option table's machinery: the command-line parser, the usage text and
+// the options-object reader over the rows of generate_options.cpp and cli_commands.cpp
+// (see options.h for the contract).
 #include "infer/options.h"
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "infer/cli_commands.h"
+#include "infer/generate_options.h"
 #include "kernels/common.h"
 
 namespace knot {
@@ -18,196 +21,12 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr double kMaxTokens = 1 << 20;
-constexpr double kMaxSafeInt = 9007199254740991.0;  // 2^53-1: exact as a JS number
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
 std::string fmt_int(double x) { return std::to_string((long long)x); }
-
-template <class T>
-T as(const json& v) {
-  return v.get<T>();
-}
-
-// clang-format off
-#define KEY(k) .key = k
-const OptionSpec kPrompt = {KEY("prompt"), .flag = "--prompt", .alias = "-p", .kind = OptKind::Text, .metavar = "TEXT",
-  .help = "prompt (not echoed)", .group = "prompt"};
-const OptionSpec kPromptFile = {KEY("prompt_file"), .flag = "--prompt-file", .kind = OptKind::Text, .metavar = "FILE",
-  .help = "prompt from a file, bytes as they are", .group = "prompt"};
-const OptionSpec kNPredict = {KEY("n_predict"), .flag = "--n-predict", .alias = "-n", .kind = OptKind::Int,
-  .lo = 0, .hi = kMaxTokens, .metavar = "N", .help = "tokens to generate",
-  .set = [](RunOptions& o, const json& v) { o.gen.n_predict = as<int>(v); },
-  .get = [](const RunOptions& o) { return json(o.gen.n_predict); }};
-const OptionSpec kTemp = {KEY("temperature"), .flag = "--temp", .kind = OptKind::Num, .lo = 0, .hi = kInf, .hi_open = true,
-  .metavar = "T", .help = "temperature", .note = "0 = greedy",
-  .set = [](RunOptions& o, const json& v) { o.gen.sampling.temperature = as<float>(v); },
-  .get = [](const RunOptions& o) { return json(o.gen.sampling.temperature); }};
-const OptionSpec kTopK = {KEY("top_k"), .flag = "--top-k", .kind = OptKind::Int, .lo = 0, .hi = INT32_MAX,
-  .metavar = "K", .help = "top-k", .note = "0 = off",
-  .set = [](RunOptions& o, const json& v) { o.gen.sampling.top_k = as<int>(v); },
-  .get = [](const RunOptions& o) { return json(o.gen.sampling.top_k); }};
-const OptionSpec kTopP = {KEY("top_p"), .flag = "--top-p", .kind = OptKind::Num, .lo = 0, .hi = 1, .lo_open = true,
-  .metavar = "P", .help = "top-p", .note = "1 = off",
-  .set = [](RunOptions& o, const json& v) { o.gen.sampling.top_p = as<float>(v); },
-  .get = [](const RunOptions& o) { return json(o.gen.sampling.top_p); }};
-const OptionSpec kMinP = {KEY("min_p"), .flag = "--min-p", .kind = OptKind::Num, .lo = 0, .hi = 1,
-  .metavar = "M", .help = "min-p", .note = "0 = off",
-  .set = [](RunOptions& o, const json& v) { o.gen.sampling.min_p = as<float>(v); },
-  .get = [](const RunOptions& o) { return json(o.gen.sampling.min_p); }};
-const OptionSpec kRepeatPenalty = {KEY("repeat_penalty"), .flag = "--repeat-penalty", .kind = OptKind::Num,
-  .lo = 0, .hi = kInf, .lo_open = true, .hi_open = true, .metavar = "R", .help = "repeat penalty", .note = "1 = off",
-  .set = [](RunOptions& o, const json& v) { o.gen.sampling.repeat_penalty = as<float>(v); },
-  .get = [](const RunOptions& o) { return json(o.gen.sampling.repeat_penalty); }};
-const OptionSpec kRepeatLastN = {KEY("repeat_last_n"), .flag = "--repeat-last-n", .kind = OptKind::Int,
-  .lo = 0, .hi = kMaxTokens, .metavar = "N", .help = "tokens the penalties look back",
-  .set = [](RunOptions& o, const json& v) { o.gen.sampling.repeat_last_n = as<int>(v); },
-  .get = [](const RunOptions& o) { return json(o.gen.sampling.repeat_last_n); }};
-const OptionSpec kPresencePenalty = {KEY("presence_penalty"), .flag = "--presence-penalty", .kind = OptKind::Num,
-  .lo = -2, .hi = 2, .metavar = "X", .help = "presence penalty (OpenAI)", .note = "0 = off",
-  .set = [](RunOptions& o, const json& v) { o.gen.sampling.presence_penalty = as<float>(v); },
-  .get = [](const RunOptions& o) { return json(o.gen.sampling.presence_penalty); }};
-const OptionSpec kFrequencyPenalty = {KEY("frequency_penalty"), .flag = "--frequency-penalty", .kind = OptKind::Num,
-  .lo = -2, .hi = 2, .metavar = "X", .help = "frequency penalty (OpenAI)", .note = "0 = off",
-  .set = [](RunOptions& o, const json& v) { o.gen.sampling.frequency_penalty = as<float>(v); },
-  .get = [](const RunOptions& o) { return json(o.gen.sampling.frequency_penalty); }};
-// JSON only (the OpenAI server asks for it): -1 off, else k in 0..20
-const OptionSpec kLogprobs = {KEY("logprobs"), .kind = OptKind::Int, .lo = -1, .hi = 20,
-  .set = [](RunOptions& o, const json& v) { o.logprobs = as<int>(v); }};
-// < 2^53: the wasm CLI and the JS API carry the seed as a JS number
-const OptionSpec kSeed = {KEY("seed"), .flag = "--seed", .kind = OptKind::Int, .lo = 0, .hi = kMaxSafeInt,
-  .metavar = "S", .help = "sampler seed",
-  .set = [](RunOptions& o, const json& v) { o.gen.sampling.seed = as<uint64_t>(v); },
-  .get = [](const RunOptions& o) { return json(o.gen.sampling.seed); }};
-const OptionSpec kCtx = {KEY("n_ctx"), .flag = "--ctx", .kind = OptKind::Int, .lo = 1, .hi = kMaxTokens,
-  .metavar = "N", .help = "context length",
-  .set = [](RunOptions& o, const json& v) { o.engine.n_ctx = as<int>(v); },
-  .default_text = "min(train ctx, 2048)"};
-const OptionSpec kChunk = {KEY("chunk"), .flag = "--chunk", .kind = OptKind::Int, .lo = 1, .hi = 4096,
-  .metavar = "N", .help = "prefill chunk size",
-  .set = [](RunOptions& o, const json& v) { o.engine.chunk = as<int>(v); },
-  .get = [](const RunOptions& o) { return json(o.engine.chunk); }};
-const OptionSpec kKvBudget = {KEY("kv_budget"), .flag = "--kv-budget", .kind = OptKind::Int, .lo = 1, .hi = kMaxSafeInt,
-  .metavar = "BYTES", .help = "KV cache budget in bytes",
-  .set = [](RunOptions& o, const json& v) { o.engine.kv_budget = (size_t)std::min<uint64_t>(as<uint64_t>(v), SIZE_MAX); },
-  .default_text = "none; wasm: what fits in 128 MB"};
-const OptionSpec kStop = {KEY("stop"), .flag = "--stop", .kind = OptKind::List, .metavar = "TEXT",
-  .help = "stop string (repeatable)",
-  .set = [](RunOptions& o, const json& v) { o.gen.stop = as<std::vector<std::string>>(v); }};
-const OptionSpec kIgnoreEos = {KEY("ignore_eos"), .flag = "--ignore-eos", .kind = OptKind::Flag,
-  .help = "keep generating past end-of-generation tokens", .value = "true",
-  .set = [](RunOptions& o, const json& v) { o.gen.ignore_eos = as<bool>(v); }};
-const OptionSpec kReference = {KEY("mode"), .flag = "--reference", .kind = OptKind::Flag,
-  .help = "reference mode: dequantized f32 math, f32 KV cache", .value = "\"reference\"",
-  .set = [](RunOptions& o, const json& v) {
-    const std::string m = as<std::string>(v);
-    if (m != "fast" && m != "reference") usage_fail("mode must be \"fast\" or \"reference\", got \"" + m + "\"");
-    o.engine.mode = m == "reference" ? Mode::Reference : Mode::Fast;
-  }};
-// Special-token text in the prompt ("<|im_start|>") becomes its token by default, as in
-// llama.cpp's CLI; this keeps it plain text (cli.parse_special = false).
-const OptionSpec kNoSpecial = {KEY("parse_special"), .flag = "--no-special", .kind = OptKind::Flag,
-  .help = "special-token text in the prompt (<|im_start|>) stays plain text", .value = "false"};
-const OptionSpec kIds = {KEY("ids"), .flag = "--ids", .kind = OptKind::Flag,
-  .help = "print only a JSON array of the generated ids", .value = "true"};
-// `serve` (node CLI)
-const OptionSpec kPort = {KEY("port"), .flag = "--port", .kind = OptKind::Int, .lo = 0, .hi = 65535,
-  .metavar = "N", .help = "TCP port", .note = "0 = any free port", .dflt = "8080"};
-const OptionSpec kHost = {KEY("host"), .flag = "--host", .kind = OptKind::Text, .metavar = "H",
-  .help = "address to listen on", .dflt = "\"127.0.0.1\""};
-const OptionSpec kApiKey = {KEY("api_key"), .flag = "--api-key", .kind = OptKind::Text, .lo = 1, .metavar = "KEY",
-  .help = "require \"Authorization: Bearer KEY\" on /v1/* and /health",
-  .default_text = "the KNOTWORK_API_KEY environment variable, else none"};
-const OptionSpec kName = {KEY("name"), .flag = "--name", .kind = OptKind::Text, .lo = 1, .metavar = "ID",
-  .help = "model id in the API", .default_text = "the file name without extension"};
-const OptionSpec kChatTemplate = {KEY("chat_template"), .flag = "--chat-template", .kind = OptKind::Text,
-  .metavar = "NAME", .help = "chat template of /v1/chat/completions", .choices = "chatml|llama2|llama3|zephyr|jinja",
-  .default_text = "the model's own; one knotwork cannot render is an error naming it"};
-// `mesh` (node CLI): the topology of the Workers mesh (workers/lib/topology.mjs)
-const OptionSpec kPlan = {KEY("plan"), .flag = "--plan", .kind = OptKind::Text, .lo = 1, .metavar = "FILE",
-  .help = "topology or planner plan JSON (workers/lib/topology.mjs)"};
-const OptionSpec kStations = {KEY("stations"), .flag = "--stations", .kind = OptKind::Ints, .lo = 0, .hi = 1 << 30,
-  .metavar = "L,L,...", .help = "layers per station, in order", .default_text = "one station"};
-const OptionSpec kShards = {KEY("shards"), .flag = "--shards", .kind = OptKind::Int, .lo = 1, .hi = 1 << 20,
-  .metavar = "N", .help = "vocab shards, near-equal ranges", .default_text = "1"};
-const OptionSpec kVocab = {KEY("vocab"), .flag = "--vocab", .kind = OptKind::Ints, .lo = 0, .hi = 1 << 30,
-  .metavar = "C,C,...", .help = "explicit vocab cut points 0,...,n_vocab instead of --shards"};
-const OptionSpec kSlices = {KEY("slices"), .flag = "--slices", .kind = OptKind::Int, .lo = 1, .hi = 1024,
-  .metavar = "N", .help = "split every station into N head groups + N FFN slices", .default_text = "1"};
-const OptionSpec kFluid = {KEY("fluid"), .flag = "--fluid", .kind = OptKind::Flag,
-  .help = "stations load, run and evict one phase at a time", .value = "true"};
-const OptionSpec kChain = {KEY("chain"), .flag = "--chain", .kind = OptKind::Flag,
-  .help = "the coordinator links to the first station only, each station to the next (automatic when the "
-          "station members would fill the 6 links)", .value = "true"};
-const OptionSpec kLink = {KEY("link"), .flag = "--link", .kind = OptKind::Text, .metavar = "ws|http",
-  .help = "coordinator links (ws: one WebSocket per peer)", .choices = "ws|http", .dflt = "\"ws\""};
-// `plan` (node CLI; bindings/planner.mjs checks the values' meaning)
-const OptionSpec kBudget = {KEY("budget"), .flag = "--budget", .kind = OptKind::Text, .lo = 1, .metavar = "SIZE",
-  .help = "memory per isolate", .default_text = "128MB"};
-const OptionSpec kPlanMode = {KEY("mode"), .flag = "--mode", .kind = OptKind::Text, .metavar = "resident|fluid",
-  .help = "stations keep their layers, or load one phase at a time", .choices = "resident|fluid"};
-const OptionSpec kContext = {KEY("context"), .flag = "--context", .kind = OptKind::Int, .lo = 0, .hi = 1 << 24,
-  .metavar = "N", .help = "context per session"};
-const OptionSpec kPlanChunk = {KEY("chunk"), .flag = "--chunk", .kind = OptKind::Int, .lo = 0, .hi = 1 << 24,
-  .metavar = "N", .help = "prefill chunk"};
-const OptionSpec kPlanShards = {KEY("shards"), .flag = "--shards", .kind = OptKind::Int, .lo = 0, .hi = 1 << 24,
-  .metavar = "N", .help = "vocab shards"};
-const OptionSpec kPlanStations = {KEY("stations"), .flag = "--stations", .kind = OptKind::Int, .lo = 0, .hi = 1 << 24,
-  .metavar = "N", .help = "stations"};
-const OptionSpec kWrangler = {KEY("wrangler"), .flag = "--wrangler", .kind = OptKind::Text, .lo = 1, .metavar = "DIR",
-  .help = "also write the Worker configurations of the plan into DIR: the coordinator (wrangler.toml, the only "
-          "public route), one script per station member and per vocab shard, the warden; plan.json and "
-          "topology.json beside them"};
-const OptionSpec kKnot = {KEY("knot"), .flag = "--knot", .kind = OptKind::Text, .lo = 1, .metavar = "NAME",
-  .help = "with --wrangler: the model's object key in R2", .default_text = "MODEL's file name, .gguf -> .knot"};
-#undef KEY
-// clang-format on
-
-const OptionSpec* const kAll[] = {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP,
-                                  &kRepeatPenalty, &kRepeatLastN, &kPresencePenalty, &kFrequencyPenalty,
-                                  &kLogprobs, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos,
-                                  &kReference, &kNoSpecial, &kIds, &kPort, &kHost, &kApiKey, &kName,
-                                  &kChatTemplate, &kPlan,
-                                  &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink};
-
-const char* const kModelHelp = ".gguf or .knot file (node CLI: also an http(s) URL served with Range requests)";
-
-const CommandSpec kCommands[] = {
-    {"generate", "MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]", "MODEL", kModelHelp, nullptr,
-     {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
-      &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos, &kReference,
-      &kNoSpecial, &kIds},
-     nullptr},
-    {"serve", "MODEL [options]", "MODEL", kModelHelp, nullptr,
-     {&kPort, &kHost, &kApiKey, &kName, &kCtx, &kChunk, &kReference, &kChatTemplate},
-     "Routes: GET / (chat page), GET /v1/models, POST /v1/chat/completions, POST /v1/completions,\n"
-     "GET /health. Prints \"knotwork: serving ID at http://HOST:PORT\" once it listens.\n"},
-    // generate's options the mesh's coordinator sampler takes (its stations keep the KV and
-    // run fast mode: no --kv-budget, no --reference), then the topology
-    {"mesh", "MODEL [--plan FILE | --stations L,L,... [--shards N | --vocab C,C,...] [--slices N]]\n"
-             "                     (-p TEXT | --prompt-file FILE) [-n N] [options]",
-     "MODEL", kModelHelp,
-     "Runs MODEL on a mesh of Workers under workerd (Miniflare): one script per station member and\n"
-     "per vocab shard, a coordinator with a session Durable Object, the model in local R2 (a .gguf\n"
-     "is converted to .knot first). stdout is exactly what generate prints; stderr reports hops,\n"
-     "subrequests, connections and peak memory per isolate.\n",
-     {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
-      &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kStop, &kIgnoreEos, &kNoSpecial, &kIds, &kPlan,
-      &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink},
-     nullptr},
-    {"plan", "MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
-             "                     [--shards N] [--stations N] [--wrangler DIR [--knot NAME]]",
-     "MODEL", kModelHelp,
-     "Prints the mesh plan of MODEL (the JSON of native `knot plan`, the same planner in wasm).\n",
-     {&kBudget, &kPlanMode, &kContext, &kPlanChunk, &kPlanShards, &kPlanStations, &kWrangler, &kKnot},
-     "Run the configurations with `wrangler dev -c DIR/wrangler.toml -c DIR/knot-st0.toml ...`\n"
-     "or deploy each with `wrangler deploy -c DIR/<name>.toml`.\n"},
-};
 
 // "in [0, 1]", ">= 0", "> 0", "in (0, 1]": the range as messages state it.
 std::string range_text(const OptionSpec& o) {
   const auto num = [&](double x) { return o.kind == OptKind::Int ? fmt_int(x) : format_g(x); };
-  if (o.hi == kInf) return std::string(o.lo_open ? "> " : ">= ") + num(o.lo);
+  if (o.hi == kUnbounded) return std::string(o.lo_open ? "> " : ">= ") + num(o.lo);
   return std::string("in ") + (o.lo_open ? "(" : "[") + num(o.lo) + ", " + num(o.hi) + (o.hi_open ? ")" : "]");
 }
 
@@ -365,8 +184,8 @@ long long parse_int_option(const std::string& flag, const std::string& v, long l
 }
 
 const CommandSpec& command_spec(std::string_view name) {
-  for (const auto& c : kCommands)
-    if (name == c.name) return c;
+  for (const CommandSpec* c : {&opt::generate_command(), &opt::serve_command(), &opt::mesh_command(), &opt::plan_command()})
+    if (name == c->name) return *c;
   fail("no option spec for command '" + std::string(name) + "'");
 }
 
@@ -452,12 +271,11 @@ void apply_options(const json& options, RunOptions& out) {
   if (!options.is_object()) usage_fail("options are not a JSON object: " + options.dump());
   for (const auto& [key, v] : options.items()) {
     const OptionSpec* o = nullptr;
-    for (const OptionSpec* c : kAll)
-      if (key == c->key && c->set) o = c;
+    for (const OptionSpec* c : opt::session_option_rows())
+      if (key == c->key) o = c;
     if (!o) {
       std::string known;
-      for (const OptionSpec* c : kAll)
-        if (c->set) known += (known.empty() ? "" : ", ") + std::string(c->key);
+      for (const OptionSpec* c : opt::session_option_rows()) known += (known.empty() ? "" : ", ") + std::string(c->key);
       usage_fail("unknown option '" + key + "' (known: " + known + ")");
     }
     if (v.is_null()) continue;

@@ -1,6 +1,8 @@
 // options.h — the one option spec of `generate` (and friends): one table row per option
 // with its JSON key, flags, kind, range, default and help. Everything that reads options
-// goes through it, so the grammar, ranges and messages exist once:
+// goes through it, so the grammar, ranges and messages exist once. The rows and command
+// specs: generate_options.h (generate's, the options objects'), cli_commands.h (the node
+// CLI's serve, mesh and plan); this header and options.cpp are the machinery over them:
 //   * both CLIs: `knot generate` calls parse_command_line() directly; `node
 //     bin/knotwork.mjs generate` calls it through the wasm ABI (kw_cli_parse, kw_cli_usage);
 //   * the session options of the JS API and the wasm ABI (kw_session_new's JSON, same keys)
@@ -16,9 +18,11 @@
 //     options: the keys apply_options() takes (kw_session_new's JSON);
 //     cli:     what only the command line uses (prompt, prompt_file, ids, port, ...),
 //              with the defaults of those that have one.
-// Commands: generate (both CLIs), serve and mesh (node CLI). A new command (e.g. `tokenize`) is one
-// more CommandSpec listing the rows it takes (new rows for options it alone has).
+// Commands: generate (both CLIs; generate_options.h), serve, mesh and plan (node CLI;
+// cli_commands.h). A new command (e.g. `tokenize`) is one more CommandSpec listing the rows
+// it takes (new rows for options it alone has) and one more entry in command_spec().
 #pragma once
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +32,11 @@
 #include "infer/generate.h"
 
 namespace knot {
+
+// Bounds the rows use: hi = kUnbounded is no upper bound (usage: ">= lo");
+// hi = kMaxSafeInt is 2^53-1, exact as a JS number (usage: "2^53-1").
+inline constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+inline constexpr double kMaxSafeInt = 9007199254740991.0;
 
 enum class OptKind {
   Flag,  // no value; sets `value` (a JSON literal)

@@ -53,7 +53,7 @@ std::vector<LayerTensorKind> layer_kinds(const ModelConfig& c, const std::string
 }
 const char* kPhases[] = {"attn", "ffn_gate", "ffn_up", "ffn_down"};
 
-// DESIGN §2 residency rule (fluid stations keep these across requests).
+// The residency rule of docs/memory.md (fluid stations keep these across requests).
 bool always_resident(const PlanTensor& t) {
   return t.name.find("norm") != std::string::npos || t.name.find("bias") != std::string::npos || t.size < MiB;
 }
@@ -80,6 +80,21 @@ struct Station {
 struct Shard {
   int64_t v0 = 0, v1 = 0;
   Cost cost;
+};
+
+// One complete plan the planner weighs: its isolates and its estimated speed.
+struct Candidate {
+  int min_slices = 1;  // every layer cut into at least this many slices
+  std::vector<Station> stations;
+  std::vector<Shard> shards;
+  int chunk = 0, context = 0;
+  PlanEstimate est;
+  size_t isolates() const { return stations.size() + shards.size(); }
+  int min_cut() const {  // the coarsest cut of any layer (1: some layer whole)
+    int m = 1 << 30;
+    for (const Station& s : stations) m = std::min(m, s.slice.count);
+    return m;
+  }
 };
 
 class Planner {
@@ -117,38 +132,35 @@ class Planner {
     if (o_.chunk > 0) chunks = {o_.chunk};
     else
       for (int k = 512; k >= 1; k /= 2) chunks.push_back(k);
+    if (o_.objective != "memory" && o_.objective != "latency")
+      fail("plan: objective must be memory or latency, got '" + o_.objective + "'");
+    // Candidates: the fewest isolates (min_slices 1), and in resident mode every layer cut
+    // into at least s slices (s <= n_head_kv): more parallel compute per token, more hops.
+    const int max_min_slices = o_.mode == "resident" ? KVH : 1;
+    std::vector<Candidate> cands;
     std::string why;
-    bool found = false;
-    std::vector<Station> best;
-    int best_chunk = 0;
-    for (int k : chunks) {
-      std::vector<Station> st;
-      std::string reason;
-      if (!build_stations(target, k, st, reason)) {
-        if (why.empty()) why = reason;
+    for (int s = 1; s <= max_min_slices; s++) {
+      Candidate c;
+      if (!build(ctx_cap, target, chunks, s, c, s == 1 ? &why : nullptr)) {
+        if (s == 1) fail("plan: budget " + mib(o_.budget) + " cannot be met: " + why);
         continue;
       }
-      if (!found || st.size() < best.size()) {
-        best = st;
-        best_chunk = k;
-        found = true;
-      }
+      // a larger minimum that changes nothing (every layer already cut that finely) is no alternative
+      bool same = false;
+      for (const Candidate& d : cands) same = same || d.isolates() == c.isolates() && d.stations.size() == c.stations.size() &&
+                                                         d.chunk == c.chunk && d.context == c.context && d.min_cut() == c.min_cut();
+      if (!same) cands.push_back(std::move(c));
     }
-    if (!found) fail("plan: budget " + mib(o_.budget) + " cannot be met: " + why);
-    chunk_ = best_chunk;
-    stations_ = best;
-    build_shards();
-    // The context: as asked, else the largest every isolate fits (<= training context).
-    int ctx = ctx_cap;
-    for (auto& s : stations_) ctx = std::min(ctx, s.max_context);
-    if (o_.context > 0) ctx = o_.context;
-    context_ = ctx;
-    if (chunk_ > context_) chunk_ = std::max(1, context_);
-    for (auto& s : stations_) {
-      s.cost = station_cost(s.l0, s.l1, s.slice, s.fluid, context_, chunk_);
-      if (s.fluid) s.prefetch = s.cost.total() + s.cost.phase <= o_.budget;  // room to load the next phase early
+    size_t pick = 0;
+    for (size_t i = 1; i < cands.size(); i++) {
+      const Candidate &a = cands[i], &b = cands[pick];
+      const bool faster = a.est.decode_tok_s > b.est.decode_tok_s, fewer = a.isolates() < b.isolates();
+      const bool tie_iso = a.isolates() == b.isolates(), tie_tok = a.est.decode_tok_s == b.est.decode_tok_s;
+      if (o_.objective == "memory" ? fewer || (tie_iso && faster) : faster || (tie_tok && fewer)) pick = i;
     }
-    for (auto& s : shards_) s.cost = shard_cost(s.v1 - s.v0, chunk_);
+    chosen_ = cands[pick];
+    for (size_t i = 0; i < cands.size(); i++)
+      if (i != pick) rejected_.push_back(cands[i]);
     return to_json();
   }
 
@@ -159,10 +171,102 @@ class Planner {
   std::map<std::string, const PlanTensor*> by_name_;
   std::vector<LayerTensorKind> kinds_;  // the architecture's per-layer tensors
   int E, H, KVH, D, F, L, G;
-  int chunk_ = 0, context_ = 0;
-  std::vector<Station> stations_;
-  std::vector<Shard> shards_;
-  std::string shard_reason_;
+  Candidate chosen_;
+  std::vector<Candidate> rejected_;
+
+  // A complete candidate for a minimum slice count: stations for the chunk that needs the
+  // fewest, shards, context, costs at that context, the estimate. False (why set) when the
+  // budget cannot be met.
+  bool build(int ctx_cap, int target, const std::vector<int>& chunks, int min_slices, Candidate& c, std::string* why) const {
+    bool found = false;
+    std::string first_why;
+    for (int k : chunks) {
+      std::vector<Station> st;
+      std::string reason;
+      if (!build_stations(target, k, min_slices, st, reason)) {
+        if (first_why.empty()) first_why = reason;
+        continue;
+      }
+      if (!found || st.size() < c.stations.size()) {
+        c.stations = st;
+        c.chunk = k;
+        found = true;
+      }
+    }
+    if (!found) {
+      if (why) *why = first_why;
+      return false;
+    }
+    c.min_slices = min_slices;
+    c.shards = build_shards(c.chunk);
+    // The context: as asked, else the largest every isolate fits (<= training context).
+    int ctx = ctx_cap;
+    for (auto& s : c.stations) ctx = std::min(ctx, s.max_context);
+    if (o_.context > 0) ctx = o_.context;
+    c.context = ctx;
+    if (c.chunk > c.context) c.chunk = std::max(1, c.context);
+    for (auto& s : c.stations) {
+      s.cost = station_cost(s.l0, s.l1, s.slice, s.fluid, c.context, c.chunk);
+      if (s.fluid) s.prefetch = s.cost.total() + s.cost.phase <= o_.budget;  // room to load the next phase early
+    }
+    for (auto& s : c.shards) s.cost = shard_cost(s.v1 - s.v0, c.chunk);
+    c.est = estimate_plan(shape(c), o_.cost);
+    return true;
+  }
+
+  // Per generated token (decode): embed at the one shard owning the token, one request
+  // per whole-layer station, two parallel rounds (attention, then FFN) over the slices of
+  // a split layer, then lm-head top-k at every shard in parallel.
+  struct Counts {
+    int whole = 0, split_layers = 0, max_slices = 1;
+  };
+  static Counts counts(const std::vector<Station>& stations) {
+    Counts n;
+    for (const Station& s : stations) {
+      if (s.slice.count > 1) {
+        if (s.slice.index == 0) n.split_layers++;
+        n.max_slices = std::max(n.max_slices, s.slice.count);
+      } else {
+        n.whole++;
+      }
+    }
+    return n;
+  }
+  static int hops_per_token(const Counts& n) { return 1 + n.whole + 2 * n.split_layers + 1; }
+  // Shard groups the session links to directly (the rest sit behind hubs): the links the
+  // stations leave (a chain takes one).
+  static int shard_groups(int members, int nsh) {
+    const int station_links = members >= kConnectionCap ? 1 : members;
+    return std::min(nsh, kConnectionCap - station_links);
+  }
+
+  // The plan as the time model sees it (plan_cost.h).
+  PlanShape shape(const Candidate& c) const {
+    PlanShape p;
+    int range = -1, l0 = -1, l1 = -1;
+    for (const Station& s : c.stations) {
+      if (s.l0 != l0 || s.l1 != l1) range++, l0 = s.l0, l1 = s.l1;
+      CostMember m;
+      m.range = range;
+      bool aligned = true;
+      for (int l = s.l0; l < s.l1; l++)
+        for (const auto& kind : kinds_)
+          if (const PlanTensor* t = find(l, kind.suffix.c_str())) {
+            const uint64_t b = slice_bytes(*t, kind, s.slice, &aligned);
+            m.compute_bytes += b;
+            if (s.fluid && !always_resident(*t)) m.streamed_bytes += b;
+          }
+      m.kv_bytes_per_token = kv_per_token(s.l1 - s.l0, s.slice);
+      p.members.push_back(m);
+    }
+    const PlanTensor* head = find("output_weight");
+    if (!head) head = find("token_embd_weight");
+    for (const Shard& s : c.shards) p.shard_lm_head_bytes.push_back(row_bytes(head->type, head->shape[0], head->name) * (uint64_t)(s.v1 - s.v0));
+    const int nsh = (int)c.shards.size();
+    p.hops = hops_per_token(counts(c.stations)) + (shard_groups((int)c.stations.size(), nsh) < nsh ? 1 : 0);  // + the hubs' hop
+    p.chunk = c.chunk;
+    return p;
+  }
 
   const PlanTensor* find(int layer, const char* suffix) const {
     auto it = by_name_.find(layer_tensor_name(layer, suffix));
@@ -296,7 +400,7 @@ class Planner {
     return st;
   }
 
-  bool build_stations(int target, int k, std::vector<Station>& out, std::string& why) const {
+  bool build_stations(int target, int k, int min_slices, std::vector<Station>& out, std::string& why) const {
     out.clear();
     const Slice whole = [&] { Slice s; s.h1 = H; s.c1 = F; return s; }();
     if (o_.mode == "fluid") {
@@ -321,13 +425,14 @@ class Planner {
     // resident: pack whole layers greedily; a layer that does not fit alone is sliced.
     for (int l0 = 0; l0 < L;) {
       int l1 = l0;
-      while (l1 < L && fits(l0, l1 + 1, whole, false, target, k, l1 == l0 ? &why : nullptr)) l1++;
+      if (min_slices <= 1)
+        while (l1 < L && fits(l0, l1 + 1, whole, false, target, k, l1 == l0 ? &why : nullptr)) l1++;
       if (l1 > l0) {
         out.push_back(station(l0, l1, whole, false, k));
         l0 = l1;
         continue;
       }
-      int s = 2;
+      int s = std::max(2, min_slices);
       for (; s <= KVH; s++) {
         bool ok = true;
         for (int i = 0; i < s && ok; i++) ok = fits(l0, l0 + 1, make_slice(i, s), false, target, k, &why);
@@ -364,12 +469,12 @@ class Planner {
     return c;
   }
 
-  void build_shards() {
+  std::vector<Shard> build_shards(int chunk) const {
     const int64_t V = c_.n_vocab;
     auto ok = [&](int n) {
       for (int i = 0; i < n; i++) {
         const int64_t a = V * i / n, b = V * (i + 1) / n;
-        if (shard_cost(b - a, chunk_).total() > o_.budget) return false;
+        if (shard_cost(b - a, chunk).total() > o_.budget) return false;
       }
       return true;
     };
@@ -377,21 +482,23 @@ class Planner {
     if (n > V) fail("plan: --shards " + std::to_string(n) + " exceeds the vocabulary of " + std::to_string(V) + " tokens");
     if (n > 0) {
       if (!ok(n)) {
-        const Cost c = shard_cost((V + n - 1) / n, chunk_);
+        const Cost c = shard_cost((V + n - 1) / n, chunk);
         fail("plan: budget " + mib(o_.budget) + " cannot be met: a vocab shard of " + std::to_string((V + n - 1) / n) +
              " rows needs " + mib(c.total()) + " (rows " + mib(c.resident) + ", activations " + mib(c.act) + ", module + JS " +
              mib(c.module + c.js) + "); use more shards");
       }
     } else {
-      const Cost one = shard_cost(1, chunk_);
+      const Cost one = shard_cost(1, chunk);
       if (one.total() > o_.budget)
         fail("plan: budget " + mib(o_.budget) + " cannot be met: even a one-row vocab shard needs " + mib(one.total()));
       const uint64_t per = shard_row_bytes() + 8;
-      const uint64_t rows = std::max<uint64_t>(1, (o_.budget - shard_cost(0, chunk_).total()) / per);
+      const uint64_t rows = std::max<uint64_t>(1, (o_.budget - shard_cost(0, chunk).total()) / per);
       n = (int)std::max<int64_t>(1, (V + (int64_t)rows - 1) / (int64_t)rows);
       while (!ok(n)) n++;
     }
-    for (int i = 0; i < n; i++) shards_.push_back({V * i / n, V * (i + 1) / n, {}});
+    std::vector<Shard> out;
+    for (int i = 0; i < n; i++) out.push_back({V * i / n, V * (i + 1) / n, {}});
+    return out;
   }
 
   static ojson cost_json(const Cost& c) {
@@ -399,7 +506,16 @@ class Planner {
                  {"activations", c.act}, {"module", c.module}, {"js_heap", c.js}, {"total", c.total()}};
   }
 
+  static ojson estimate_json(const PlanEstimate& e, const CostModel& m) {
+    auto r = [](double v, double q) { return std::round(v * q) / q; };
+    return ojson{{"decode_tok_s", r(e.decode_tok_s, 1000)}, {"decode_ms", r(e.decode_ms, 100)},
+                 {"station_ms", r(e.station_ms, 100)}, {"shard_ms", r(e.shard_ms, 100)}, {"hop_ms", r(e.hop_ms, 100)},
+                 {"ttft_s", r(e.ttft_s, 100)}, {"ttft_pipelined_s", r(e.ttft_pipelined_s, 100)},
+                 {"prompt_tokens", m.prompt_tokens}, {"prefill", "sequential"}};
+  }
+
   std::string to_json() const {
+    const Candidate& c = chosen_;
     ojson j;
     j["planner"] = 1;
     j["model"] = {{"name", m_.name}, {"arch", c_.arch}, {"n_layer", L}, {"n_embd", E}, {"n_head", H}, {"n_head_kv", KVH},
@@ -410,13 +526,13 @@ class Planner {
     j["model"]["weights_bytes"] = wbytes;
     j["budget"] = o_.budget;
     j["mode"] = o_.mode;
-    j["context"] = context_;
-    j["chunk"] = chunk_;
+    j["context"] = c.context;
+    j["chunk"] = c.chunk;
     // stations
     ojson st = ojson::array();
     int whole = 0, split_layers = 0, max_slices = 1, fluid = 0;
-    for (size_t i = 0; i < stations_.size(); i++) {
-      const Station& s = stations_[i];
+    for (size_t i = 0; i < c.stations.size(); i++) {
+      const Station& s = c.stations[i];
       const std::string role = s.l0 == 0 && s.l1 == L ? "entry-exit" : s.l0 == 0 ? "entry" : s.l1 == L ? "exit" : "mid";
       std::string id = "station-" + std::to_string(s.l0) + "-" + std::to_string(s.l1);
       if (s.slice.count > 1) id += "-s" + std::to_string(s.slice.index) + "of" + std::to_string(s.slice.count);
@@ -442,7 +558,7 @@ class Planner {
     }
     j["stations"] = st;
     ojson sh = ojson::array();
-    for (const auto& s : shards_) {
+    for (const auto& s : c.shards) {
       sh.push_back({{"id", "shard-" + std::to_string(s.v0) + "-" + std::to_string(s.v1)},
                     {"vocab", {s.v0, s.v1}},
                     {"tensors", c_.tied_embeddings ? ojson{"token_embd_weight"} : ojson{"token_embd_weight", "output_weight"}},
@@ -450,35 +566,35 @@ class Planner {
     }
     j["shards"] = sh;
     j["padding_rows"] = {c_.n_vocab, c_.n_vocab_tensor};
-    const int isolates = (int)(stations_.size() + shards_.size());
+    const int isolates = (int)(c.stations.size() + c.shards.size());
     j["isolates"] = isolates;
     uint64_t peak = 0;
-    for (const auto& s : stations_) peak = std::max(peak, s.cost.total());
-    for (const auto& s : shards_) peak = std::max(peak, s.cost.total());
+    for (const auto& s : c.stations) peak = std::max(peak, s.cost.total());
+    for (const auto& s : c.shards) peak = std::max(peak, s.cost.total());
     j["largest_isolate"] = peak;
     // Per generated token (decode): embed at the one shard owning the token, one request
     // per whole-layer station, two parallel rounds (attention, then FFN) over the slices of
     // a split layer, then lm-head top-k at every shard in parallel.
-    const int nsh = (int)shards_.size();
-    const int sub = 1 + whole + 2 * (int)(stations_.size() - whole) + nsh;
-    const int hops = 1 + whole + 2 * split_layers + 1;
+    const int nsh = (int)c.shards.size();
+    const int sub = 1 + whole + 2 * (int)(c.stations.size() - whole) + nsh;
+    const int hops = hops_per_token(counts(c.stations));
     const int par = std::max(nsh, max_slices);
     const int waves = (nsh + kConnectionCap - 1) / kConnectionCap;
     ojson pt{{"hops", hops},
              {"subrequests", sub},
              {"simultaneous_connections", par},
              {"lm_head_waves", waves}};
-    const int64_t prefill_chunks = (kGenTokens + chunk_ - 1) / chunk_;
+    const int64_t prefill_chunks = (kGenTokens + c.chunk - 1) / c.chunk;
     const int64_t gen_sub = (int64_t)sub * kGenTokens;
     // The links the workers hold (workers/lib/topology.mjs, fitLinks/links): the stations
     // are chained when their members alone would take every link of the session DO — it
     // then links to the first station, each range's first slice to its other slices and to
     // the next range — and the shards sit behind hubs in the links left.
-    const int members = (int)stations_.size();
+    const int members = (int)c.stations.size();
     const int ranges = whole + split_layers;
     const bool chain = members >= kConnectionCap;
     const int station_links = chain ? 1 : members;
-    const int groups = std::min(nsh, kConnectionCap - station_links);
+    const int groups = shard_groups(members, nsh);
     const int hub_links = (nsh + groups - 1) / groups - 1;
     const int leader_links = chain ? (max_slices - 1) + (ranges > 1 ? 1 : 0) : 0;
     const int coordinator_links = station_links + groups;
@@ -508,7 +624,7 @@ class Planner {
       notes.push_back("fan-out of " + std::to_string(par) + " exceeds " + std::to_string(kConnectionCap) +
                       " simultaneous connections over plain fetch (" + std::to_string((par + kConnectionCap - 1) / kConnectionCap) +
                       " waves); the shards sit behind " + std::to_string(groups) + " hub(s) instead");
-    for (const auto& s : stations_)
+    for (const auto& s : c.stations)
       if (s.slice.count > 1 && !s.aligned) {
         notes.push_back("station slices of layer " + std::to_string(s.l0) +
                         " cut attn_output/ffn_down columns off block boundaries: those tensors are held whole");
@@ -517,6 +633,22 @@ class Planner {
     if (fluid) notes.push_back(std::to_string(fluid) + " fluid station(s): per layer load, run and evict attn, ffn_gate, ffn_up, ffn_down");
     pt["notes"] = notes;
     j["per_token"] = pt;
+    j["objective"] = o_.objective;
+    j["estimate"] = estimate_json(c.est, o_.cost);
+    ojson alts = ojson::array();
+    for (const Candidate& a : rejected_) {
+      uint64_t largest = 0;
+      for (const auto& s : a.stations) largest = std::max(largest, s.cost.total());
+      for (const auto& s : a.shards) largest = std::max(largest, s.cost.total());
+      alts.push_back({{"min_slices", a.min_slices}, {"isolates", a.isolates()}, {"stations", a.stations.size()},
+                      {"largest_isolate", largest}, {"context", a.context}, {"chunk", a.chunk},
+                      {"estimate", estimate_json(a.est, o_.cost)}});
+    }
+    j["alternatives"] = alts;
+    j["cost_model"] = {{"decode_bytes_per_ms", o_.cost.decode_bytes_per_ms},
+                       {"prefill_token_bytes_per_ms", o_.cost.prefill_token_bytes_per_ms},
+                       {"hop_ms", o_.cost.hop_ms}, {"fetch_bytes_per_ms", o_.cost.fetch_bytes_per_ms}};
+    j["min_slices"] = c.min_slices;
     return j.dump(2) + "\n";
   }
 };
@@ -601,7 +733,13 @@ PlanOptions plan_options_from_json(const std::string& text) {
       o.mode = v.get<std::string>();
     } else if (k == "module_bytes") o.module_bytes = bytes();
     else if (k == "js_heap_bytes") o.js_heap_bytes = bytes();
-    else fail("plan options: unknown option '" + k + "'");
+    else if (k == "objective") {
+      if (!v.is_string()) fail("plan options: objective must be \"memory\" or \"latency\"");
+      o.objective = v.get<std::string>();
+    } else if (k == "cost") {
+      if (!v.is_object()) fail("plan options: cost must be an object (bench/cost-model.json)");
+      o.cost = cost_model_from_json(v.dump());
+    } else fail("plan options: unknown option '" + k + "'");
   }
   return o;
 }

@@ -1,4 +1,4 @@
-// planner.h — derive a mesh topology (DESIGN §1, §2, §8) from a model header and a
+// planner.h — derive a mesh topology (docs/architecture.md, memory.md, limits.md) from a model header and a
 // per-isolate memory budget.
 //
 // Input: the model config and its tensor table (name, type, shape, bytes) — no tensor
@@ -17,6 +17,12 @@
 //             activations (workspace + ABI buffers for one chunk), module, JS heap.
 //   per_token hops, subrequests and simultaneous connections per generated token, and
 //             what a 4096-token generation costs against the platform caps (§8).
+//   estimate  decode tok/s and time to first token of the plan (plan_cost.h's model, its
+//             constants in cost_model), and alternatives: the same figures for the plans
+//             the objective rejected (resident: every layer cut into at least s slices,
+//             s = 1 .. n_head_kv — more parallel compute per token, more isolates).
+// Objective: "memory" (default) takes the fewest isolates (ties: the faster), "latency"
+// the highest decode tok/s (ties: the fewer isolates).
 // A budget that cannot be met throws knot::Error with the reason (which isolate, which
 // item, how many bytes against how many).
 //
@@ -26,7 +32,7 @@
 //                     biases, anything < 1 MiB — (fluid); a slice counts only its rows /
 //                     columns (norms whole: every slice re-norms the full x).
 //   largest phase     fluid only: the largest of attn / ffn_gate / ffn_up / ffn_down of
-//                     one layer (DESIGN §2: never two phases held).
+//                     one layer (docs/memory.md: never two phases held).
 //   kv                2 × layers × KV heads (of the slice) × head_dim × 2 B (F16) × context.
 //   activations       forward.h's Workspace for (chunk, context) of the slice's dims, the
 //                     ABI in/out buffers and the activation quantization of one call.
@@ -39,6 +45,7 @@
 #include <vector>
 
 #include "container/model.h"
+#include "infer/plan_cost.h"
 
 namespace knot {
 
@@ -64,6 +71,8 @@ struct PlanOptions {
   std::string mode = "resident";        // resident | fluid
   uint64_t module_bytes = 6ull << 20;   // see bindings/planner.mjs / README: measured
   uint64_t js_heap_bytes = 16ull << 20; // loader, read chunks in flight, activation copies (measured: bench/mesh-memory.mjs)
+  std::string objective = "memory";     // memory | latency
+  CostModel cost;                       // the time model's measured rates (bench/cost-model.json)
 };
 
 // Header bytes -> PlanModel. GGUF or .knot; *need > 0 (and an empty model) when the
@@ -79,7 +88,8 @@ uint64_t parse_bytes(const std::string& s, const std::string& what);
 std::string plan_json(const PlanModel& m, const PlanOptions& o);
 
 // PlanOptions from a JSON object {"budget": "128MB"|N, "context", "chunk", "shards",
-// "stations", "mode", "module_bytes", "js_heap_bytes"} (unknown keys are errors).
+// "stations", "mode", "module_bytes", "js_heap_bytes", "objective", "cost": {cost model}}
+// (unknown keys are errors).
 PlanOptions plan_options_from_json(const std::string& json);
 
 }  // namespace knot

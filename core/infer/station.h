@@ -1,4 +1,4 @@
-// station.h — a layer station's per-session state (DESIGN §1): the KV cache of layers
+// station.h — a layer station's per-session state (docs/architecture.md): the KV cache of layers
 // [l0,l1) and attention heads [h0,h1), its scratch buffers, and the per-phase forward
 // calls a mesh makes on it, with the checks a mesh needs:
 //  * the head slice lies on whole GQA groups (h0, h1 multiples of n_head / n_head_kv), so
@@ -61,6 +61,10 @@ class Station {
   void ffn(const Model& m, FfnPhase ph, int layer, const float* x, int ntok, float* h, float* out,
            int c0 = 0, int c1 = -1);
   void truncate(int n_pos);  // forget positions >= n_pos (0: a new sequence)
+  // Snapshots of the session's KV (KvCache::export_rows / import_rows): positions
+  // [pos0, pos0+n) as kv().bytes_per_token() bytes each; an import appends at n_pos().
+  void export_kv(int pos0, int n, uint8_t* dst) const { kv_.export_rows(pos0, n, dst); }
+  void import_kv(int pos0, int n, const uint8_t* src) { kv_.import_rows(pos0, n, src); }
 
   const StationSpec& spec() const { return s_; }
   int n_pos() const { return kv_.n_pos(); }

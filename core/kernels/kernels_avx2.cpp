@@ -6,11 +6,7 @@
 // with every token's activation block.
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
 
 #include <immintrin.h>
 

@@ -2,11 +2,7 @@
 // Kernel::Simd). Each weight block is decoded once into small integer arrays and dotted
 // with the nt (<= KMAX_TOK) activation rows; integer sums are exact, the per-block float
 // combine is the shared block_accum_* (see kernels_internal.h).
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
 
 #include "kernels/kernels_internal.h"
 

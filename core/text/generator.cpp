@@ -69,6 +69,14 @@ GenStep Generator::step(const SliceTopK& merged) {
   return after_sample(sampler_.sample_topk(merged));
 }
 
+GenStep Generator::step_draft(const float* logits, int n, int32_t draft, bool* accepted) {
+  if (!started_) fail("generator: call start() before step_draft()");
+  if (done_) fail("generator: generation already finished (" + reason_ + ")");
+  const Sampler::Draft d = sampler_.sample_draft(logits, n, draft);
+  *accepted = d.accepted;
+  return after_sample(d.id);
+}
+
 void Generator::stop(const std::string& reason) {
   done_ = true;
   reason_ = reason;

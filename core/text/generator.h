@@ -33,6 +33,7 @@ struct GenerateParams {
   SamplerParams sampling;
   std::vector<std::string> stop;  // stop strings (not emitted)
   bool ignore_eos = false;        // keep going past end-of-generation tokens
+  int lookup = 0;                 // speculative decoding: draft up to this many tokens by prompt lookup (0: off)
 };
 
 struct GenStep {
@@ -57,6 +58,10 @@ class Generator {
   GenStep step(const float* logits, int n);
   // ... or from a merged shard top-k (Sampler::sample_topk: exact within k).
   GenStep step(const SliceTopK& merged);
+  // Speculative decoding: the logits of the position a drafted token was fed for, and
+  // that token (Sampler::sample_draft). *accepted: the step's id is the draft, so the
+  // positions fed after it stay valid; else the caller drops them (KV truncation).
+  GenStep step_draft(const float* logits, int n, int32_t draft, bool* accepted);
   // End early with `reason` (held-back text is dropped, as for a stop string).
   void stop(const std::string& reason);
 

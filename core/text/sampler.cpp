@@ -3,11 +3,7 @@
 // splitmix64, exp() is our own (basic IEEE ops only), candidate order is a total order
 // (logit desc, id asc), and floating-point contraction into FMA is disabled here so
 // x86, ARM and wasm round the same way.
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
 
 #include "text/sampler.h"
 
@@ -172,6 +168,46 @@ void Sampler::top_p_unsorted(double target, float max_logit, float min_logit, co
 }
 
 int32_t Sampler::sample_cand(bool full_vocab, const SliceTopK* whole) {
+  int32_t best_id = -1;
+  if (!filter(full_vocab, whole, &best_id)) return best_id;
+  // Draw (in the current order, which is deterministic).
+  const double u = uniform01(rng_state_) * w_sum_;
+  double cum = 0;
+  for (size_t i = 0; i < cand_.size(); i++) {
+    cum += w_[i];
+    if (u < cum) return cand_[i].second;
+  }
+  return cand_.back().second;  // u rounded up to sum
+}
+
+Sampler::Draft Sampler::sample_draft(const float* logits, int n, int32_t draft) {
+  if (logits == nullptr || n < n_vocab_)
+    fail("sampler: got " + std::to_string(n) + " logits, vocab has " + std::to_string(n_vocab_));
+  cand_.resize(n_vocab_);
+  for (int32_t i = 0; i < n_vocab_; i++) cand_[i] = {logits[i], i};
+  int32_t best_id = -1;
+  if (!filter(true, nullptr, &best_id)) return {best_id, best_id == draft};  // greedy: the argmax, kept if it is the draft
+  // The draft came from a deterministic proposal (q = 1 at the draft): keep it with
+  // probability p(draft) = min(1, p/q), else draw from max(0, p - q) normalised, which is p
+  // without the draft. Either way the token is distributed as p.
+  double wd = 0;
+  for (size_t i = 0; i < cand_.size(); i++)
+    if (cand_[i].second == draft) wd = w_[i];
+  if (uniform01(rng_state_) * w_sum_ < wd) return {draft, true};
+  const double rest = w_sum_ - wd;
+  const double u = uniform01(rng_state_) * rest;
+  double cum = 0;
+  int32_t last = -1;
+  for (size_t i = 0; i < cand_.size(); i++) {
+    if (cand_[i].second == draft) continue;
+    cum += w_[i];
+    last = cand_[i].second;
+    if (u < cum) return {last, false};
+  }
+  return {last >= 0 ? last : draft, last < 0};  // u rounded up to the rest; or the draft was the only candidate
+}
+
+bool Sampler::filter(bool full_vocab, const SliceTopK* whole, int32_t* best_out) {
   for (const auto& c : cand_)
     if (std::isnan(c.first)) fail("sampler: logit of token " + std::to_string(c.second) + " is NaN");
 
@@ -212,8 +248,9 @@ int32_t Sampler::sample_cand(bool full_vocab, const SliceTopK* whole) {
   const float max_logit = cand_[best].first;
   const int32_t best_id = cand_[best].second;
   if (max_logit == -std::numeric_limits<float>::infinity()) fail("sampler: every logit is -inf");
-  if (p_.temperature <= 0.f) return best_id;  // greedy
-  if (max_logit == std::numeric_limits<float>::infinity()) return best_id;
+  *best_out = best_id;
+  if (p_.temperature <= 0.f) return false;  // greedy
+  if (max_logit == std::numeric_limits<float>::infinity()) return false;
 
   bool sorted = false;  // cand_ in `better` order (else in input order)
   const size_t n_all = whole ? (size_t)n_vocab_ : cand_.size();  // tokens the list stands for
@@ -261,15 +298,10 @@ int32_t Sampler::sample_cand(bool full_vocab, const SliceTopK* whole) {
     cand_.resize(keep);
   }
 
-  // Temperature, softmax, draw (in the current order, which is deterministic).
-  const double sum = weigh(1.0f / p_.temperature);
-  const double u = uniform01(rng_state_) * sum;
-  double cum = 0;
-  for (size_t i = 0; i < cand_.size(); i++) {
-    cum += w[i];
-    if (u < cum) return cand_[i].second;
-  }
-  return cand_.back().second;  // u rounded up to sum
+  // Temperature, softmax weights for the draw.
+  w_sum_ = weigh(1.0f / p_.temperature);
+  w_.swap(w);
+  return true;
 }
 
 // ---- shard top-k -----------------------------------------------------------------------

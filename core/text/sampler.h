@@ -12,7 +12,7 @@ namespace knot {
 
 // A vocab slice's best k logits (ids absolute, best first: logit desc, lower id on ties),
 // log(sum(exp(logit))) and the lowest finite logit over the whole slice: what a vocab
-// shard sends so a coordinator can sample exactly without the full logits (DESIGN §6).
+// shard sends so a coordinator can sample exactly without the full logits (docs/protocol.md).
 struct SliceTopK {
   std::vector<int32_t> ids;
   std::vector<float> logits;
@@ -59,6 +59,17 @@ class Sampler {
   // only, so they are exact when no unlisted penalised token matters (they lower logits;
   // but top-p alone then uses the unpenalised lse).
   int32_t sample_topk(const SliceTopK& t);
+  // Speculative decoding: verify a drafted token against these logits (the position the
+  // draft was fed for). Greedy: the argmax, accepted when it is the draft. Sampling: the
+  // standard acceptance rule for a deterministic draft (prompt lookup): the draft is kept
+  // with probability p(draft), else a token is drawn from p without the draft — so the
+  // token is distributed exactly as sample() would draw it (not the same draw: it takes
+  // one or two uniforms).
+  struct Draft {
+    int32_t id;
+    bool accepted;
+  };
+  Draft sample_draft(const float* logits, int n, int32_t draft);
   const SamplerParams& params() const { return p_; }
 
  private:
@@ -70,6 +81,12 @@ class Sampler {
   // Filters cand_ and draws. full_vocab: cand_[id].second == id. whole: cand_ is a shard
   // top-k (in id order) standing for the whole vocab of that lse / min.
   int32_t sample_cand(bool full_vocab, const SliceTopK* whole = nullptr);
+  // The pipeline up to the draw: penalties, argmax (*best), top-k, top-p, min-p, then
+  // w_ / w_sum_ = the temperature softmax weights of cand_. False when the result is the
+  // argmax without a draw (greedy, or an infinite max logit).
+  bool filter(bool full_vocab, const SliceTopK* whole, int32_t* best);
+  std::vector<double> w_;
+  double w_sum_ = 0;
   void top_p_unsorted(double target, float max_logit, float min_logit, const std::vector<double>& w);
 };
 

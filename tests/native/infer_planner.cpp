@@ -10,7 +10,9 @@
 
 #include "container/convert.h"
 #include "container/synth.h"
+#include "container/loader.h"
 #include "infer/planner.h"
+#include "test_paths.h"
 
 using namespace knot;
 using json = nlohmann::json;
@@ -138,7 +140,7 @@ TEST(Planner, Qwen7bFluidTwoStationsHoldOnePhaseAndTheLargestContext) {
   for (const auto& s : p["stations"]) {
     EXPECT_EQ(s["mode"], "fluid");
     EXPECT_EQ(s["memory"]["largest_phase"].get<uint64_t>(), largest);
-    // the residency rule (DESIGN §2): norms, biases, anything under 1 MiB (here attn_k)
+    // the residency rule (docs/memory.md): norms, biases, anything under 1 MiB (here attn_k)
     uint64_t floor = 0;
     const int l0 = s["layers"][0], l1 = s["layers"][1];
     for (const auto& t : m.tensors) {
@@ -194,7 +196,7 @@ TEST(Planner, ShardCountAndBudgetAreHonoured) {
   o.shards = 8;
   const json p = plan(m, o);
   ASSERT_EQ(p["shards"].size(), 8u);
-  EXPECT_EQ(p["shards"][0]["vocab"], json::array({0, 18992}));  // DESIGN §1's reference cluster
+  EXPECT_EQ(p["shards"][0]["vocab"], json::array({0, 18992}));  // the reference cluster of docs/architecture.md
   EXPECT_EQ(p["shards"][7]["vocab"], json::array({132944, 151936}));
   o.shards = 2;
   EXPECT_NE(error_of(m, o).find("vocab shard of 75968 rows"), std::string::npos) << error_of(m, o);
@@ -233,4 +235,132 @@ TEST(Planner, SizesAndOptionsParse) {
   EXPECT_EQ(o.stations, 3);
   EXPECT_THROW(plan_options_from_json(R"({"budjet":1})"), Error);
   EXPECT_THROW(plan_options_from_json(R"({"context":-1})"), Error);
+}
+
+// ---- the time model (plan_cost.h) and the objective ----
+
+TEST(PlanCost, EstimateFollowsTheModelOnAHandBuiltShape) {
+  // two ranges: range 0 one member, range 1 two slices (the slower counts); two shards
+  PlanShape s;
+  s.members = {{0, 1000, 10, 0}, {1, 4000, 20, 0}, {1, 2000, 20, 0}};
+  s.shard_lm_head_bytes = {500, 900};
+  s.hops = 4;
+  s.chunk = 2;
+  CostModel c;
+  c.decode_bytes_per_ms = 100, c.prefill_token_bytes_per_ms = 1000, c.hop_ms = 0.5, c.fetch_bytes_per_ms = 1;
+  c.prompt_tokens = 4;
+  const PlanEstimate e = estimate_plan(s, c);
+  // decode at position 4: (1000 + 10*4*... ) member_ms = compute + t*kv*(pos + t/2)/rate, t = 1
+  const double m0 = 1000.0 / 100 + 10 * 4.5 / 100, m1 = 4000.0 / 100 + 20 * 4.5 / 100;
+  EXPECT_DOUBLE_EQ(e.station_ms, m0 + m1);
+  EXPECT_DOUBLE_EQ(e.shard_ms, 9.0);
+  EXPECT_DOUBLE_EQ(e.hop_ms, 2.0);
+  EXPECT_DOUBLE_EQ(e.decode_ms, m0 + m1 + 9 + 2);
+  EXPECT_DOUBLE_EQ(e.decode_tok_s, 1000.0 / (m0 + m1 + 11));
+  // prefill: chunks at pos 0 and 2, 2 tokens each
+  auto chunk = [](double bytes, double kv, double pos) { return bytes * 2 / 1000 + 2 * kv * (pos + 1) / 100; };
+  const double a0 = chunk(1000, 10, 0), b0 = chunk(4000, 20, 0), a1 = chunk(1000, 10, 2), b1 = chunk(4000, 20, 2);
+  EXPECT_DOUBLE_EQ(e.ttft_s * 1000, (a0 + b0 + 2) + (a1 + b1 + 2) + 9);
+  EXPECT_DOUBLE_EQ(e.ttft_pipelined_s * 1000, (a0 + b0) + std::max(a1, b1) + 2 + 9);
+  // a fluid member adds its streamed bytes at the fetch rate, per token and per chunk
+  s.members[0].streamed_bytes = 7;
+  EXPECT_DOUBLE_EQ(estimate_plan(s, c).station_ms, m0 + 7 + m1);
+}
+
+TEST(PlanCost, CostModelJsonNamesTheBadField) {
+  const CostModel c = cost_model_from_json(R"({"decode_bytes_per_ms": 5, "hop_ms": 2.5, "provenance": "x"})");
+  EXPECT_EQ(c.decode_bytes_per_ms, 5);
+  EXPECT_EQ(c.hop_ms, 2.5);
+  EXPECT_EQ(c.prefill_token_bytes_per_ms, CostModel{}.prefill_token_bytes_per_ms);
+  auto err = [](const char* j) {
+    try {
+      cost_model_from_json(j);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(err(R"({"hop_ms": -1})").find("hop_ms must be a positive number"), std::string::npos);
+  EXPECT_NE(err(R"({"decode_bytes_per_ms": "fast"})").find("decode_bytes_per_ms"), std::string::npos);
+  EXPECT_NE(err(R"({"prompt_tokens": 0})").find("prompt_tokens"), std::string::npos);
+  EXPECT_NE(err("[1]").find("not a JSON object"), std::string::npos);
+}
+
+TEST(PlanCost, CompiledDefaultsAreTheMeasuredFile) {
+  // bench/cost-model.json is what bench/estimate-7b.mjs --write-cost measured; the planner's
+  // defaults must be its figures (re-measure: run the bench, then copy them into plan_cost.h).
+  const std::string path = knot_test::source_dir() + "/bench/cost-model.json";
+  const CostModel f = cost_model_from_json(read_file(path)), d;
+  EXPECT_EQ(f.decode_bytes_per_ms, d.decode_bytes_per_ms) << path;
+  EXPECT_EQ(f.prefill_token_bytes_per_ms, d.prefill_token_bytes_per_ms) << path;
+  EXPECT_EQ(f.hop_ms, d.hop_ms) << path;
+  EXPECT_EQ(f.fetch_bytes_per_ms, d.fetch_bytes_per_ms) << path;
+  EXPECT_EQ(f.prompt_tokens, d.prompt_tokens) << path;
+}
+
+TEST(Planner, Qwen7bLatencyObjectiveCutsFinerAndListsTheRejected) {
+  const PlanModel m = table_of(qwen7b());
+  const json mem = plan(m);
+  PlanOptions o;
+  o.objective = "latency";
+  const json lat = plan(m, o);
+  check_common(lat, m.config, 128ull << 20);
+  EXPECT_EQ(mem["objective"], "memory");
+  EXPECT_EQ(lat["objective"], "latency");
+  // the memory plan is the fewest isolates; the latency plan is at least as fast
+  EXPECT_LE(mem["isolates"].get<int>(), lat["isolates"].get<int>());
+  EXPECT_GE(lat["estimate"]["decode_tok_s"].get<double>(), mem["estimate"]["decode_tok_s"].get<double>());
+  // with 0.3 ms hops, 4 slices per layer (one per KV head) halve the per-layer compute of 2
+  EXPECT_EQ(lat["min_slices"], 4);
+  for (const auto& s : lat["stations"]) EXPECT_EQ(s["slice"][1], 4) << s["id"];
+  EXPECT_GT(lat["estimate"]["decode_tok_s"].get<double>(), mem["estimate"]["decode_tok_s"].get<double>());
+  // every plan weighed appears once: chosen or among the alternatives, with its figures
+  ASSERT_EQ(mem["alternatives"].size(), lat["alternatives"].size());
+  bool mem_in_lat = false;
+  for (const auto& a : lat["alternatives"]) {
+    EXPECT_GT(a["estimate"]["decode_tok_s"].get<double>(), 0);
+    EXPECT_GT(a["estimate"]["ttft_s"].get<double>(), 0);
+    if (a["isolates"] == mem["isolates"] && a["min_slices"] == mem["min_slices"]) {
+      mem_in_lat = true;
+      EXPECT_EQ(a["estimate"], mem["estimate"]);
+    }
+  }
+  EXPECT_TRUE(mem_in_lat);
+  // pipelined prefill is never slower than sequential
+  EXPECT_LE(lat["estimate"]["ttft_pipelined_s"].get<double>(), lat["estimate"]["ttft_s"].get<double>());
+  EXPECT_EQ(lat["estimate"]["prompt_tokens"], 2000);
+}
+
+TEST(Planner, ExpensiveHopsMakeTheLatencyObjectiveKeepTheFewestHops) {
+  const PlanModel m = table_of(qwen7b());
+  PlanOptions o;
+  o.objective = "latency";
+  o.cost.hop_ms = 1e4;  // a hop costs more than any compute: the plan with the fewest hops wins
+  const json p = plan(m, o);
+  ASSERT_FALSE(p["alternatives"].empty());
+  for (const auto& a : p["alternatives"]) {
+    EXPECT_LE(p["estimate"]["hop_ms"].get<double>(), a["estimate"]["hop_ms"].get<double>()) << a.dump();
+    EXPECT_LE(p["estimate"]["decode_ms"].get<double>(), a["estimate"]["decode_ms"].get<double>()) << a.dump();
+  }
+  // the estimate's round trips: the per-token hops, plus one through the hubs when some
+  // shards sit behind them (the session links to the first station of a chain, or to every member)
+  const int nsh = (int)p["shards"].size(), members = (int)p["stations"].size();
+  const int groups = std::min(nsh, 6 - (p["per_token"]["links"]["chain"].get<bool>() ? 1 : members));
+  EXPECT_EQ(p["estimate"]["hop_ms"].get<double>(), 1e4 * (p["per_token"]["hops"].get<int>() + (groups < nsh ? 1 : 0)));
+}
+
+TEST(Planner, ObjectiveAndCostOptionsAreChecked) {
+  const PlanModel m = table_of(qwen7b(4));
+  PlanOptions o;
+  o.objective = "speed";
+  EXPECT_NE(error_of(m, o).find("objective must be memory or latency, got 'speed'"), std::string::npos);
+  const PlanOptions j = plan_options_from_json(R"({"objective":"latency","cost":{"hop_ms":7}})");
+  EXPECT_EQ(j.objective, "latency");
+  EXPECT_EQ(j.cost.hop_ms, 7);
+  try {
+    plan_options_from_json(R"({"cost":{"hop_ms":0}})");
+    ADD_FAILURE() << "hop_ms 0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hop_ms"), std::string::npos);
+  }
 }

@@ -5,7 +5,7 @@
 #include <optional>
 #include <set>
 
-#include "infer/mesh.h"
+#include "local_mesh.h"
 #include "infer_util.h"
 #include "kernels/quant.h"
 
@@ -391,7 +391,7 @@ namespace {
 // ---- the mesh on synthetic models (every head, FFN column and vocab row non-zero) --------
 
 // Layer stations, head/FFN slices inside each station, vocab shards: knot::LocalMesh
-// (infer/mesh.h), each (station, head slice) a knot::Station with its own KV cache of the
+// (tests/native/local_mesh.h), each (station, head slice) a knot::Station with its own KV cache of the
 // station's layers and the slice's KV heads; partials of head slices, FFN slices and vocab
 // shards are summed (embeddings) or concatenated and merged (logits, top-k + lse). FFN
 // slices alternate between the separate gate/up phases and the combined call.

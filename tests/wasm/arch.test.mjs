@@ -68,7 +68,7 @@ test("model info carries the architecture table: qwen3 attn phase has the q/k no
 
 test("type table comes from the core: sizes, ids, and rowBytes agree with the ggml layouts", async () => {
   await kw.init();
-  // ggml's block layouts (DESIGN §3), stated here only to check the exported table
+  // ggml's block layouts (docs/knot-format.md), stated here only to check the exported table
   const ggml = {F32: [0, 1, 4], F16: [1, 1, 2], Q4_0: [2, 32, 18], Q8_0: [8, 32, 34], Q4_K: [12, 256, 144],
                 Q5_K: [13, 256, 176], Q6_K: [14, 256, 210], BF16: [30, 1, 2]};
   for (const [name, [id, be, bb]] of Object.entries(ggml)) {

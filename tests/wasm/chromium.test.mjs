@@ -7,7 +7,7 @@ import {existsSync, writeFileSync} from "node:fs";
 import {join} from "node:path";
 
 import * as kw from "../../bindings/knotwork.mjs";
-import {ROOT, WASM_PATH, sharedModel, referenceOutputs, serveFiles, tmpDir} from "./helpers.mjs";
+import {ROOT, WASM_PATH, bindingsRoutes, sharedModel, referenceOutputs, serveFiles, tmpDir} from "./helpers.mjs";
 
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const MODEL = "stories260K-pad256-llama-q8_0.gguf";
@@ -30,10 +30,7 @@ test(`Chromium: ${MODEL} (.gguf and .knot over HTTP ranges) greedy 32 ids on the
   const server = await serveFiles({
     "/tests/wasm/page.html": join(ROOT, "tests/wasm/page.html"),
     "/tests/wasm/page-worker.mjs": join(ROOT, "tests/wasm/page-worker.mjs"),
-    "/bindings/knotwork.mjs": join(ROOT, "bindings/knotwork.mjs"),
-    "/bindings/loader.mjs": join(ROOT, "bindings/loader.mjs"),
-    "/bindings/wasm-choice.mjs": join(ROOT, "bindings/wasm-choice.mjs"),
-    "/bindings/sources.mjs": join(ROOT, "bindings/sources.mjs"),
+    ...bindingsRoutes(),
     "/build/wasm/knotwork.wasm": WASM_PATH,
     "/models/m.gguf": modelPath,
     "/models/m.knot": knotPath,

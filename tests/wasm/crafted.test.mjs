@@ -33,7 +33,7 @@ function splitKnot(b) {
   return {meta, payload: b.subarray(payloadOffset)};
 }
 
-/** The canonical layout around a JSON text (DESIGN §3) and the first payload bytes. */
+/** The canonical layout around a JSON text (docs/knot-format.md) and the first payload bytes. */
 function layout(jsonText, payloadHead) {
   const js = new TextEncoder().encode(jsonText);
   const align = (10 + js.length + 3) & ~3;

@@ -1,5 +1,5 @@
 // .knot / .gguf header parsing through JS range sources: the probe + second fetch
-// protocol, stale-file refusal (DESIGN §3), corrupt and truncated files.
+// protocol, stale-file refusal (docs/knot-format.md), corrupt and truncated files.
 import {test, before} from "node:test";
 import assert from "node:assert/strict";
 import {readFileSync, writeFileSync, existsSync} from "node:fs";

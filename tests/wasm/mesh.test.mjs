@@ -11,7 +11,8 @@ import {execFileSync} from "node:child_process";
 import {join} from "node:path";
 
 import * as kw from "../../bindings/knotwork.mjs";
-import {openParts, topkLse, mergeTopK, openLocalMesh, checkPlan, meshGenerate, Generator} from "../../bindings/mesh.mjs";
+import {openParts, topkLse, mergeTopK, Generator} from "../../bindings/mesh.mjs";
+import {openLocalMesh, checkPlan, meshGenerate} from "./local-mesh.mjs";
 import {sharedModel, referenceOutputs, tmpDir, KNOT_BIN} from "./helpers.mjs";
 
 const NAME = "stories260K-pad256-llama-q4_k_m.gguf";
@@ -334,7 +335,7 @@ test("synthetic model: FFN column slices sum to the unsliced FFN (separate and c
   await parts.close();
 });
 
-// A mesh over the wasm ABI (bindings/mesh.mjs openLocalMesh): stations by layer range,
+// A mesh over the wasm ABI (tests/wasm/local-mesh.mjs openLocalMesh): stations by layer range,
 // each with head slices (own KV caches) and FFN column slices (separate gate/up phases and
 // the combined call, alternately), and vocab shards that each hold only their rows of
 // token_embd / output in their own model handle (as separate isolates would).

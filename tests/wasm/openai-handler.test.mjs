@@ -13,7 +13,7 @@ function failingBackend() {
     async models() { return [{id: "m"}]; },
     async *generate(req) {
       yield {type: "accepted", promptTokens: 3, nCtx: 64};
-      yield {type: "token", id: 1, text: "partial"};
+      yield {type: "token", token: 1, text: "partial"};
       yield {type: "retry", shard: "s1", attempt: 1, reason: "timeout"};
       throw new Error("shard s1 lost after 2 retries: timeout");
     },
@@ -70,8 +70,8 @@ test("openai handler: coordinator telemetry ({type: telemetry, event}) is mapped
       yield {type: "telemetry", event: "reprefill", reason: "station s1 lost the session", tokens: 70};
       yield {type: "telemetry", event: "prefill_completed", tokens: 70, ms: 12};
       yield {type: "telemetry", event: "decode_started"};
-      yield {type: "token", id: 5, text: "x"};
-      yield {type: "done", reason: "length", promptTokens: 70, completionTokens: 1};
+      yield {type: "token", token: 5, text: "x"};
+      yield {type: "summary", reason: "length", nPrompt: 70, nGenerated: 1};
     },
   });
   const res = await handle(new Request("http://x/v1/completions", {method: "POST", body: JSON.stringify({model: "m", prompt: "a", stream: true})}));

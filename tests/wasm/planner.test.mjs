@@ -11,6 +11,7 @@ import {join} from "node:path";
 import {KNOT_BIN, sharedModel, tmpDir} from "./helpers.mjs";
 import {plan, planText} from "../../bindings/planner.mjs";
 import {checkLimits, linkBudget, links} from "../../workers/lib/topology.mjs";
+import {parseWranglerConfig} from "../../deploy/wrangler.mjs";
 
 const QWEN7B = ["--arch", "qwen2", "--hidden", "3584", "--layers", "28", "--heads", "28", "--kv-heads", "4",
                 "--ffn", "18944", "--vocab", "151936", "--vocab-tensor", "152064", "--type", "Q4_K_M", "--ctx", "32768"];
@@ -31,6 +32,7 @@ const CASES = [
   [["--mode", "fluid", "--context", "2048"], {mode: "fluid", context: 2048}],
   [["--budget", "96MB", "--shards", "12", "--chunk", "64"], {budget: "96MB", shards: 12, chunk: 64}],
   [["--budget", "256MB", "--context", "8192"], {budget: "256MB", context: 8192}],
+  [["--objective", "latency"], {objective: "latency"}],
 ];
 
 test("knot plan and the wasm planner print the same JSON for a 7B-shaped header", async () => {
@@ -65,6 +67,31 @@ test("refusals carry the same reason natively and in wasm", async () => {
   await assert.rejects(plan(q7, {bugdet: "1MB"}), /unknown option 'bugdet'/);
 });
 
+test("the time objective: the same choice natively, in wasm and through the node CLI, with a cost file", async () => {
+  synth7b();
+  const cost = {decode_bytes_per_ms: 3.1e6, prefill_token_bytes_per_ms: 2.2e7, hop_ms: 45, fetch_bytes_per_ms: 1e5};
+  const file = join(dir, "cost.json");
+  writeFileSync(file, JSON.stringify({...cost, provenance: "test"}));
+  const nat = knot(["plan", q7, "--objective", "latency", "--cost", file]);
+  assert.equal(nat.status, 0, nat.stderr);
+  assert.equal(await planText(q7, {objective: "latency", cost}), nat.stdout);
+  const node = spawnSync(process.execPath, ["bin/knotwork.mjs", "plan", q7, "--objective", "latency", "--cost", file], {encoding: "utf8"});
+  assert.equal(node.status, 0, node.stderr);
+  assert.equal(node.stdout, nat.stdout);
+  const p = JSON.parse(nat.stdout);
+  assert.deepEqual(p.cost_model, cost);
+  // the pick is the fastest of every plan weighed
+  for (const a of p.alternatives) assert.ok(p.estimate.decode_tok_s >= a.estimate.decode_tok_s, JSON.stringify(a));
+  // a bad cost file is refused naming the file and the field, by both CLIs
+  writeFileSync(file, JSON.stringify({hop_ms: -3}));
+  const bad = knot(["plan", q7, "--cost", file]);
+  assert.equal(bad.status, 1);
+  assert.match(bad.stderr, /cost\.json: cost model: hop_ms must be a positive number, got -3/);
+  const badNode = spawnSync(process.execPath, ["bin/knotwork.mjs", "plan", q7, "--cost", file], {encoding: "utf8"});
+  assert.equal(badNode.status, 1);
+  assert.match(badNode.stderr, /hop_ms must be a positive number, got -3/);
+});
+
 test("a shared model: one resident station, one shard, identical both ways", async (t) => {
   const p = sharedModel(t, "stories260K.gguf");
   if (!p) return;
@@ -77,9 +104,9 @@ test("a shared model: one resident station, one shard, identical both ways", asy
   assert.deepEqual(j.shards.map((s) => s.vocab), [[0, j.model.n_vocab]]);
 });
 
-// One config writer (workers/lib/wrangler.mjs): native `knot plan --wrangler` runs it through
-// bin/knotwork.mjs, so both CLIs write the same files, and they are what the workers read.
-const tomlJson = (toml, key) => JSON.parse(toml.match(new RegExp(`^${key} = '''(.*)'''$`, "m"))[1]);
+// One config writer (core/infer/deployment.cpp): native `knot plan --wrangler` runs it, the
+// node CLI through kw_deploy, so both CLIs write the same files, and they are what the workers read.
+const config = (dir, file) => parseWranglerConfig(readFileSync(join(dir, file), "utf8"));
 
 test("--wrangler writes one Worker config per isolate of the plan, the same from both CLIs", () => {
   synth7b();
@@ -88,8 +115,8 @@ test("--wrangler writes one Worker config per isolate of the plan, the same from
     const r = knot(["plan", q7, ...flags, "--wrangler", out, "--knot", "qwen7b.knot"]);
     assert.equal(r.status, 0, r.stderr);
     const p = JSON.parse(r.stdout);
-    const files = readdirSync(out).filter((f) => f.endsWith(".toml")).sort();
-    assert.equal(files.length, p.isolates + 2, files.join(" "));  // + warden + coordinator (wrangler.toml)
+    const files = readdirSync(out).filter((f) => f.endsWith(".jsonc")).sort();
+    assert.equal(files.length, p.isolates + 2, files.join(" "));  // + warden + coordinator (wrangler.jsonc)
     const t = JSON.parse(readFileSync(join(out, "topology.json"), "utf8"));
     assert.equal(t.knot, "qwen7b.knot");
     assert.equal(readFileSync(join(out, "plan.json"), "utf8"), r.stdout);
@@ -97,27 +124,26 @@ test("--wrangler writes one Worker config per isolate of the plan, the same from
     const members = t.stations.flatMap((s) => s.members.map((m) => ({...m, layers: s.layers})));
     assert.equal(members.length + t.shards.length, p.isolates);
     for (const m of members) {
-      const toml = readFileSync(join(out, `knot-${m.name}.toml`), "utf8");
-      const v = tomlJson(toml, "STATION");
+      const c = config(out, `knot-${m.name}.jsonc`);
+      const v = c.vars.STATION;
       assert.deepEqual([v.layers, v.heads, v.cols, v.knot], [m.layers, m.heads, m.cols, "qwen7b.knot"]);
       const ps = p.stations.find((s) => s.id === m.id);
       assert.deepEqual(v.layers, ps.layers);
       assert.equal(v.resident, ps.mode !== "fluid");
-      assert.match(toml, /^main = ".*\/workers\/station\/index\.mjs"$/m);
+      assert.match(c.main, /^\/.*\/workers\/station\/index\.mjs$/);
     }
     for (const [i, s] of p.shards.entries())
-      assert.deepEqual(tomlJson(readFileSync(join(out, `knot-sh${i}.toml`), "utf8"), "SHARD").vocab, s.vocab);
-    const coord = readFileSync(join(out, "wrangler.toml"), "utf8");
-    assert.deepEqual(tomlJson(coord, "TOPOLOGY"), t);
+      assert.deepEqual(config(out, `knot-sh${i}.jsonc`).vars.SHARD.vocab, s.vocab);
+    const coord = config(out, "wrangler.jsonc");
+    assert.deepEqual(coord.vars.TOPOLOGY, t);
     // at most 6 links per holder: the resident plan's 56 station members form a chain
     const l = links(t);
     assert.equal(t.chain ?? false, members.length >= 6);
-    assert.equal((coord.match(/^\[\[services\]\]$/gm) || []).length, l.coordinator.length);
+    assert.equal((coord.services ?? []).length, l.coordinator.length);
     assert.ok(l.coordinator.length <= 6);
     for (const m of members) {
-      const toml = readFileSync(join(out, `knot-${m.name}.toml`), "utf8");
       const {next, followers} = l.stations.get(m.name);
-      assert.equal((toml.match(/^\[\[services\]\]$/gm) || []).length, followers.length + (next ? 1 : 0));
+      assert.equal((config(out, `knot-${m.name}.jsonc`).services ?? []).length, followers.length + (next ? 1 : 0));
       assert.ok(followers.length + (next ? 1 : 0) <= 6);
     }
     assert.ok(checkLimits(t, {tokens: 4096}).ok, JSON.stringify(checkLimits(t, {tokens: 4096}).problems));

@@ -1,5 +1,5 @@
-// The committed wrangler configs are what workers/lib/wrangler.mjs writes for the example
-// topology, and `wrangler deploy --dry-run` packs every script (coordinator, stations,
+// The committed wrangler configs (deploy/example/) are what deploy/wrangler.mjs writes for the
+// example topology, and `wrangler deploy --dry-run` packs every script (coordinator, stations,
 // shards, warden) with the wasm module.
 import {test} from "node:test";
 import assert from "node:assert/strict";
@@ -10,22 +10,23 @@ import {tmpdir} from "node:os";
 import {join} from "node:path";
 import {ROOT} from "../wasm/helpers.mjs";
 import {topologyFromCounts} from "../../workers/lib/topology.mjs";
-import {wranglerConfigs} from "../../workers/lib/wrangler.mjs";
+import {exampleConfigs, parseWranglerConfig} from "../../deploy/wrangler.mjs";
 
 const run = promisify(execFile);
 const EXAMPLE = {n_layer: 5, n_embd: 256, n_head: 32, n_head_kv: 16, head_dim: 8, n_ff: 256, n_vocab: 512};
 
-test("wrangler.toml + deploy/*.toml: generated from the example topology, and each packs with wrangler deploy --dry-run", async () => {
-  const files = wranglerConfigs(topologyFromCounts(EXAMPLE, {knot: "stories260K-pad256-llama-q4_k_m.knot", stations: [2, 3], shards: 2}));
-  assert.deepEqual(Object.keys(files).sort(), ["deploy/knot-sh0.toml", "deploy/knot-sh1.toml", "deploy/knot-st0.toml",
-    "deploy/knot-st1.toml", "deploy/knot-warden.toml", "wrangler.toml"]);
+test("deploy/example/*.jsonc: generated from the example topology, and each packs with wrangler deploy --dry-run", async () => {
+  const files = await exampleConfigs(topologyFromCounts(EXAMPLE, {knot: "stories260K-pad256-llama-q4_k_m.knot", stations: [2, 3], shards: 2}));
+  assert.deepEqual(Object.keys(files).sort(), ["deploy/example/knot-sh0.jsonc", "deploy/example/knot-sh1.jsonc", "deploy/example/knot-st0.jsonc",
+    "deploy/example/knot-st1.jsonc", "deploy/example/knot-warden.jsonc", "deploy/example/wrangler.jsonc"]);
   for (const [path, text] of Object.entries(files))
-    assert.equal(readFileSync(join(ROOT, path), "utf8"), text + "\n", `${path} is stale: run node scripts/wrangler-example.mjs`);
+    assert.equal(readFileSync(join(ROOT, path), "utf8"), text, `${path} is stale: run node scripts/wrangler-example.mjs`);
   // only the entry is routable: stations, shards and the warden have no workers.dev route or
   // preview URL (service bindings only)
   for (const [path, text] of Object.entries(files)) {
-    assert.match(text, new RegExp(`^workers_dev = ${path === "wrangler.toml"}$`, "m"), path);
-    assert.match(text, /^preview_urls = false$/m, path);
+    const c = parseWranglerConfig(text);
+    assert.equal(c.workers_dev, path === "deploy/example/wrangler.jsonc", path);
+    assert.equal(c.preview_urls, false, path);
   }
   const out = mkdtempSync(join(tmpdir(), "knot-wrangler-"));
   for (const path of Object.keys(files)) {

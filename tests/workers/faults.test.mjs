@@ -1,5 +1,5 @@
 // Faults under workerd: shards failing, stalling or down (Abstain / Decline), stations down,
-// sessions lost (re-prefill), bad frames, poisoned caches (DESIGN §6, §7).
+// sessions lost (re-prefill), bad frames, poisoned caches (docs/protocol.md, docs/traps.md).
 import {test} from "node:test";
 import assert from "node:assert/strict";
 import {sharedKnot, single, meshFor} from "./helpers.mjs";

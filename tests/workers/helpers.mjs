@@ -4,7 +4,7 @@ import {execFileSync} from "node:child_process";
 import {existsSync, readFileSync} from "node:fs";
 import {join} from "node:path";
 import * as kw from "../../bindings/knotwork.mjs";
-import {startMesh} from "../../workers/local.mjs";
+import {startMesh} from "../../deploy/miniflare.mjs";
 import {topologyFromCounts} from "../../workers/lib/topology.mjs";
 import {sharedModel, tmpDir, KNOT_BIN} from "../wasm/helpers.mjs";
 

@@ -1,4 +1,4 @@
-// Platform limits (DESIGN §8), counted by our code because local workerd enforces none:
+// Platform limits (docs/limits.md), counted by our code because local workerd enforces none:
 // subrequests and simultaneous outgoing connections of a session, measured per token in a
 // real run and checked for a 4096-token generation on the planned 7B topology.
 import {test} from "node:test";
@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import {sharedKnot, single, meshFor} from "./helpers.mjs";
 import {topologyFromCounts, checkLimits, linkBudget, LIMITS} from "../../workers/lib/topology.mjs";
 
-// qwen2.5-coder-7b's shape (DESIGN §1): 28 layers, 2 stations [0,14) [14,28), 8 shards of 18,992 tokens
+// qwen2.5-coder-7b's shape (docs/architecture.md): 28 layers, 2 stations [0,14) [14,28), 8 shards of 18,992 tokens
 const Q7B = {n_layer: 28, n_embd: 3584, n_head: 28, n_head_kv: 4, head_dim: 128, n_ff: 18944, n_vocab: 151936};
 
 test("the 7B reference cluster: 4096 tokens stay under 10,000 subrequests and 6 connections (ws links + shard hubs)", () => {

@@ -1,6 +1,6 @@
 // Wardens under workerd: the layer warden (tensor bytes in DO memory, identity-checked,
 // invalidated on reject) and the cobordism warden (L1 rows / L2 Workers KV / L3 R2) — the
-// traps of DESIGN §7 that live in the workers (4, 5, 7, 8, 9).
+// traps of docs/traps.md that live in the workers (4, 5, 7, 8, 9).
 import {test} from "node:test";
 import assert from "node:assert/strict";
 import {sharedKnot, single, meshFor, startMesh, topologyFromCounts, configOf} from "./helpers.mjs";

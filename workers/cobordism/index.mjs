@@ -1,44 +1,52 @@
-// workers/cobordism — a vocab shard (DESIGN §1, §5): owns token ids [v0, v1) — its rows of
+// workers/cobordism — a vocab shard (docs/architecture.md): owns token ids [v0, v1) — its rows of
 // token_embd (embedding lookup) and of output (lm_head; the tied token_embd when the model
 // has no output tensor), held resident in this isolate's wasm instance across requests
 // (boot cache keyed knot|v0-v1).
 //
-// Binding SHARD (JSON): {name, knot, vocab: [v0, v1], softcap?}; MODELS (R2); TEST_HOOKS?;
-// COB_WARDEN? (CobordismWardenDO namespace): embedding rows then come from the warden's
-// L1/L2/L3 caches instead of being held here (untied models then hold only output rows).
-// FOLLOWERS? (JSON [{name, vocab}], service bindings F_<name>): this shard is the hub of a
-// shard group — it forwards each frame to its followers (over links it keeps for the life of
+// With COB_WARDEN, embedding rows come from the warden's L1/L2/L3 caches instead of being
+// held here (untied models then hold only output rows).
+// With FOLLOWERS, this shard is the hub of a shard group — it forwards each frame to its followers (over links it keeps for the life of
 // the coordinator's link) and answers for the whole group: embed partials summed, top-k lists
 // merged by the core (mergeTopK: best k, lse and min combined), full logits concatenated over
 // the group's contiguous range. A
 // follower that fails is left out and named by bit i+1 of the answer's flags (the group
 // abstains for that slice), so the coordinator holds one link per group, not per shard
-// (DESIGN §8: at most 6 simultaneous connections).
+// (docs/limits.md: at most 6 simultaneous connections).
 // Frames (lib/frame.mjs), by POST or as WebSocket messages:
 //   embed  (i32 ids, width 1)  -> f32 [rows, n_embd]: rows of owned ids, zeros elsewhere
 //   lmhead (f32 normed hidden [1, n_embd]), pos = k:
 //       flag fullLogits -> f32 [v1 - v0] the slice's logits
 //       else            -> the slice's top-k + log-sum-exp + min (lib/frame.mjs encodeTopK:
 //                          ids absolute, best first), what the coordinator's Generator samples
-import {wasmModules as wasmModule} from "../lib/wasm.mjs";
-import {init, memoryStats} from "../../bindings/knotwork.mjs";
-import {openParts, topkLse, mergeTopK} from "../../bindings/mesh.mjs";
+/**
+ * @typedef {object} Env
+ * @property {string|{name: string, knot: string, vocab: [number, number], softcap?: number}} SHARD  JSON
+ * @property {R2Bucket} MODELS  the .knot files
+ * @property {DurableObjectNamespace} [COB_WARDEN]  CobordismWardenDO namespace of the warden script
+ * @property {string|{name: string, vocab: [number, number]}[]} [FOLLOWERS]  JSON: a hub's followers,
+ *   each reached through the service binding F_<name>
+ * @property {string} [FOLLOWER_TIMEOUT_MS]  a hub's wait for its followers (default 10 s)
+ * @property {string} [TEST_HOOKS]  fault injection, tests only
+ */
+import {memoryStats} from "../../bindings/knotwork.mjs";
+import {topkLse, mergeTopK} from "../../bindings/mesh.mjs";
 import {decodeFrame, encodeFrame, encodeTopK, decodeTopK, splitTopRow, FLAG} from "../lib/frame.mjs";
-import {r2Source} from "../lib/sources.mjs";
 import {Link, Counter, gather} from "../lib/link.mjs";
-import {jsonBinding, HttpError, errorResponse, applyFault, debugRoute, messageBytes, bootCache} from "../lib/common.mjs";
+import {jsonBinding} from "../lib/config.mjs";
+import {HttpError, errorResponse} from "../lib/errors.mjs";
+import {applyFault, debugRoute} from "../lib/faults.mjs";
+import {modelBoot} from "../lib/boot.mjs";
+import {serveFrames} from "../lib/socket.mjs";
+import {addPartials} from "../lib/partials.mjs";
 
-const boot = bootCache((sh) => sh.parts.close());
+const boot = modelBoot();
 const stats = {r2Reads: 0, r2Bytes: 0, embeds: 0, lmheads: 0};
 
+/** @param {Env} env */
 async function bootShard(env) {
   const cfg = jsonBinding(env.SHARD, "SHARD");
   const key = `${cfg.knot}|${cfg.vocab[0]}-${cfg.vocab[1]}`;
-  return boot(key, async () => {
-    await init(wasmModule);
-    const r2 = await r2Source(env.MODELS, cfg.knot, stats);
-    const parts = await openParts(r2);
-    const c = await parts.config();
+  return boot(key, {bucket: env.MODELS, knot: cfg.knot, stats}, async ({r2, parts, c}) => {
     const [v0, v1] = cfg.vocab;
     if (!(v0 >= 0 && v1 > v0 && v1 <= c.n_vocab))
       throw new Error(`shard ${cfg.name}: vocab slice [${v0},${v1}) outside the tokenizer's ${c.n_vocab} tokens`);
@@ -76,8 +84,7 @@ async function handle(env, bytes, links) {
   g.results.forEach((r, i) => { if (r.ok) parts.push([asked[i], decodeFrame(r.value).data]); else failed |= 1 << asked[i].bit; });
   let data;
   if (f.kind === "embed") {
-    data = m.data;
-    for (const [, d] of parts) for (let i = 0; i < data.length; i++) data[i] += d[i];
+    data = addPartials(m.data, ...parts.map(([, d]) => d));
   } else if (f.flags & FLAG.fullLogits) {
     const v0 = sh.v0, v1 = followers.at(-1).vocab[1];
     data = new Float32Array(v1 - v0).fill(-Infinity);
@@ -106,10 +113,9 @@ async function own(sh, f, env) {
     const x = new Float32Array(ids.length * E);
     if (owned.length) {
       const stub = env.COB_WARDEN.get(env.COB_WARDEN.idFromName(sh.warden.key));  // a stub per request (I/O object)
-      const res = await stub.fetch("https://warden/rows", {method: "POST",
-        body: JSON.stringify({identity: sh.warden.identity, ids: owned.map(([id]) => id)})});
-      if (!res.ok) throw new HttpError(502, `shard ${sh.cfg.name}: cobordism warden: HTTP ${res.status}: ${await res.text()}`);
-      const rows = new Float32Array(await res.arrayBuffer());
+      const rows = await stub.rows(sh.warden.identity, owned.map(([id]) => id)).catch((e) => {
+        throw new HttpError(502, `shard ${sh.cfg.name}: cobordism warden: ${e.message}`);
+      });
       if (rows.length !== owned.length * E) throw new HttpError(502, `shard ${sh.cfg.name}: cobordism warden returned ${rows.length} values for ${owned.length} rows`);
       owned.forEach(([, i], j) => x.set(rows.subarray(j * E, (j + 1) * E), i * E));
       stats.wardenRows = (stats.wardenRows ?? 0) + owned.length;
@@ -140,21 +146,12 @@ const shardK = (f) => Math.max(1, f.pos || 8);
 const linkMap = (mode) => Object.assign(new Map(), {mode});
 
 function serveSocket(env) {
-  const [client, server] = Object.values(new WebSocketPair());
-  server.accept();
   const links = linkMap("ws");  // a hub's links to its followers live as long as this socket
-  server.addEventListener("close", () => { for (const l of links.values()) l.close(); });
-  server.addEventListener("message", async (ev) => {
-    const bytes = await messageBytes(ev.data);
-    const reqId = bytes.length >= 12 ? new DataView(bytes.buffer, bytes.byteOffset).getUint32(8, true) : 0;
-    try { server.send(await handle(env, bytes, links)); } catch (e) {
-      server.send(JSON.stringify({reqId, status: errorResponse(e).status, error: e.message}));
-    }
-  });
-  return new Response(null, {status: 101, webSocket: client});
+  return serveFrames((bytes) => handle(env, bytes, links), () => { for (const l of links.values()) l.close(); });
 }
 
 export default {
+  /** @param {Request} req @param {Env} env */
   async fetch(req, env) {
     const url = new URL(req.url);
     try {

@@ -1,4 +1,4 @@
-// mesh.mjs — the coordinator's generation loop over a mesh (DESIGN §5, §6), independent of
+// mesh.mjs — the coordinator's generation loop over a mesh (docs/architecture.md, docs/protocol.md), independent of
 // where it runs (a session Durable Object; Node tests drive it the same way):
 //   tokens -> embed (fan-out to the shards owning them; partials summed) -> stations in order
 //   (a split station: head-group / FFN-slice partials summed per layer) -> exit: normed last
@@ -14,6 +14,8 @@ import {encodeFrame, decodeFrame, decodeTopK, splitTopRow, FLAG} from "../lib/fr
 import {Counter, LinkError, gather} from "../lib/link.mjs";
 import {Generator, mergeTopK, topkLse} from "../../bindings/generator.mjs";
 import {linkBudget} from "../lib/topology.mjs";
+import {addPartials} from "../lib/partials.mjs";
+import {defaultContext} from "../../bindings/options.mjs";
 
 export class MeshError extends Error {}
 
@@ -68,8 +70,8 @@ export class MeshCoordinator {
 
   /**
    * Stream a completion: {type: "telemetry", event, ...} events, {type: "token", token, text,
-   * telemetry} per token, then {type: "summary", ...}. prompt: token ids (use text.tokenize /
-   * applyChatTemplate first). opts: Model.generate's sampling options (logprobs: n adds each
+   * telemetry} per token, then {type: "summary", ...} (the schema of bindings/events.mjs).
+   * prompt: token ids (use text.tokenize / applyChatTemplate first). opts: Model.generate's sampling options (logprobs: n adds each
    * token's raw logprob and top n, from the merged top-k or the full logits) plus chunk, sid, nCtx.
    */
   async *generate(ids, opts = {}) {
@@ -80,7 +82,7 @@ export class MeshCoordinator {
     const events = [];
     const ev = (e) => events.push({type: "telemetry", ...e});
     const c = this.text.info.config;
-    const nCtx = opts.nCtx > 0 ? opts.nCtx : c.n_ctx_train > 0 ? Math.min(c.n_ctx_train, 2048) : 2048;
+    const nCtx = opts.nCtx > 0 ? opts.nCtx : defaultContext(c);
     if (opts.logprobs > 20) throw new MeshError(`logprobs must be at most 20, got ${opts.logprobs}`);
     const gen = await Generator.open(this.text, {...opts, nCtx});
     const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
@@ -199,7 +201,7 @@ export class MeshCoordinator {
     const x = new Float32Array(ids.length * this.E);
     for (const {grp, f} of await this.#fanOut(state, groups, frame, "embed", ids, pos)) {
       if (f.data.length !== x.length) throw new MeshError(`shard ${grp.hub}: embed returned ${f.data.length} values, want ${x.length}`);
-      for (let i = 0; i < x.length; i++) x[i] += f.data[i];
+      addPartials(x, f.data);
     }
     return x;
   }
@@ -234,9 +236,7 @@ export class MeshCoordinator {
           const parts = await Promise.all(s.members.map((m) => state.link(m.name).request(encodeFrame({
             kind: n > 1 ? "prefill" : "decode", sid: state.sid, reqId: state.reqId++, pos, width: this.E, layer: l, phase,
             nCtx: state.nCtx, data: x}), this.timeouts.stationMs)));
-          const sum = new Float32Array(x.length);
-          for (const p of parts) { const d = decodeFrame(p, {width: this.E}).data; for (let i = 0; i < sum.length; i++) sum[i] += d[i]; }
-          for (let i = 0; i < x.length; i++) x[i] += sum[i];
+          addPartials(x, addPartials(new Float32Array(x.length), ...parts.map((p) => decodeFrame(p, {width: this.E}).data)));
         }
       }
       if (exit && last) {

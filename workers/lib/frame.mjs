@@ -1,4 +1,4 @@
-// frame.mjs — the station / shard wire frame (DESIGN §6): a versioned binary envelope plus
+// frame.mjs — the station / shard wire frame (docs/protocol.md): a versioned binary envelope plus
 // one tensor payload, validated on receipt. A frame that does not parse is a FrameError,
 // which the workers answer with HTTP 400 and the message.
 //
@@ -20,6 +20,10 @@ const DTYPES = [Float32Array, Int32Array];
 const KIND_NAMES = Object.fromEntries(Object.entries(KIND).map(([k, v]) => [v, k]));
 
 export class FrameError extends Error {}
+
+/** The request id of a frame (offset 8) without decoding the rest; 0 when too short to hold one. */
+export const requestId = (bytes) =>
+  bytes.length >= 12 ? new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(8, true) : 0;
 
 const te = new TextEncoder(), td = new TextDecoder();
 

@@ -1,9 +1,11 @@
 // link.mjs — the coordinator's links to stations and shards, and the counters behind the
-// platform limits (DESIGN §8: 10,000 subrequests per incoming request, 6 simultaneous
+// platform limits (docs/limits.md: 10,000 subrequests per incoming request, 6 simultaneous
 // outgoing connections). Local workerd enforces neither, so every outgoing call is counted
 // here: an HTTP request is one subrequest and one connection while it is in flight; a
 // WebSocket link is one subrequest when opened and one connection while open, and its
 // messages cost no subrequest.
+import {messageBytes} from "./socket.mjs";
+import {requestId} from "./frame.mjs";
 
 export class Counter {
   constructor() { this.subrequests = 0; this.open = 0; this.maxOpen = 0; this.messages = 0; }
@@ -19,10 +21,6 @@ export class LinkError extends Error {
     this.status = status;  // HTTP status, 0 for transport failures, -1 for timeouts
   }
 }
-
-import {messageBytes} from "./common.mjs";
-
-const reqIdOf = (bytes) => new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(8, true);
 
 /**
  * One peer (a service binding `fetcher`). mode "ws" keeps a WebSocket open; "http" POSTs
@@ -56,7 +54,7 @@ export class Link {
           this.#settle(m.reqId, null, new LinkError(this.name, m.status, `HTTP ${m.status}: ${m.error}`));
         } else {
           const b = await messageBytes(ev.data);
-          this.#settle(reqIdOf(b), b, null);
+          this.#settle(requestId(b), b, null);
         }
       });
       const down = (why) => {
@@ -83,7 +81,7 @@ export class Link {
   async request(frame, timeoutMs = this.timeoutMs) {
     this.counter.messages++;
     if (this.mode === "http") return this.#http(frame, timeoutMs);
-    const id = reqIdOf(frame);
+    const id = requestId(frame);
     const answer = new Promise((resolve, reject) => {
       const timer = setTimeout(() => this.#settle(id, null, new LinkError(this.name, -1, `no answer within ${timeoutMs} ms`)), timeoutMs);
       this.pending.set(id, {resolve, reject, timer});

@@ -7,9 +7,9 @@
 //    chain?: true}                                 stations linked in a chain (below)
 // A station of one member runs whole layers; a station of several members is a split layer
 // range: member i holds head group heads_i and FFN columns cols_i, and their partial
-// residuals are summed per layer (DESIGN §1's merge rule) — by the coordinator, or in a
+// residuals are summed per layer (the merge rule of docs/architecture.md) — by the coordinator, or in a
 // chain by the station's leader (members[0]).
-// Links (DESIGN §8: at most 6 simultaneous outgoing connections per holder): without a
+// Links (docs/limits.md: at most 6 simultaneous outgoing connections per holder): without a
 // chain the coordinator's session DO links to every station member and shard hub; with one
 // it links to the first station's leader only, and each leader links to its own members and
 // to the next station's leader, so a plan of dozens of stations holds at most 6 links
@@ -149,7 +149,7 @@ export function linkBudget(t) {
 export const LIMITS = Object.freeze({subrequests: 10_000, connections: 6});
 
 /**
- * Platform limits (DESIGN §8) for a generation of `tokens` tokens (prompt + generated) through
+ * Platform limits (docs/limits.md) for a generation of `tokens` tokens (prompt + generated) through
  * one session DO. perToken = the hops the coordinator makes per decode token
  * ({stations, embed, lmhead}: measured by a run or from linkBudget). Over "ws" links each peer
  * costs one subrequest (the upgrade) and one connection for the whole session; over "http"

@@ -1,17 +1,7 @@
-// workers/station — a layer station (DESIGN §1, §2, §5): a Worker plus a Durable Object
+// workers/station — a layer station (docs/architecture.md, docs/memory.md): a Worker plus a Durable Object
 // holding the sessions of this station. One wasm instance per isolate (module scope) holds
 // the station's tensors (boot cache keyed knot|role|range|slice); each session's KV cache
 // for this layer range / head slice lives in the DO that session id routes to.
-//
-// Binding STATION (JSON): {name, knot, layers: [l0, l1], heads?: [h0, h1], cols?: [c0, c1],
-//   role: "entry"|"mid"|"exit", resident: true|false, ttlMs?,
-//   next?: name, followers?: [name], downstream?: n, linkTimeoutMs?}   in a chained topology
-//   (lib/topology.mjs links()): the next station's leader, (a split station's leader) the other
-//   members of this station, the number of stations after this one; a link's timeout is
-//   linkTimeoutMs per station still to run, so the innermost hung station is the one named
-// Bindings: MODELS (R2, the .knot files), STATION_DO (this script's DO), WARDEN? (LayerWardenDO
-// namespace of the warden script), L_<name> (service binding per chain link), TEST_HOOKS?
-// (fault injection, tests only).
 //
 // Requests: a frame (lib/frame.mjs) by POST, or the same frames as WebSocket messages
 // (GET with Upgrade: websocket; the coordinator's session DO keeps the link open). Frames:
@@ -26,16 +16,44 @@
 // A session this station does not hold (lost, expired, DO restarted) at pos > 0 is a 409
 // naming the session and positions: the coordinator re-prefills. Down the chain, a lost
 // session or a dropped link answers 409 too, a timeout 504.
-import {wasmModules as wasmModule} from "../lib/wasm.mjs";
-import {init, memoryStats} from "../../bindings/knotwork.mjs";
-import {openParts} from "../../bindings/mesh.mjs";
+/**
+ * @typedef {object} StationConfig  the STATION binding (JSON)
+ * @property {string} name
+ * @property {string} knot
+ * @property {[number, number]} layers  [l0, l1)
+ * @property {[number, number]} [heads]  a head slice [h0, h1)
+ * @property {[number, number]} [cols]  an FFN column slice [c0, c1)
+ * @property {"entry"|"mid"|"exit"} role
+ * @property {boolean} resident  false: fluid (load, run, evict per phase)
+ * @property {number} [ttlMs]  an idle session's lifetime (default 10 min)
+ * @property {string} [next]  in a chained topology (lib/topology.mjs links()): the next station's leader
+ * @property {string[]} [followers]  (a split station's leader) the other members of this station
+ * @property {number} [downstream]  the number of stations after this one
+ * @property {number} [linkTimeoutMs]  a link's timeout per station still to run, so the
+ *   innermost hung station is the one named
+ *
+ * @typedef {object} Env
+ * @property {string|StationConfig} STATION
+ * @property {R2Bucket} MODELS  the .knot files
+ * @property {DurableObjectNamespace<StationDO>} STATION_DO  this script's DO
+ * @property {DurableObjectNamespace} [WARDEN]  LayerWardenDO namespace of the warden script
+ * @property {string} [TEST_HOOKS]  fault injection, tests only
+ * L_<name>: a service binding (Fetcher) per chain link
+ */
+import {DurableObject} from "cloudflare:workers";
+import {memoryStats} from "../../bindings/knotwork.mjs";
 import {decodeFrame, encodeFrame, FLAG} from "../lib/frame.mjs";
 import {Link, LinkError, Counter} from "../lib/link.mjs";
-import {r2Source, loadThroughWarden, tensorNamer} from "../lib/sources.mjs";
-import {jsonBinding, HttpError, errorResponse, applyFault, debugRoute, messageBytes, addInto, bootCache} from "../lib/common.mjs";
+import {loadThroughWarden, tensorNamer} from "../lib/r2.mjs";
+import {jsonBinding} from "../lib/config.mjs";
+import {HttpError, errorResponse} from "../lib/errors.mjs";
+import {applyFault, debugRoute} from "../lib/faults.mjs";
+import {modelBoot} from "../lib/boot.mjs";
+import {serveFrames} from "../lib/socket.mjs";
+import {addPartials} from "../lib/partials.mjs";
 
 // ---- module scope: one boot per isolate and config ---------------------------------------
-const boot = bootCache((st) => st.parts.close());
+const boot = modelBoot();
 const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], frames: 0, liveSessions: 0, chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
 
 function bootKey(c) {
@@ -84,23 +102,20 @@ async function loadPhase(st, l, phase, io) {
   return list.map((t) => t.name);
 }
 
+/** @param {Env} env */
 async function bootStation(env, ctx) {
   const cfg = jsonBinding(env.STATION, "STATION");
   const key = bootKey(cfg);
-  return boot(key, async () => {
-    await init(wasmModule);
-    const r2 = await r2Source(env.MODELS, cfg.knot, stats);
-    const parts = await openParts(r2);
-    const c = await parts.config();
+  return boot(key, {bucket: env.MODELS, knot: cfg.knot, stats}, async ({r2, parts, c}) => {
     const [l0, l1] = cfg.layers;
     if (!(l0 >= 0 && l1 > l0 && l1 <= c.n_layer)) throw new Error(`station ${cfg.name}: layers [${l0},${l1}) outside the model's ${c.n_layer}`);
     const st = {cfg, c, r2, parts, key, warden: null};
     if (env.WARDEN) {
       const key = `${cfg.knot}|${l0}-${l1}`;
       const identity = {knot: cfg.knot, etag: r2.etag, size: r2.size};
-      const res = await env.WARDEN.get(env.WARDEN.idFromName(key)).fetch("https://warden/configure",
-        {method: "POST", body: JSON.stringify({identity, layers: [l0, l1]})});
-      if (!res.ok) throw new Error(`station ${cfg.name}: warden refused /configure: ${await res.text()}`);
+      await env.WARDEN.get(env.WARDEN.idFromName(key)).configure(identity).catch((e) => {
+        throw new Error(`station ${cfg.name}: warden refused /configure: ${e.message}`);
+      });
       st.warden = {key, identity, nameOf: tensorNamer(parts), stats};
     }
     if (cfg.resident !== false)
@@ -135,18 +150,29 @@ async function ffnPartial(st, sess, l, x, n, io) {
 }
 
 // ---- the Durable Object: this station's sessions ------------------------------------------
-export class StationDO {
-  constructor(ctx, env) {
-    this.ctx = ctx;
-    this.env = env;
-    this.sessions = new Map();  // sid -> {station, nPos, nCtx, used}
-    this.links = new Map();     // chain links (name -> Link); this DO serves one session id
-    this.counter = new Counter();
-    this.reqId = 1;
-  }
+export class StationDO extends DurableObject {
+  sessions = new Map();  // sid -> {station, nPos, nCtx, used}
+  links = new Map();     // chain links (name -> Link); this DO serves one session id
+  counter = new Counter();
+  reqId = 1;
+
+  // A frame's handler by its kind; a prefill or decode frame's work by its phase.
+  #byKind = {
+    prefill: (st, f, io) => this.#byPhase[f.phase](st, f, io),
+    decode: (st, f, io) => this.#byPhase[f.phase](st, f, io),
+    end: (st, f) => this.#end(st, f),
+  };
+  #byPhase = {
+    norm: (st, f) => this.#norm(st, f),
+    all: (st, f, io) => this.#layers(st, f, io),
+    attn: (st, f, io) => this.#attn(st, f, io),
+    ffn: (st, f, io) => this.#ffn(st, f, io),
+  };
+
+  get #cfg() { return /** @type {StationConfig} */ (jsonBinding(this.env.STATION, "STATION")); }
 
   #sweep(now) {
-    const ttl = jsonBinding(this.env.STATION, "STATION").ttlMs ?? 10 * 60_000;
+    const ttl = this.#cfg.ttlMs ?? 10 * 60_000;
     for (const [sid, s] of this.sessions) if (now - s.used > ttl) this.#free(sid);
     if (!this.sessions.size) this.#closeLinks();
   }
@@ -177,7 +203,7 @@ export class StationDO {
   // One frame down a chain link; the answer keeps the caller's request id. A lost session or
   // a dropped link downstream is a 409 here (the coordinator re-prefills), a timeout a 504.
   async #down(name, f, data, extra = {}) {
-    const cfg = jsonBinding(this.env.STATION, "STATION");
+    const cfg = this.#cfg;
     const ms = (cfg.linkTimeoutMs ?? 60_000) * (name === cfg.next ? cfg.downstream ?? 1 : 1);
     try {
       const r = await this.#link(name, f.sid).request(encodeFrame({kind: f.kind, sid: f.sid, reqId: this.reqId++, pos: f.pos,
@@ -186,7 +212,7 @@ export class StationDO {
     } catch (e) {
       if (!(e instanceof LinkError)) throw e;
       const status = e.status === 409 || e.status === 0 ? 409 : e.status === -1 ? 504 : e.status >= 400 ? e.status : 502;
-      throw new HttpError(status, `station ${jsonBinding(this.env.STATION, "STATION").name} -> ${e.message}`);
+      throw new HttpError(status, `station ${cfg.name} -> ${e.message}`);
     } finally {
       const c = stats.chainLinks, s = this.counter.snapshot();
       c.subrequests = Math.max(c.subrequests, s.subrequests);
@@ -205,38 +231,47 @@ export class StationDO {
         asks.forEach((p) => p.catch(() => {}));  // awaited below; no unhandled rejection meanwhile
         const own = ph === "attn" ? await attnPartial(st, sess, l, f.pos, x, n, io) : await ffnPartial(st, sess, l, x, n, io);
         const sum = Float32Array.from(own);
-        for (const p of asks) addInto(sum, decodeFrame(await p, {width: st.c.n_embd}).data);
-        addInto(x, sum);
+        for (const p of asks) addPartials(sum, decodeFrame(await p, {width: st.c.n_embd}).data);
+        addPartials(x, sum);
       }
     }
   }
 
+  /** One frame in, its answer frame out (bytes). */
   async handle(bytes) {
     const st = await bootStation(this.env, this.ctx);
     const fault = await applyFault(this.env);
     if (fault) throw fault;
-    const f = decodeFrame(bytes, {width: st.c.n_embd, kinds: ["prefill", "decode", "end"]});
+    const f = decodeFrame(bytes, {width: st.c.n_embd, kinds: Object.keys(this.#byKind)});
     stats.frames++;
-    const now = Date.now();
-    this.#sweep(now);
-    const name = st.cfg.name;
-    const io = {env: this.env, ctx: this.ctx};
+    this.#sweep(Date.now());
+    return this.#byKind[f.kind](st, f, {env: this.env, ctx: this.ctx});
+  }
+
+  // end: the session's KV cache is freed; in a chain, the rest of the chain frees it too
+  // (best effort)
+  async #end(st, f) {
+    this.#free(f.sid);
+    if (f.flags & FLAG.chain) {
+      await Promise.all([...(st.cfg.followers ?? []), ...(st.cfg.next ? [st.cfg.next] : [])]
+        .map((m) => this.#down(m, f, undefined, {width: 0}).catch(() => {})));
+      this.#closeLinks();
+    }
+    return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: 0});
+  }
+
+  // phase norm: output_norm of the last row (the exit of a split station)
+  #norm(st, f) {
+    if (st.cfg.role !== "exit") throw new HttpError(400, `station ${st.cfg.name}: phase norm asked of a ${st.cfg.role} station`);
+    return this.#result(f, st.parts.outputNorm(f.data.subarray((f.rows - 1) * st.c.n_embd), 1));
+  }
+
+  // The frame's session: a new one at position 0 (where a layer starts), else the one held,
+  // which must hold exactly the positions before the frame (ffn: the attention before it
+  // advanced them); a lost one is a 409.
+  #session(st, f) {
+    const [l0, l1] = st.cfg.layers, name = st.cfg.name, n = f.rows;
     let sess = this.sessions.get(f.sid);
-    if (f.kind === "end") {
-      this.#free(f.sid);
-      if (f.flags & FLAG.chain) {  // the rest of the chain frees the session too (best effort)
-        await Promise.all([...(st.cfg.followers ?? []), ...(st.cfg.next ? [st.cfg.next] : [])]
-          .map((m) => this.#down(m, f, undefined, {width: 0}).catch(() => {})));
-        this.#closeLinks();
-      }
-      return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: 0});
-    }
-    const [l0, l1] = st.cfg.layers;
-    const n = f.rows;
-    if (f.phase === "norm") {
-      if (st.cfg.role !== "exit") throw new HttpError(400, `station ${name}: phase norm asked of a ${st.cfg.role} station`);
-      return this.#result(f, st.parts.outputNorm(f.data.subarray((n - 1) * st.c.n_embd), 1));
-    }
     const startsLayer = f.phase === "ffn" || f.phase === "all" || f.layer === l0;
     if (f.pos === 0 && startsLayer && f.phase !== "ffn") {
       this.#free(f.sid);
@@ -248,69 +283,74 @@ export class StationDO {
     if (!sess || (f.phase !== "ffn" && sess.nPos !== f.pos))
       throw new HttpError(409, `station ${name}: session ${f.sid} lost: it holds ${sess ? sess.nPos : "no"} positions, ` +
                                `the frame starts at ${f.pos}; re-prefill`);
-    sess.used = now;
+    sess.used = Date.now();
     if (f.pos + n > sess.nCtx) throw new HttpError(400, `station ${name}: positions [${f.pos}, ${f.pos + n}) past the session's context ${sess.nCtx}`);
-    if (f.phase === "all") {
-      const x = f.data;
-      if (st.cfg.followers?.length) {
-        if (!(f.flags & FLAG.chain)) throw new HttpError(400, `station ${name}: a split station's leader runs whole layers only in a chain`);
-        await this.#splitLayers(st, sess, f, x, n, io);
-      } else {
-        for (let l = l0; l < l1; l++) {
-          addInto(x, await attnPartial(st, sess, l, f.pos, x, n, io));
-          addInto(x, await ffnPartial(st, sess, l, x, n, io));
-        }
+    return sess;
+  }
+
+  // phase all: x after layers [l0, l1) (a split station's leader, in a chain: its members'
+  // partials summed); flag chain: on to the next station, its answer answered; flag
+  // normLast: output_norm of the last row
+  async #layers(st, f, io) {
+    const sess = this.#session(st, f);
+    const [l0, l1] = st.cfg.layers, name = st.cfg.name, n = f.rows, x = f.data;
+    if (st.cfg.followers?.length) {
+      if (!(f.flags & FLAG.chain)) throw new HttpError(400, `station ${name}: a split station's leader runs whole layers only in a chain`);
+      await this.#splitLayers(st, sess, f, x, n, io);
+    } else {
+      for (let l = l0; l < l1; l++) {
+        addPartials(x, await attnPartial(st, sess, l, f.pos, x, n, io));
+        addPartials(x, await ffnPartial(st, sess, l, x, n, io));
       }
-      sess.nPos += n;
-      if (f.flags & FLAG.chain && st.cfg.next) {
-        const r = decodeFrame(await this.#down(st.cfg.next, f, x), {kinds: ["result"]});
-        return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, pos: f.pos, width: r.width, data: r.data});
-      }
-      if (f.flags & FLAG.normLast) {
-        if (st.cfg.role !== "exit") throw new HttpError(400, `station ${name}: normLast asked of a ${st.cfg.role} station`);
-        return this.#result(f, st.parts.outputNorm(x.subarray((n - 1) * st.c.n_embd), 1));
-      }
-      return this.#result(f, x);
     }
-    if (!(f.layer >= l0 && f.layer < l1)) throw new HttpError(400, `station ${name}: layer ${f.layer} outside [${l0},${l1})`);
-    if (f.phase === "attn") {
-      const out = await attnPartial(st, sess, f.layer, f.pos, f.data, n, io);
-      if (f.layer === l1 - 1) sess.nPos += n;
-      return this.#result(f, out);
+    sess.nPos += n;
+    if (f.flags & FLAG.chain && st.cfg.next) {
+      const r = decodeFrame(await this.#down(st.cfg.next, f, x), {kinds: ["result"]});
+      return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, pos: f.pos, width: r.width, data: r.data});
     }
-    return this.#result(f, await ffnPartial(st, sess, f.layer, f.data, n, io));
+    if (f.flags & FLAG.normLast) {
+      if (st.cfg.role !== "exit") throw new HttpError(400, `station ${name}: normLast asked of a ${st.cfg.role} station`);
+      return this.#result(f, st.parts.outputNorm(x.subarray((n - 1) * st.c.n_embd), 1));
+    }
+    return this.#result(f, x);
+  }
+
+  #inRange(st, f) {
+    const [l0, l1] = st.cfg.layers;
+    if (!(f.layer >= l0 && f.layer < l1)) throw new HttpError(400, `station ${st.cfg.name}: layer ${f.layer} outside [${l0},${l1})`);
+  }
+
+  // phase attn (a split layer): this head slice's attention partial for frame.layer
+  async #attn(st, f, io) {
+    const sess = this.#session(st, f);
+    this.#inRange(st, f);
+    const out = await attnPartial(st, sess, f.layer, f.pos, f.data, f.rows, io);
+    if (f.layer === st.cfg.layers[1] - 1) sess.nPos += f.rows;
+    return this.#result(f, out);
+  }
+
+  // phase ffn (a split layer): this FFN column slice's partial for frame.layer
+  async #ffn(st, f, io) {
+    const sess = this.#session(st, f);
+    this.#inRange(st, f);
+    return this.#result(f, await ffnPartial(st, sess, f.layer, f.data, f.rows, io));
   }
 
   #result(f, data) {
     return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, pos: f.pos, width: f.width, data});
   }
 
+  /** RPC (tests, TEST_HOOKS): drop every session and link, then restart this object. */
+  restart() {
+    for (const sid of [...this.sessions.keys()]) this.#free(sid);
+    this.#closeLinks();
+    this.ctx.abort?.("restart requested by test");
+  }
+
+  // Frames by POST, or as WebSocket messages (the caller hanging up closes the chain
+  // links this session opened).
   async fetch(req) {
-    const url = new URL(req.url);
-    if (url.pathname === "/debug/restart" && this.env.TEST_HOOKS) {
-      for (const sid of [...this.sessions.keys()]) this.#free(sid);
-      this.#closeLinks();
-      this.ctx.abort?.("restart requested by test");
-      return new Response("restarted");
-    }
-    if (req.headers.get("Upgrade") === "websocket") {
-      const pair = new WebSocketPair();
-      const [client, server] = Object.values(pair);
-      server.accept();
-      // the caller hung up: the chain links this session opened go with it
-      server.addEventListener("close", () => this.#closeLinks());
-      server.addEventListener("message", async (ev) => {
-        const bytes = await messageBytes(ev.data);
-        const reqId = bytes.length >= 12 ? new DataView(bytes.buffer, bytes.byteOffset).getUint32(8, true) : 0;
-        try {
-          server.send(await this.handle(bytes));
-        } catch (e) {
-          const r = errorResponse(e);
-          server.send(JSON.stringify({reqId, status: r.status, error: e.message}));
-        }
-      });
-      return new Response(null, {status: 101, webSocket: client});
-    }
+    if (req.headers.get("Upgrade") === "websocket") return serveFrames((bytes) => this.handle(bytes), () => this.#closeLinks());
     try {
       return new Response(await this.handle(new Uint8Array(await req.arrayBuffer())));
     } catch (e) { return errorResponse(e); }
@@ -318,6 +358,7 @@ export class StationDO {
 }
 
 export default {
+  /** @param {Request} req @param {Env} env */
   async fetch(req, env, ctx) {
     const url = new URL(req.url);
     try {
@@ -331,6 +372,10 @@ export default {
       if (!sid) throw new HttpError(400, "station: no session id (?sid= or x-knot-session header)");
       await bootStation(env, ctx);  // boot errors answer here, before a WebSocket is opened
       const stub = env.STATION_DO.get(env.STATION_DO.idFromName(sid));
+      if (url.pathname === "/debug/restart" && env.TEST_HOOKS) {
+        await stub.restart().catch(() => {});  // the object is gone when it answers
+        return new Response("restarted");
+      }
       return stub.fetch(req);
     } catch (e) { return errorResponse(e); }
   },

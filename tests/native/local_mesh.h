@@ -1,15 +1,73 @@
-#include "infer/mesh.h"
+// local_mesh.h — a test oracle: a whole mesh in one process, the native twin of
+// tests/wasm/local-mesh.mjs openLocalMesh (header-only; only tests/native include it).
+// Layer stations cut into attention-head slices (each a knot::Station with its own KV cache
+// of the range's layers and the slice's KV heads) and FFN column slices, and vocab shards
+// (embedding rows, lm_head logits -> top-k + lse), merged by summing partials
+// (docs/architecture.md) and merging the shards' top-k (docs/protocol.md). Tests compare it
+// with the Engine.
+//
+// plan: layers {0, a, .., n_layer} (station cuts); per station heads {0, .., n_head}
+// (multiples of the GQA group) and ffn {0, .., n_ff} cuts; vocab {0, .., n_vocab} shard
+// cuts, end to end (tensor padding rows past n_vocab belong to no shard).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
 
 #include <cmath>
 #include <string>
 
+#include "container/model.h"
+#include "infer/station.h"
 #include "kernels/common.h"
+#include "text/sampler.h"
 
 namespace knot {
 
-namespace {
+struct MeshPlan {
+  std::vector<int> layers;                   // station cuts {0, a, .., n_layer}
+  std::vector<std::vector<int>> heads, ffn;  // per station: head cuts, FFN column cuts
+  std::vector<int> vocab;                    // shard cuts {0, .., n_vocab}
+};
 
-void check_cuts(const std::string& what, const std::vector<int>& c, int lo, int hi, int mult = 1) {
+// Throws naming the first bad cut.
+inline void check_plan(const ModelConfig& c, const MeshPlan& p);
+
+struct MeshOptions {
+  ForwardOptions fo;
+  int n_ctx = 64;
+  int k = 8;  // each shard's top-k, and the merged list's length
+  // FFN slice i of station s as one gate+up call (else two phases); nullptr: two phases.
+  std::function<bool(int s, int i)> ffn_combined;
+};
+
+struct MeshStep {
+  std::vector<float> logits;  // [n_vocab]: the shards' slices, assembled
+  SliceTopK top;              // the shards' merged top-k + lse + min
+};
+
+class LocalMesh {
+ public:
+  // m is referenced: it must outlive the mesh.
+  LocalMesh(const Model& m, const MeshPlan& p, const MeshOptions& o);
+  // Positions [pos0, pos0 + n): embed (sum of shard partials), stations in order (per
+  // layer x += sum of head-slice attention partials, then x += sum of FFN-slice partials),
+  // output norm, every shard's lm_head slice and top-k of the last position.
+  MeshStep step(const int32_t* ids, int n, int pos0);
+  void truncate(int n_pos);  // every station
+  const std::vector<std::vector<Station>>& stations() const { return st_; }  // [station][head slice]
+
+ private:
+  const Model& m_;
+  MeshPlan p_;
+  MeshOptions o_;
+  std::vector<std::vector<Station>> st_;
+  Workspace ws_;
+};
+
+namespace local_mesh_detail {
+
+inline void check_cuts(const std::string& what, const std::vector<int>& c, int lo, int hi, int mult = 1) {
   auto list = [&] {
     std::string s = "{";
     for (size_t i = 0; i < c.size(); i++) s += (i ? ", " : "") + std::to_string(c[i]);
@@ -23,13 +81,14 @@ void check_cuts(const std::string& what, const std::vector<int>& c, int lo, int 
            ") must be increasing" + (mult > 1 ? " and a multiple of " + std::to_string(mult) : std::string()));
 }
 
-void add(std::vector<float>& acc, const std::vector<float>& p) {
+inline void add(std::vector<float>& acc, const std::vector<float>& p) {
   for (size_t i = 0; i < acc.size(); i++) acc[i] += p[i];
 }
 
-}  // namespace
+}  // namespace local_mesh_detail
 
-void check_plan(const ModelConfig& c, const MeshPlan& p) {
+inline void check_plan(const ModelConfig& c, const MeshPlan& p) {
+  using local_mesh_detail::check_cuts;
   check_cuts("layers", p.layers, 0, c.n_layer);
   const size_t n = p.layers.size() - 1;
   if (p.heads.size() != n || p.ffn.size() != n)
@@ -43,7 +102,7 @@ void check_plan(const ModelConfig& c, const MeshPlan& p) {
   check_cuts("vocab", p.vocab, 0, c.n_vocab);
 }
 
-LocalMesh::LocalMesh(const Model& m, const MeshPlan& p, const MeshOptions& o) : m_(m), p_(p), o_(o) {
+inline LocalMesh::LocalMesh(const Model& m, const MeshPlan& p, const MeshOptions& o) : m_(m), p_(p), o_(o) {
   check_plan(m.config, p);
   for (size_t s = 0; s + 1 < p.layers.size(); s++) {
     st_.emplace_back();
@@ -58,12 +117,13 @@ LocalMesh::LocalMesh(const Model& m, const MeshPlan& p, const MeshOptions& o) : 
   }
 }
 
-void LocalMesh::truncate(int n_pos) {
+inline void LocalMesh::truncate(int n_pos) {
   for (auto& range : st_)
     for (Station& st : range) st.truncate(n_pos);
 }
 
-MeshStep LocalMesh::step(const int32_t* ids, int n, int pos0) {
+inline MeshStep LocalMesh::step(const int32_t* ids, int n, int pos0) {
+  using local_mesh_detail::add;
   const ModelConfig& c = m_.config;
   const int E = c.n_embd, V = c.n_vocab;
   const size_t len = (size_t)n * E;

@@ -1,4 +1,4 @@
-// sources.mjs — byte sources for workers: an R2 object by range, and the same object read
+// r2.mjs — byte sources for workers: an R2 object by range, and the same object read
 // through a layer warden (bytes cached in the warden's DO memory). Every byte a station or
 // shard loads is verified by the core (content hashes, finite block scales) whatever the
 // source; a rejected warden read is retried from R2 and the warden told to drop the entry.
@@ -23,8 +23,8 @@ export async function r2Source(bucket, key, stats = {}) {
 }
 
 /**
- * Reads of `base` (an R2 source) served by a layer warden stub: POST /tensors with the model
- * identity and [{name, offset, size}]. `nameOf(offset)` names the tensor holding a byte.
+ * Reads of `base` (an R2 source) served by a layer warden stub: tensors(identity,
+ * [{name, offset, size}]) (warden/index.mjs). `nameOf(offset)` names the tensor holding a byte.
  * Reads are logged in `log` so a rejected load can invalidate exactly what it used.
  */
 export function wardenSource(base, stub, identity, nameOf, log, stats = {}) {
@@ -33,10 +33,9 @@ export function wardenSource(base, stub, identity, nameOf, log, stats = {}) {
     async read(offset, length) {
       const name = nameOf(offset);
       log.push(name);
-      const res = await stub.fetch("https://warden/tensors", {
-        method: "POST", body: JSON.stringify({identity, ranges: [{name, offset, size: length}]})});
-      if (!res.ok) throw new WardenError(`warden /tensors: HTTP ${res.status}: ${await res.text()}`);
-      const b = new Uint8Array(await res.arrayBuffer());
+      const b = await stub.tensors(identity, [{name, offset, size: length}]).catch((e) => {
+        throw new WardenError(`warden /tensors: ${e.message}`);
+      });
       if (b.length !== length) throw new WardenError(`warden returned ${b.length} bytes for ${name} [${offset}, ${offset + length})`);
       stats.wardenReads = (stats.wardenReads ?? 0) + 1;
       return b;
@@ -51,7 +50,7 @@ export const isByteReject = (e) => e instanceof WardenError || /content hash|non
 
 /**
  * Run load(parts) with the parts' source switched to the warden; when the core rejects the
- * bytes (hash / scale / length), fire /invalidate for the tensors read, then run it again
+ * bytes (hash / scale / length), fire invalidate for the tensors read, then run it again
  * from R2. `onReject(names, error)` reports it.
  */
 export async function loadThroughWarden(parts, r2, warden, load, onReject) {
@@ -65,8 +64,7 @@ export async function loadThroughWarden(parts, r2, warden, load, onReject) {
     const names = [...new Set(log)];
     parts.source = r2;
     // do not wait for the invalidations: the caller gets its bytes from R2 now
-    const inv = Promise.all(names.map((n) => warden.stub.fetch(`https://warden/invalidate/${encodeURIComponent(n)}`,
-      {method: "POST", body: JSON.stringify({identity: warden.identity})}).then((r) => r.arrayBuffer()).catch(() => {})));
+    const inv = Promise.all(names.map((n) => warden.stub.invalidate(warden.identity, n).catch(() => {})));
     warden.waitUntil?.(inv);
     onReject?.(names, e);
     await load();

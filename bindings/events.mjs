@@ -1,0 +1,53 @@
+// events.mjs — the events of one generation: one schema for every layer that streams a
+// completion. Model.generate (knotwork.mjs) and the mesh's loop (MeshCoordinator.generate,
+// workers/coordinator/mesh.mjs) yield them; the backends of the OpenAI handler
+// (local-backend.mjs, workers/coordinator/backend.mjs) pass them on unrenamed, adding
+// `accepted` first; openai.mjs consumes them (its SSE `: knotwork {json}` telemetry and the
+// OpenAI chunks are that handler's own output format). The mesh's HTTP API
+// (POST /v1/mesh/generate) writes them as NDJSON, one event a line, plus `error`.
+//
+// In order:
+//   accepted     once, first — the OpenAI backend interface only (the request fits)
+//   prefill      Model.generate with prefillProgress: before the first piece, after each
+//   telemetry    the mesh's named progress: route, prefill_started, prefill_progress,
+//                prefill_completed, decode_started, reprefill, abstain; and queue (a
+//                backend's wait); anything else a backend names passes as telemetry too
+//   token        one per sampled token
+//   summary      once, last, when the generation ended
+//   error        NDJSON only: the generation failed (a thrown error anywhere else)
+//
+// Types (JSDoc only; nothing here runs):
+/**
+ * @typedef {{type: "accepted", promptTokens: number, nCtx: number, seed?: number, arch?: string,
+ *            mode?: string, quantization?: string, topology?: object}} AcceptedEvent
+ *   the prompt was tokenized and fits: an OpenAI handler commits to HTTP 200 here
+ * @typedef {{type: "prefill", done: number, total: number, elapsedMs: number}} PrefillEvent
+ *   prompt tokens fed so far of total
+ * @typedef {{type: "telemetry", event: string, [field: string]: any}} TelemetryEvent
+ *   event "route": {sid, stations, members, shards, knot, nCtx, logits: "full"|"top-k+lse", k?};
+ *   "prefill_started": {tokens}; "prefill_progress": {done, total};
+ *   "prefill_completed": {tokens, ms}; "decode_started": {};
+ *   "reprefill": {reason, tokens}; "abstain": {phase, shard, slice: [v0, v1], reason,
+ *   tokens: [{id, pos}]}; "queue": {ahead}
+ * @typedef {{type: "token", token: number, text: string, logprob?: number,
+ *            top?: {token: number, logprob: number}[],
+ *            telemetry: {n: number, elapsedMs: number, decodeTokS: number,
+ *                        memory?: {linear: number, peakLinear: number, heap: number, peakHeap: number},
+ *                        speculative?: {drafted: number, accepted: number, acceptance: number},
+ *                        hops?: number}}} TokenEvent
+ *   text: the complete UTF-8 this token released ("" while a character or a possible stop
+ *   string is pending); logprob / top (the raw distribution's) when logprobs was asked
+ * @typedef {{type: "summary", ids: number[], text: string, reason: "eog"|"stop"|"length"|"context",
+ *            promptIds: number[], nPrompt: number, nGenerated: number, nDecoded: number, nCtx: number,
+ *            prefillMs: number, decodeMs: number, prefillTokS: number, decodeTokS: number,
+ *            mode: string, engine?: object, memory?: object,
+ *            speculative?: {lookup: number, drafted: number, accepted: number, acceptance: number},
+ *            hops?: number, subrequests?: number, maxConnections?: number, messages?: number,
+ *            abstains?: number, reprefills?: number, rowsPrefetched?: number, flaggedTokens?: number[],
+ *            shardK?: number|"full", coordinatorMemory?: object}} SummaryEvent
+ *   engine / memory / speculative (lookup > 0): a single process's (Model.generate);
+ *   hops ... coordinatorMemory: the mesh's
+ * @typedef {{type: "error", error: string, status: number}} ErrorEvent
+ * @typedef {AcceptedEvent|PrefillEvent|TelemetryEvent|TokenEvent|SummaryEvent|ErrorEvent} GenerationEvent
+ */
+export {};

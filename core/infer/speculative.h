@@ -1,0 +1,69 @@
+// speculative.h — the decode loop over an Engine: one forward pass per token, or, with
+// prompt-lookup drafting (llama.cpp's lookup decoding), up to K drafted tokens verified in
+// one pass.
+//
+// Drafting: draft_lookup finds the most recent earlier occurrence of the history's last n
+// tokens (n = ngram_max .. 1) and proposes the tokens that followed it — no draft model;
+// it pays off where the reply repeats its context (code edits, quoting, lists).
+// Verification: the token just sampled and the K drafts run as one batch (Engine::eval_rows,
+// KV appended for all K + 1 positions); the logits of position i verify draft i + 1
+// (Generator::step_draft: greedy keeps it when it is the argmax; sampling keeps it with
+// probability p(draft), else draws from p without it — the standard acceptance rule, so
+// the output distribution is the plain one). The first rejected draft ends the pass: the
+// KV cache is truncated to the positions that stay valid and the replacement token is fed
+// next. When every draft is kept, the last row's logits give one more token for free.
+// Greedy output is identical to plain decoding; seeded sampling is distributed the same
+// but is not the same draw.
+//
+// The loop is lazy: next() runs the forward pass the previous token needs only when the
+// next token is asked for, so a caller that stops (a stop string, a closed stream) never
+// pays for a pass it does not use. Engine::generate and the wasm session (kw_session_step)
+// both run it.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "infer/generate.h"
+#include "text/generator.h"
+
+namespace knot {
+
+// Up to k tokens that followed the latest earlier occurrence of hist's last n tokens,
+// trying n = ngram_max down to 1; empty when nothing matches.
+std::vector<int32_t> draft_lookup(const std::vector<int32_t>& hist, int k, int ngram_max = 3);
+
+class DecodeLoop {
+ public:
+  // lookup: draft up to this many tokens per pass (0: plain decoding). e and g must
+  // outlive the loop; g has been started with the prompt.
+  DecodeLoop(Engine& e, Generator& g, int lookup);
+
+  // After the prefill: the prompt (the lookup's history) and its last position's logits.
+  void begin(const std::vector<int32_t>& prompt, const float* logits);
+
+  struct Next {
+    GenStep step;
+    const float* logits;  // what the step sampled from ([n_logits]; valid until the next call)
+  };
+  // The next token. Call while !g.done().
+  Next next();
+
+  int drafted() const { return drafted_; }
+  int accepted() const { return accepted_; }
+  int passes() const { return passes_; }  // forward passes after the prefill
+
+ private:
+  Engine& e_;
+  Generator& g_;
+  int lookup_;
+  std::vector<int32_t> hist_;    // prompt + generated ids
+  const float* lg_ = nullptr;    // logits for the next plain step
+  int32_t pending_ = -1;         // sampled, not yet fed
+  std::vector<int32_t> batch_;   // the verify pass: [pending, drafts...]
+  const float* rows_ = nullptr;  // its logits [batch_.size(), n_logits]
+  size_t vi_ = 0;                // next row to consume
+  int base_ = 0;                 // KV position of batch_[0]
+  int drafted_ = 0, accepted_ = 0, passes_ = 0;
+};
+
+}  // namespace knot

@@ -1,0 +1,52 @@
+// backend.mjs — the backend of the OpenAI handler (bindings/openai.mjs) over the mesh:
+// /v1/models, /health and generate(req). A request is tokenized and checked here, once;
+// its ids generate in a SessionDO (session.mjs), whose events (bindings/events.mjs) pass
+// on unrenamed after `accepted`; an error event is thrown.
+import {ApiError} from "../../bindings/openai.mjs";
+import {defaultContext, requestOptions} from "../../bindings/options.mjs";
+import {jsonBinding} from "../lib/config.mjs";
+import {sessionEvents} from "./session.mjs";
+import {textModel, promptIds} from "./prompt.mjs";
+import {isolateStats} from "./stats.mjs";
+
+/** @param {import("./index.mjs").Env} env */
+export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {}) {
+  const t = jsonBinding(env.TOPOLOGY, "TOPOLOGY");
+  const id = env.MODEL_ID ?? t.knot.replace(/\.knot$/, "");
+  const topo = {kind: "mesh", stations: t.stations.map((s) => ({layers: s.layers, members: s.members.map((m) => m.name)})),
+                shards: t.shards.map((s) => ({name: s.name, vocab: s.vocab})), shardGroups: t.shardGroups};
+  let model = null;
+  const text = async () => (model ??= await textModel(env));
+  return {
+    async models() {
+      const m = await text(), c = m.info.config;
+      return [{id, created, owned_by: "knotwork", knotwork: {arch: c.arch, nCtx: defaultContext(c),
+               nLayer: c.n_layer, nEmbd: c.n_embd, nVocab: c.n_vocab, format: "knot", mode: "mesh", topology: topo}}];
+    },
+    async health() { return {model: id, topology: topo, isolates: await isolateStats(env)}; },
+    tokenBytes(_model, tok) { return model?.tokenBytes(tok) ?? new Uint8Array(); },
+    async *generate(req) {
+      const m = await text(), c = m.info.config;
+      const nCtx = defaultContext(c);
+      const param = req.kind === "chat" ? "messages" : "prompt";
+      let ids;
+      try {
+        const body = req.kind === "chat" ? {messages: req.messages}
+          : typeof req.prompt === "string" ? {prompt: req.prompt} : {ids: req.prompt};
+        ids = promptIds(m, body, env.CHAT_TEMPLATE ?? "");
+      } catch (e) { throw new ApiError(400, `could not build the prompt: ${e.message}`, {param}); }
+      const bad = ids.find((x) => !(x >= 0 && x < c.n_vocab));
+      if (bad !== undefined) throw new ApiError(400, `prompt token id ${bad} is outside the vocabulary (${c.n_vocab} tokens)`, {param});
+      if (ids.length >= nCtx || (req.maxTokens !== undefined && ids.length + req.maxTokens > nCtx))
+        throw new ApiError(400, `This model's maximum context length is ${nCtx} tokens; the request needs ${ids.length + (req.maxTokens ?? 1)}.`,
+                           {param: req.maxTokens !== undefined ? "max_tokens" : param, code: "context_length_exceeded"});
+      const seed = req.seed ?? Math.floor(Math.random() * 2 ** 32);
+      yield {type: "accepted", promptTokens: ids.length, nCtx, arch: c.arch, mode: "mesh", seed, topology: topo};
+      const options = {...requestOptions(req, {maxTokens: req.maxTokens ?? nCtx - ids.length, seed}), nCtx};
+      for await (const e of sessionEvents(env, {ids, options})) {
+        if (e.type === "error") throw new Error(`mesh: ${e.error}`);
+        yield e;
+      }
+    },
+  };
+}
