@@ -16,7 +16,7 @@
 import {existsSync, readFileSync, readdirSync, writeFileSync} from "node:fs";
 import {join, resolve} from "node:path";
 import {Miniflare} from "miniflare";
-import {ROOT, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+import {ROOT, bindingsRoutes, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
 
 const COMPATIBILITY_DATE = "2026-04-01";  // the mesh Workers' date
 
@@ -103,8 +103,7 @@ async function benchChromium() {
   writeFileSync(blank, "<!doctype html><meta charset=utf-8><title>bench</title>");
   const server = await serveFiles({
     "/blank.html": blank,
-    "/bindings/loader.mjs": join(ROOT, "bindings/loader.mjs"),
-    "/bindings/wasm-choice.mjs": join(ROOT, "bindings/wasm-choice.mjs"),
+    ...bindingsRoutes(),
     "/bench/lib/relaxed-bench.mjs": join(ROOT, "bench/lib/relaxed-bench.mjs"),
     "/build/wasm/knotwork.wasm": join(ROOT, "build/wasm/knotwork.wasm"),
     "/build/wasm/knotwork-relaxed.wasm": join(ROOT, "build/wasm/knotwork-relaxed.wasm"),

@@ -14,11 +14,7 @@
 // Float weights, Q5_K and the Q8_0-activation vec_dot stay on the AVX2 kernels.
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
 
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's avx512fintrin.h trips its own -Wmaybe-uninitialized (_mm512_undefined_*, GCC PR105593).

@@ -10,11 +10,7 @@
 // Same scheme as the 16-row AVX-512 kernel in kernels_avx512.cpp, at half the width.
 #if defined(__x86_64__) || defined(__i386__)
 
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
 
 #include <immintrin.h>
 

@@ -17,6 +17,8 @@
 // measured 0.71x of them over 64 tokens in workerd (bench/kernels-relaxed.mjs).
 #if defined(__wasm_relaxed_simd__)
 
+#include "kernels/no_fp_contract.h"  // first: no FMA contraction (relaxed_madd) in this file
+
 #include <wasm_simd128.h>
 
 #include <cstring>

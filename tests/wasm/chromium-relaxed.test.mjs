@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import {existsSync, writeFileSync} from "node:fs";
 import {join} from "node:path";
 
-import {ROOT, WASM_PATH, serveFiles, tmpDir} from "./helpers.mjs";
+import {ROOT, WASM_PATH, bindingsRoutes, serveFiles, tmpDir} from "./helpers.mjs";
 
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const RELAXED = join(ROOT, "build/wasm/knotwork-relaxed.wasm");
@@ -24,8 +24,7 @@ test("Chromium picks the relaxed-SIMD module; its kernels equal the scalar refer
   writeFileSync(blank, "<!doctype html><meta charset=utf-8><title>relaxed</title>");
   const server = await serveFiles({
     "/blank.html": blank,
-    "/bindings/loader.mjs": join(ROOT, "bindings/loader.mjs"),
-    "/bindings/wasm-choice.mjs": join(ROOT, "bindings/wasm-choice.mjs"),
+    ...bindingsRoutes(),
     "/tests/wasm/relaxed-check.mjs": join(ROOT, "tests/wasm/relaxed-check.mjs"),
     "/build/wasm/knotwork.wasm": WASM_PATH,
     "/build/wasm/knotwork-relaxed.wasm": RELAXED,
