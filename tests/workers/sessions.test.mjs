@@ -225,19 +225,25 @@ test("bad frames: zero rows, n_ctx 0, positions past the context, a layer outsid
       assert.equal(r.status, 400, `${re}: ${r.error}`);
       assert.match(r.error, re);
     };
-    for (const phase of ["all", "norm", "attn"])
+    for (const phase of ["norm", "all", "attn"])
       await expect400("st1", f({kind: "decode", pos: 3, phase, layer: 2, data: new Float32Array(0)}), /frame: a decode frame with 0 rows/);
     await expect400("st0", f({data: new Float32Array(0)}), /frame: a prefill frame with 0 rows/);
     await expect400("st0", f({nCtx: 0}), /n_ctx 0 in a prefill frame/);
     await expect400("st0", f({nCtx: 1}), /positions \[0, 2\) \(pos \+ rows\) past the session's context n_ctx 1/);
-    await expect400("st0", f({phase: "attn", layer: 4}), /layer 4 outside \[0,2\)/);
-    await expect400("st0", f({flags: FLAG.normLast}), /normLast asked of a entry station/);
     await expect400("st0", f({nCtx: 0x7fffffff}), /n_ctx 2147483647/);
-    // none of them opened or advanced a session: a fresh one works, then a frame past its context is refused
+    assert.deepEqual((await stationStats(mesh, "st0", "bad")).session.live, [], "no session opened");
+    // on a held session (2 positions): refused frames advance, rewind and open nothing
     assert.equal((await post(mesh, "st0", f({}), "bad")).status, 200);
+    const held = async () => (await stationStats(mesh, "st0", "bad")).session.live.map((x) => x.nPos);
+    const one = rows(E, 1, 2, 1);
+    await expect400("st0", f({kind: "decode", pos: 2, flags: FLAG.normLast, data: one}), /normLast asked of a entry station/);
+    await expect400("st0", f({kind: "decode", pos: 1, phase: "attn", layer: 4, data: one}), /layer 4 outside \[0,2\)/);
+    await expect400("st0", f({kind: "decode", pos: 1, nCtx: 0, data: one}), /n_ctx 0 in a decode frame/);
     await expect400("st0", f({kind: "decode", pos: 15, data: rows(E, 1, 15, 2)}), /positions \[15, 17\) \(pos \+ rows\) past the session's context n_ctx 16/);
-    const r = await post(mesh, "st0", f({kind: "decode", pos: 2, data: rows(E, 1, 2, 1)}), "bad");
+    assert.deepEqual(await held(), [2], "the session still holds 2 positions");
+    const r = await post(mesh, "st0", f({kind: "decode", pos: 2, data: one}), "bad");
     assert.equal(r.status, 200, r.error);
+    assert.deepEqual(await held(), [3]);
     // the exit's norm phase with one row still answers
     const norm = await post(mesh, "st1", f({kind: "decode", pos: 3, phase: "norm", data: rows(E, 1, 3, 1)}), "bad");
     assert.equal(norm.status, 200, norm.error);
