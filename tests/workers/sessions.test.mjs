@@ -149,14 +149,27 @@ async function restoreScenario(mesh, tag) {
     assert.equal(s.stats.restores - before[i].stats.restores, 1, `${tag}: ${s.name} restored once`);
     assert.equal(s.stats.restoredPositions - before[i].stats.restoredPositions, 5, `${tag}: ${s.name} restored positions [0, 5)`);
   });
+  // ctx.abort() alone: the aborted instance's KV is still in the isolate's heap; the next
+  // instance of the object frees it and restores from the snapshot (one live session, not two)
+  const live0 = await Promise.all(members(mesh).map((m) => stationStats(mesh, m)));
+  for (const m of members(mesh)) {
+    const w = await mesh.worker(`knot-${m}`);
+    await w.fetch(`http://x/debug/restart?sid=${a}&abort=1`).then((r) => r.arrayBuffer()).catch(() => {});
+  }
+  sameBits(await feed(mesh, a, 7, rows(E, 5, 7, 1)), await feed(mesh, b, 7, rows(E, 5, 7, 1)), `${tag}: rows at 7 after ctx.abort()`);
+  const live1 = await Promise.all(members(mesh).map((m) => stationStats(mesh, m)));
+  live1.forEach((s, i) => {
+    assert.equal(s.stats.liveSessions, live0[i].stats.liveSessions, `${tag}: ${s.name} freed the aborted instance's KV`);
+    assert.equal(s.stats.restores - live0[i].stats.restores, 1, `${tag}: ${s.name} restored after ctx.abort()`);
+  });
   // a restart that loses the snapshot too: the station asks for a re-prefill
   for (const m of members(mesh)) {
     const w = await mesh.worker(`knot-${m}`);
     await w.fetch(`http://x/debug/restart?sid=${a}&wipe=1`).then((r) => r.arrayBuffer()).catch(() => {});
   }
-  const lost = await through(mesh, a, 7, rows(E, 5, 7, 1));
+  const lost = await through(mesh, a, 8, rows(E, 5, 8, 1));
   assert.equal(lost.status, 409);
-  assert.match(lost.error, /it holds no positions, the frame starts at 7; re-prefill/);
+  assert.match(lost.error, /it holds no positions, the frame starts at 8; re-prefill/);
   await end(mesh, a);
   await end(mesh, b);
   for (const m of members(mesh)) assert.deepEqual((await stationStats(mesh, m, a)).session.stored, {sessions: 0, blocks: 0, bytes: 0}, `${tag}: ${m} storage empty`);

@@ -481,9 +481,11 @@ export class StationDO extends DurableObject {
 
   /**
    * RPC (tests, TEST_HOOKS): drop every session's KV and link, then restart this object; the
-   * snapshots stay (the next frame restores from them) unless wipe.
+   * snapshots stay (the next frame restores from them) unless wipe. abortOnly: ctx.abort()
+   * alone, the KV left in the isolate's heap (as an eviction leaves it).
    */
-  async restart({wipe = false} = {}) {
+  async restart({wipe = false, abortOnly = false} = {}) {
+    if (abortOnly) return this.ctx.abort("abort requested by test");
     for (const sid of [...this.sessions.keys()]) this.#free(sid);
     if (wipe) {
       for (const s of this.store.sessions()) this.store.drop(s.sid);
@@ -532,8 +534,9 @@ export default {
       await bootStation(env, ctx);  // boot errors answer here, before a WebSocket is opened
       const stub = env.STATION_DO.get(env.STATION_DO.idFromName(sid));
       if (url.pathname === "/debug/restart" && env.TEST_HOOKS) {
-        // ?wipe=1: the snapshot goes too (a restart that loses the session)
-        await stub.restart({wipe: url.searchParams.get("wipe") === "1"}).catch(() => {});  // the object is gone when it answers
+        // ?wipe=1: the snapshot goes too (a restart that loses the session); ?abort=1: ctx.abort() only
+        const q = (k) => url.searchParams.get(k) === "1";
+        await stub.restart({wipe: q("wipe"), abortOnly: q("abort")}).catch(() => {});  // the object is gone when it answers
         return new Response("restarted");
       }
       return stub.fetch(req);
