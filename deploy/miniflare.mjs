@@ -18,6 +18,7 @@ process.env.CLOUDFLARE_CF_FETCH_ENABLED ??= "false";
 
 /** The Miniflare worker options of one script of a description (sources under root). */
 export function miniflareWorker(d, s, root = ROOT) {
+  const sqlite = new Set(s.migrations.flatMap((m) => m.new_sqlite_classes ?? []));  // SQLite-backed classes of this script
   return {
     name: s.name, modules: true, modulesRoot: root, scriptPath: resolve(root, s.main),
     modulesRules: [{type: "CompiledWasm", include: ["**/*.wasm"]}],  // wrangler's default rule
@@ -25,7 +26,8 @@ export function miniflareWorker(d, s, root = ROOT) {
     bindings: s.vars,
     serviceBindings: Object.fromEntries(s.services.map((x) => [x.binding, x.service])),
     durableObjects: Object.fromEntries(s.durable_objects.map((x) => [x.name, x.script_name ? {className: x.class_name, scriptName: x.script_name}
-                                                                                        : x.class_name])),
+                                                                      : sqlite.has(x.class_name) ? {className: x.class_name, useSQLite: true}
+                                                                      : x.class_name])),
     r2Buckets: Object.fromEntries(s.r2_buckets.map((x) => [x.binding, x.bucket_name])),
     kvNamespaces: Object.fromEntries(s.kv_namespaces.map((x) => [x.binding, x.id])),
   };

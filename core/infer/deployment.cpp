@@ -187,10 +187,12 @@ ojson make_script(const std::string& name, const std::string& main, const std::s
           {"kv_namespaces", ojson::array()}, {"migrations", ojson::array()}};
 }
 
-ojson migration(std::initializer_list<const char*> classes) {
+// sqlite: the classes keep their state in SQLite-backed storage (new_sqlite_classes; the
+// station's KV snapshots use its SQL API), else the key-value backend (new_classes).
+ojson migration(std::initializer_list<const char*> classes, bool sqlite = false) {
   ojson c = ojson::array();
   for (const char* x : classes) c.push_back(x);
-  return ojson::array({{{"tag", "v1"}, {"new_classes", c}}});
+  return ojson::array({{{"tag", "v1"}, {sqlite ? "new_sqlite_classes" : "new_classes", c}}});
 }
 
 std::string describe_script(const ojson& s) {
@@ -362,7 +364,7 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
       st["services"] = link_bindings("L", peers);
       st["durable_objects"] = ojson::array({{{"name", "STATION_DO"}, {"class_name", "StationDO"}}});
       if (o.warden) st["durable_objects"].push_back({{"name", "WARDEN"}, {"class_name", "LayerWardenDO"}, {"script_name", kWarden}});
-      st["migrations"] = migration({"StationDO"});
+      st["migrations"] = migration({"StationDO"}, /*sqlite=*/true);
       scripts.push_back(st);
     }
 

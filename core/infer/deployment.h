@@ -16,7 +16,8 @@
 //     services         [{binding, service}]                  service bindings (links)
 //     durable_objects  [{name, class_name, script_name?}]    script_name: another script's class
 //     r2_buckets       [{binding, bucket_name}];  kv_namespaces [{binding, id}]
-//     migrations       [{tag, new_classes}]                  the classes the script defines
+//     migrations       [{tag, new_classes | new_sqlite_classes}] the classes the script defines
+//                                                            (StationDO: SQLite-backed, for its KV snapshots)
 //
 // Renderings: wrangler.jsonc files here (native `knot plan --wrangler`, and through kw_deploy
 // deploy/wrangler.mjs); Miniflare worker options in deploy/miniflare.mjs (JS: Miniflare is a

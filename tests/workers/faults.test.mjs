@@ -73,67 +73,94 @@ test("a station down: a clear error naming it within the stated time (station ti
   } finally { await mesh.close(); }
 });
 
-test("a station's Durable Object restarted mid-session: the coordinator re-prefills, same ids", async (t) => {
+// Generate with the shards slowed (so a restart lands mid-generation); at token n restart
+// `station`'s object of this session (wipe: its KV snapshot too). Returns {events, summary, sid}.
+async function generateWithRestart(mesh, ids, options, station, n, wipe) {
+  await mesh.fault("sh0", {hangMs: 150});
+  await mesh.fault("sh1", {hangMs: 150});
+  const events = [];
+  let sid = null, restarted = false;
+  for await (const e of mesh.generate({ids, options})) {
+    events.push(e);
+    if (e.event === "route") sid = e.sid;
+    if (e.type === "token" && e.telemetry.n === n && !restarted) {
+      restarted = true;
+      const w = await mesh.worker(`knot-${station}`);
+      await w.fetch(`http://x/debug/restart?sid=${sid}${wipe ? "&wipe=1" : ""}`).then((r) => r.arrayBuffer()).catch(() => {});
+    }
+  }
+  await mesh.fault("sh0", null);
+  await mesh.fault("sh1", null);
+  const summary = events.find((e) => e.type === "summary");
+  assert.ok(summary, JSON.stringify(events.find((e) => e.type === "error")));
+  assert.ok(restarted && sid);
+  return {events, summary, sid};
+}
+
+const stationStats = async (mesh, name, sid) => (await (await mesh.worker(`knot-${name}`)).fetch(`http://x/stats${sid ? `?sid=${sid}` : ""}`)).json();
+
+// After the generation: every member's snapshot of the session is gone (the end frames).
+async function assertStorageEmpty(mesh, sid, what) {
+  for (const m of mesh.topology.stations.flatMap((s) => s.members.map((x) => x.name))) {
+    const u = (await stationStats(mesh, m, sid)).session;
+    assert.deepEqual(u.stored, {sessions: 0, blocks: 0, bytes: 0}, `${what}: ${m} storage after the session`);
+    assert.deepEqual(u.live, [], `${what}: ${m} holds no KV`);
+  }
+}
+
+test("a station's Durable Object restarted mid-session restores the session from its KV snapshot: no re-prefill, same ids; without the snapshot it re-prefills", async (t) => {
   const bytes = await sharedKnot(t, MODEL);
   if (!bytes) return;
-  const want = await single(bytes, "Once upon a time", {maxTokens: 20, temperature: 0});
+  const opts = {maxTokens: 20, temperature: 0};
+  const want = await single(bytes, "Once upon a time", opts);
   for (const linkMode of ["ws", "http"]) {
     const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2}, {testHooks: true, linkMode});
     try {
-      const session = `restart-${linkMode}`;
-      await mesh.fault("sh0", {hangMs: 150});  // slow tokens: the restart lands mid-generation
-      await mesh.fault("sh1", {hangMs: 150});
-      const events = [];
-      let restarted = false;
-      for await (const e of mesh.generate({ids: want.promptIds, session, options: {maxTokens: 20, temperature: 0}})) {
-        events.push(e);
-        if (e.type === "token" && e.telemetry.n === 6 && !restarted) {
-          restarted = true;
-          const w = await mesh.worker("knot-st1");
-          await w.fetch(`http://x/debug/restart?sid=${session}`).then((r) => r.arrayBuffer()).catch(() => {});
-        }
-      }
-      const s = events.find((e) => e.type === "summary");
-      assert.ok(s, JSON.stringify(events.find((e) => e.type === "error")));
-      assert.equal(s.reprefills, 1, `${linkMode}: re-prefilled once (one restart)`);
-      assert.equal(events.filter((e) => e.event === "reprefill").length, 1);
-      assert.deepEqual(s.ids, want.ids, `${linkMode}: same ids after the re-prefill`);
+      const before = await stationStats(mesh, "st1");
+      let r = await generateWithRestart(mesh, want.promptIds, opts, "st1", 6, false);
+      const after = await stationStats(mesh, "st1");
+      assert.equal(r.summary.reprefills, 0, `${linkMode}: no re-prefill`);
+      assert.ok(!r.events.some((e) => e.event === "reprefill"), `${linkMode}: no reprefill event`);
+      assert.equal(after.stats.restores - before.stats.restores, 1, `${linkMode}: st1 restored the session once`);
+      // the restart lands after token 5 or token 6 was fed (the coordinator feeds it as it yields it)
+      const restored = after.stats.restoredPositions - before.stats.restoredPositions, P = want.promptIds.length;
+      assert.ok(restored === P + 5 || restored === P + 6, `${linkMode}: restored every position fed before the restart: ${restored}`);
+      assert.equal(after.stats.appended - before.stats.appended, P + opts.maxTokens - 1, `${linkMode}: no position fed twice`);
+      assert.deepEqual(r.summary.ids, want.ids, `${linkMode}: same ids after the restore`);
+      await assertStorageEmpty(mesh, r.sid, linkMode);
+      // the snapshot wiped too: the station answers 409 and the coordinator re-prefills
+      r = await generateWithRestart(mesh, want.promptIds, opts, "st1", 6, true);
+      assert.equal(r.summary.reprefills, 1, `${linkMode}: re-prefilled once (one restart)`);
+      assert.equal(r.events.filter((e) => e.event === "reprefill").length, 1);
+      assert.deepEqual(r.summary.ids, want.ids, `${linkMode}: same ids after the re-prefill`);
+      await assertStorageEmpty(mesh, r.sid, `${linkMode} (re-prefilled)`);
     } finally { await mesh.close(); }
   }
 });
 
-test("in a station chain: a mid station restarted re-prefills through the chain (same ids); a hung one is a timeout naming it", async (t) => {
+test("in a station chain: a mid station restarted restores from its snapshot (same ids, no re-prefill), wiped re-prefills through the chain; a hung one is a timeout naming it", async (t) => {
   const bytes = await sharedKnot(t, MODEL);
   if (!bytes) return;
-  const want = await single(bytes, "Once upon a time", {maxTokens: 16, temperature: 0});
+  const opts = {maxTokens: 16, temperature: 0};
+  const want = await single(bytes, "Once upon a time", opts);
   const mesh = await meshFor(bytes, {stations: [1, 2, 2], shards: 2, chain: true}, {testHooks: true, timeouts: {stationMs: 1500}});
   try {
-    const session = "restart-chain";
-    await mesh.fault("sh0", {hangMs: 150});
-    await mesh.fault("sh1", {hangMs: 150});
-    const events = [];
-    let restarted = false;
-    for await (const e of mesh.generate({ids: want.promptIds, session, options: {maxTokens: 16, temperature: 0}})) {
-      events.push(e);
-      if (e.type === "token" && e.telemetry.n === 5 && !restarted) {
-        restarted = true;
-        const w = await mesh.worker("knot-st1");
-        await w.fetch(`http://x/debug/restart?sid=${session}`).then((r) => r.arrayBuffer()).catch(() => {});
-      }
-    }
-    const s = events.find((e) => e.type === "summary");
-    assert.ok(s, JSON.stringify(events.find((e) => e.type === "error")));
-    assert.equal(s.reprefills, 1, "re-prefilled once (one restart)");
-    const rp = events.filter((e) => e.event === "reprefill");
+    const before = await stationStats(mesh, "st1");
+    let r = await generateWithRestart(mesh, want.promptIds, opts, "st1", 5, false);
+    assert.equal(r.summary.reprefills, 0, "no re-prefill");
+    assert.equal((await stationStats(mesh, "st1")).stats.restores - before.stats.restores, 1, "st1 restored the session");
+    assert.deepEqual(r.summary.ids, want.ids, "same ids after the restore");
+    await assertStorageEmpty(mesh, r.sid, "chain");
+    r = await generateWithRestart(mesh, want.promptIds, opts, "st1", 5, true);
+    assert.equal(r.summary.reprefills, 1, "re-prefilled once (one restart)");
+    const rp = r.events.filter((e) => e.event === "reprefill");
     assert.equal(rp.length, 1);
     assert.match(rp[0].reason, /st0 -> st1/);
-    assert.deepEqual(s.ids, want.ids, "same ids after the re-prefill");
-    await mesh.fault("sh0", null);
-    await mesh.fault("sh1", null);
+    assert.deepEqual(r.summary.ids, want.ids, "same ids after the re-prefill");
     await mesh.fault("st2", {hangMs: 600_000});
     const t0 = Date.now();
-    const r = await mesh.run({ids: [1, 400, 300], options: GREEDY});
-    assert.match(r.error?.error ?? "", /st1 -> st2: no answer within 1500 ms/);
+    const e = await mesh.run({ids: [1, 400, 300], options: GREEDY});
+    assert.match(e.error?.error ?? "", /st1 -> st2: no answer within 1500 ms/);
     assert.ok(Date.now() - t0 < 8000, `error after ${Date.now() - t0} ms`);
   } finally { await mesh.close(); }
 });

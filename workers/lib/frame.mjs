@@ -17,6 +17,7 @@ export const KIND = Object.freeze({prefill: 1, decode: 2, embed: 3, lmhead: 4, r
 export const PHASE = Object.freeze({all: 0, attn: 1, ffn: 2, norm: 3});
 export const FLAG = Object.freeze({normLast: 1, fullLogits: 2, chain: 4, topRow: 8});
 const DTYPES = [Float32Array, Int32Array];
+const ROWS_NEEDED = ["prefill", "decode", "embed", "lmhead"];  // kinds that carry at least one row
 const KIND_NAMES = Object.fromEntries(Object.entries(KIND).map(([k, v]) => [v, k]));
 
 export class FrameError extends Error {}
@@ -90,6 +91,8 @@ export function decodeFrame(buf, expect = {}) {
     throw new FrameError(`frame: ${u8.length} bytes but the header says ${rows} rows x ${width} values (${want} bytes)`);
   if (expect.width !== undefined && width !== expect.width && rows > 0)
     throw new FrameError(`frame: width ${width}, this worker's hidden dim is ${expect.width}`);
+  // the consumers of these kinds compute on their rows (a norm frame reads its last row)
+  if (rows === 0 && ROWS_NEEDED.includes(kind)) throw new FrameError(`frame: a ${kind} frame with 0 rows (it needs at least one)`);
   const sid = td.decode(u8.subarray(HEADER, HEADER + sidLen));
   if (!/^[\x21-\x7e]*$/.test(sid)) throw new FrameError("frame: session id is not printable ASCII");
   // one byte string per frame: the padding after the session id is zero, as encodeFrame writes it

@@ -13,9 +13,14 @@
 //   flag chain (phase all): run this station (a leader sums its members' partials per layer),
 //                               then forward to the next station and answer its answer; an
 //                               end frame is forwarded the same way
-// A session this station does not hold (lost, expired, DO restarted) at pos > 0 is a 409
-// naming the session and positions: the coordinator re-prefills. Down the chain, a lost
-// session or a dropped link answers 409 too, a timeout 504.
+// Sessions (docs/protocol.md, "Session lifecycle"): a prefill / decode frame at position 0 that
+// starts the station's first layer opens one; at a position below the positions held it
+// rewinds it (the KV truncated to pos, then the frame's rows appended). Every completed
+// position's KV rows go to the DO's SQLite storage before the frame is answered
+// (lib/snapshot.mjs), so a restarted object restores the session on its next frame. A session
+// neither held nor restorable at pos > 0 is a 409 naming the session and positions: the
+// coordinator re-prefills. Down the chain, a lost session answers 409 too, a timeout 504.
+// An alarm frees a session (KV and snapshot) idle for STATION.ttlMs, with or without frames.
 /**
  * @typedef {object} StationConfig  the STATION binding (JSON)
  * @property {string} name
@@ -51,10 +56,12 @@ import {applyFault, debugRoute} from "../lib/faults.mjs";
 import {modelBoot} from "../lib/boot.mjs";
 import {serveFrames} from "../lib/socket.mjs";
 import {addPartials} from "../lib/partials.mjs";
+import {SnapshotStore, BLOCK_BYTES} from "../lib/snapshot.mjs";
 
 // ---- module scope: one boot per isolate and config ---------------------------------------
 const boot = modelBoot();
-const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], frames: 0, liveSessions: 0, chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
+const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], frames: 0, liveSessions: 0,
+               appended: 0, relinks: 0, rewinds: 0, restores: 0, restoredPositions: 0, snapshotWrites: 0, snapshotBytes: 0, snapshotDrops: 0, alarms: 0, chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
 
 function bootKey(c) {
   return `${c.knot}|${c.role}|${c.layers[0]}-${c.layers[1]}|h${c.heads?.join("-") ?? "all"}/c${c.cols?.join("-") ?? "all"}`;
@@ -150,11 +157,31 @@ async function ffnPartial(st, sess, l, x, n, io) {
 }
 
 // ---- the Durable Object: this station's sessions ------------------------------------------
+// The KV caches live in the isolate's wasm heap, the DO instance only points at them: an
+// instance that is aborted or evicted leaves them behind, and the next instance of the same
+// object frees them (its sessions restore from the snapshot instead).
+const held = new Map();  // Durable Object id -> the sessions Map of its live instance
+// TEST_HOOKS: POST /debug/snapshot {blockBytes} shrinks snapshot blocks (a test of the cut)
+const snapshotOptions = {blockBytes: BLOCK_BYTES};
+
 export class StationDO extends DurableObject {
-  sessions = new Map();  // sid -> {station, nPos, nCtx, used}
+  sessions = new Map();  // sid -> {station, nPos, nCtx, bpt, used}
   links = new Map();     // chain links (name -> Link); this DO serves one session id
   counter = new Counter();
   reqId = 1;
+  alarmAt = undefined;   // the pending alarm's time (undefined: not read yet, null: none)
+
+  constructor(ctx, env) {
+    super(ctx, env);
+    const id = ctx.id.toString(), old = held.get(id);
+    if (old) for (const [sid, s] of old) { s.station.free(); old.delete(sid); stats.liveSessions--; }
+    held.set(id, this.sessions);
+    try {
+      this.store = new SnapshotStore(ctx.storage.sql, snapshotOptions);
+    } catch (e) {
+      throw new Error(`station: StationDO needs SQLite-backed storage (migrations: new_sqlite_classes): ${e.message}`);
+    }
+  }
 
   // A frame's handler by its kind; a prefill or decode frame's work by its phase.
   #byKind = {
@@ -170,20 +197,59 @@ export class StationDO extends DurableObject {
   };
 
   get #cfg() { return /** @type {StationConfig} */ (jsonBinding(this.env.STATION, "STATION")); }
+  get #ttl() { return this.#cfg.ttlMs ?? 10 * 60_000; }
 
+  // Sessions idle for the TTL are dropped (KV and snapshot), live or only stored.
   #sweep(now) {
-    const ttl = this.#cfg.ttlMs ?? 10 * 60_000;
-    for (const [sid, s] of this.sessions) if (now - s.used > ttl) this.#free(sid);
+    const ttl = this.#ttl;
+    for (const [sid, s] of this.sessions) if (now - s.used >= ttl) this.#drop(sid);
+    for (const s of this.store.sessions()) if (!this.sessions.has(s.sid) && now - s.used >= ttl) { this.store.drop(s.sid); stats.snapshotDrops++; }
     if (!this.sessions.size) this.#closeLinks();
   }
 
-  // A session's KV cache goes back to the wasm heap.
+  // When the next session expires (ms), or null when none is held.
+  #nextExpiry() {
+    const ttl = this.#ttl;
+    let next = null;
+    const at = (used) => { if (next === null || used + ttl < next) next = used + ttl; };
+    for (const s of this.sessions.values()) at(s.used);
+    for (const s of this.store.sessions()) if (!this.sessions.has(s.sid)) at(s.used);
+    return next;
+  }
+
+  // An alarm no later than the next expiry, so a session whose coordinator vanished is freed
+  // without another frame.
+  async #arm() {
+    const next = this.#nextExpiry();
+    if (next === null) return;
+    if (this.alarmAt === undefined) this.alarmAt = await this.ctx.storage.getAlarm();
+    if (this.alarmAt !== null && this.alarmAt <= next) return;
+    this.alarmAt = next;
+    await this.ctx.storage.setAlarm(next);
+  }
+
+  /** The lifecycle alarm: expired sessions are dropped; armed again for the rest. */
+  async alarm() {
+    stats.alarms++;
+    this.alarmAt = null;
+    this.#sweep(Date.now());
+    await this.#arm();
+  }
+
+  // A session's KV cache goes back to the wasm heap (its snapshot stays).
   #free(sid) {
     const s = this.sessions.get(sid);
     if (!s) return;
     s.station.free();
     this.sessions.delete(sid);
     stats.liveSessions--;
+  }
+
+  // A session ends (end frame, TTL): its KV cache and its snapshot go.
+  #drop(sid) {
+    this.#free(sid);
+    this.store.drop(sid);
+    stats.snapshotDrops++;
   }
 
   #link(name, sid) {
@@ -200,15 +266,26 @@ export class StationDO extends DurableObject {
     this.links.clear();
   }
 
-  // One frame down a chain link; the answer keeps the caller's request id. A lost session or
-  // a dropped link downstream is a 409 here (the coordinator re-prefills), a timeout a 504.
+  // One frame down a chain link; the answer keeps the caller's request id. A dropped link is
+  // tried once more on a new one; a lost session or a link dropped again downstream is a 409
+  // here (the coordinator re-prefills), a timeout a 504.
   async #down(name, f, data, extra = {}) {
     const cfg = this.#cfg;
     const ms = (cfg.linkTimeoutMs ?? 60_000) * (name === cfg.next ? cfg.downstream ?? 1 : 1);
+    const frame = encodeFrame({kind: f.kind, sid: f.sid, reqId: this.reqId++, pos: f.pos,
+      width: f.width, layer: f.layer, phase: f.phase, flags: f.flags, nCtx: f.nCtx, data, ...extra});
     try {
-      const r = await this.#link(name, f.sid).request(encodeFrame({kind: f.kind, sid: f.sid, reqId: this.reqId++, pos: f.pos,
-        width: f.width, layer: f.layer, phase: f.phase, flags: f.flags, nCtx: f.nCtx, data, ...extra}), ms);
-      return r;
+      try {
+        return await this.#link(name, f.sid).request(frame, ms);
+      } catch (e) {
+        if (!(e instanceof LinkError && e.status === 0)) throw e;
+        // a dropped link (that station restarted): once more on a new link; the station
+        // restores the session from its snapshot (a frame it had half run is run again)
+        this.links.get(name)?.close();
+        this.links.delete(name);
+        stats.relinks++;
+        return await this.#link(name, f.sid).request(frame, ms);
+      }
     } catch (e) {
       if (!(e instanceof LinkError)) throw e;
       const status = e.status === 409 || e.status === 0 ? 409 : e.status === -1 ? 504 : e.status >= 400 ? e.status : 502;
@@ -245,13 +322,15 @@ export class StationDO extends DurableObject {
     const f = decodeFrame(bytes, {width: st.c.n_embd, kinds: Object.keys(this.#byKind)});
     stats.frames++;
     this.#sweep(Date.now());
-    return this.#byKind[f.kind](st, f, {env: this.env, ctx: this.ctx});
+    try {
+      return await this.#byKind[f.kind](st, f, {env: this.env, ctx: this.ctx});
+    } finally { await this.#arm(); }
   }
 
-  // end: the session's KV cache is freed; in a chain, the rest of the chain frees it too
-  // (best effort)
+  // end: the session's KV cache and snapshot are freed; in a chain, the rest of the chain
+  // frees it too (best effort)
   async #end(st, f) {
-    this.#free(f.sid);
+    this.#drop(f.sid);
     if (f.flags & FLAG.chain) {
       await Promise.all([...(st.cfg.followers ?? []), ...(st.cfg.next ? [st.cfg.next] : [])]
         .map((m) => this.#down(m, f, undefined, {width: 0}).catch(() => {})));
@@ -266,36 +345,95 @@ export class StationDO extends DurableObject {
     return this.#result(f, st.parts.outputNorm(f.data.subarray((f.rows - 1) * st.c.n_embd), 1));
   }
 
-  // The frame's session: a new one at position 0 (where a layer starts), else the one held,
-  // which must hold exactly the positions before the frame (ffn: the attention before it
-  // advanced them); a lost one is a 409.
+  // The frame's session. The frame that starts its positions' first layer (phase all, or
+  // attn of layer l0) at position 0 opens a new one; at a position below the positions held
+  // it rewinds the session (KV and snapshot truncated to pos, then the frame appends); a
+  // session not in memory is restored from its snapshot when that covers [0, pos). Every
+  // other frame must find exactly the positions before it held (ffn: the attention before it
+  // advanced them). Anything else is a lost session: 409.
   #session(st, f) {
-    const [l0, l1] = st.cfg.layers, name = st.cfg.name, n = f.rows;
+    const [l0] = st.cfg.layers, name = st.cfg.name, n = f.rows;
+    const starts = f.phase === "all" || (f.phase === "attn" && f.layer === l0);
+    if (!f.nCtx) throw new HttpError(400, `station ${name}: n_ctx 0 in a ${f.kind} frame (the session's context must be positive)`);
     let sess = this.sessions.get(f.sid);
-    const startsLayer = f.phase === "ffn" || f.phase === "all" || f.layer === l0;
-    if (f.pos === 0 && startsLayer && f.phase !== "ffn") {
-      this.#free(f.sid);
-      const nCtx = f.nCtx || 2048;
-      sess = {station: st.parts.station({layers: [l0, l1], heads: st.cfg.heads ?? [0, st.c.n_head], nCtx}), nPos: 0, nCtx};
-      stats.liveSessions++;
-      this.sessions.set(f.sid, sess);
-    }
-    if (!sess || (f.phase !== "ffn" && sess.nPos !== f.pos))
+    const nCtx = sess?.nCtx ?? f.nCtx;
+    if (f.pos + n > nCtx) throw new HttpError(400, `station ${name}: positions [${f.pos}, ${f.pos + n}) (pos + rows) past the session's context n_ctx ${nCtx}`);
+    if (starts && f.pos === 0) sess = this.#open(st, f);
+    else if (!sess && starts) sess = this.#restore(st, f);
+    if (!sess || (f.phase !== "ffn" && (starts ? f.pos > sess.nPos : f.pos !== sess.nPos)))
       throw new HttpError(409, `station ${name}: session ${f.sid} lost: it holds ${sess ? sess.nPos : "no"} positions, ` +
                                `the frame starts at ${f.pos}; re-prefill`);
+    if (f.pos + n > sess.nCtx)  // a restored session's context is its snapshot's
+      throw new HttpError(400, `station ${name}: positions [${f.pos}, ${f.pos + n}) (pos + rows) past the session's context n_ctx ${sess.nCtx}`);
+    if (starts) {
+      if (f.pos < sess.nPos) { this.store.truncate(f.sid, f.pos); sess.nPos = f.pos; stats.rewinds++; }
+      sess.station.truncate(f.pos);  // also drops the rows of a frame that failed part-way
+    }
     sess.used = Date.now();
-    if (f.pos + n > sess.nCtx) throw new HttpError(400, `station ${name}: positions [${f.pos}, ${f.pos + n}) past the session's context ${sess.nCtx}`);
     return sess;
+  }
+
+  #shape(st) { return {layers: st.cfg.layers, heads: st.cfg.heads ?? [0, st.c.n_head]}; }
+
+  #newSession(st, f, nCtx) {
+    let station;
+    try {
+      station = st.parts.station({...this.#shape(st), nCtx});
+    } catch (e) { throw new HttpError(400, `station ${st.cfg.name}: n_ctx ${nCtx}: ${e.message}`); }
+    const sess = {station, nPos: 0, nCtx, bpt: station.info().kv_bytes_per_token, used: Date.now()};
+    stats.liveSessions++;
+    this.sessions.set(f.sid, sess);
+    return sess;
+  }
+
+  // A new session at position 0 (any KV and snapshot it had are dropped).
+  #open(st, f) {
+    this.#free(f.sid);
+    const sess = this.#newSession(st, f, f.nCtx);
+    this.store.open(f.sid, {...this.#shape(st), nCtx: sess.nCtx, bpt: sess.bpt}, sess.used);
+    return sess;
+  }
+
+  // The session from its snapshot, positions [0, f.pos) (a longer snapshot is cut there), or
+  // null when there is none, it expired, its shape is not this station's, or it is shorter.
+  #restore(st, f) {
+    const m = this.store.meta(f.sid), shape = this.#shape(st);
+    if (!m) return null;
+    if (Date.now() - m.used >= this.#ttl || String(m.layers) !== String(shape.layers) || String(m.heads) !== String(shape.heads)) {
+      this.store.drop(f.sid);
+      stats.snapshotDrops++;
+      return null;
+    }
+    if (m.nPos < f.pos) return null;
+    const sess = this.#newSession(st, f, m.nCtx);
+    if (sess.bpt !== m.bpt) { this.#drop(f.sid); return null; }
+    for (const b of this.store.blocks(f.sid, f.pos)) sess.station.importKv(b.pos0, b.bytes);
+    if (m.nPos > f.pos) { this.store.truncate(f.sid, f.pos); stats.rewinds++; }
+    sess.nPos = f.pos;
+    stats.restores++;
+    stats.restoredPositions += f.pos;
+    return sess;
+  }
+
+  // Positions [pos0, pos0 + n) complete at this station (every layer): into the snapshot
+  // before the frame is answered.
+  #persist(sess, sid, pos0, n) {
+    const bytes = n ? sess.station.exportKv(pos0, n) : new Uint8Array(0);
+    stats.snapshotBytes += this.store.append(sid, pos0, bytes, sess.used);
+    stats.snapshotWrites++;
+    stats.appended += n;
   }
 
   // phase all: x after layers [l0, l1) (a split station's leader, in a chain: its members'
   // partials summed); flag chain: on to the next station, its answer answered; flag
   // normLast: output_norm of the last row
   async #layers(st, f, io) {
-    const sess = this.#session(st, f);
     const [l0, l1] = st.cfg.layers, name = st.cfg.name, n = f.rows, x = f.data;
+    if (st.cfg.followers?.length && !(f.flags & FLAG.chain)) throw new HttpError(400, `station ${name}: a split station's leader runs whole layers only in a chain`);
+    const chained = f.flags & FLAG.chain && st.cfg.next;
+    if (f.flags & FLAG.normLast && !chained && st.cfg.role !== "exit") throw new HttpError(400, `station ${name}: normLast asked of a ${st.cfg.role} station`);
+    const sess = this.#session(st, f);
     if (st.cfg.followers?.length) {
-      if (!(f.flags & FLAG.chain)) throw new HttpError(400, `station ${name}: a split station's leader runs whole layers only in a chain`);
       await this.#splitLayers(st, sess, f, x, n, io);
     } else {
       for (let l = l0; l < l1; l++) {
@@ -304,14 +442,12 @@ export class StationDO extends DurableObject {
       }
     }
     sess.nPos += n;
-    if (f.flags & FLAG.chain && st.cfg.next) {
+    this.#persist(sess, f.sid, f.pos, n);
+    if (chained) {
       const r = decodeFrame(await this.#down(st.cfg.next, f, x), {kinds: ["result"]});
       return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, pos: f.pos, width: r.width, data: r.data});
     }
-    if (f.flags & FLAG.normLast) {
-      if (st.cfg.role !== "exit") throw new HttpError(400, `station ${name}: normLast asked of a ${st.cfg.role} station`);
-      return this.#result(f, st.parts.outputNorm(x.subarray((n - 1) * st.c.n_embd), 1));
-    }
+    if (f.flags & FLAG.normLast) return this.#result(f, st.parts.outputNorm(x.subarray((n - 1) * st.c.n_embd), 1));
     return this.#result(f, x);
   }
 
@@ -322,17 +458,20 @@ export class StationDO extends DurableObject {
 
   // phase attn (a split layer): this head slice's attention partial for frame.layer
   async #attn(st, f, io) {
-    const sess = this.#session(st, f);
     this.#inRange(st, f);
+    const sess = this.#session(st, f);
     const out = await attnPartial(st, sess, f.layer, f.pos, f.data, f.rows, io);
-    if (f.layer === st.cfg.layers[1] - 1) sess.nPos += f.rows;
+    if (f.layer === st.cfg.layers[1] - 1) {
+      sess.nPos += f.rows;
+      this.#persist(sess, f.sid, f.pos, f.rows);
+    }
     return this.#result(f, out);
   }
 
   // phase ffn (a split layer): this FFN column slice's partial for frame.layer
   async #ffn(st, f, io) {
-    const sess = this.#session(st, f);
     this.#inRange(st, f);
+    const sess = this.#session(st, f);
     return this.#result(f, await ffnPartial(st, sess, f.layer, f.data, f.rows, io));
   }
 
@@ -340,11 +479,26 @@ export class StationDO extends DurableObject {
     return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, pos: f.pos, width: f.width, data});
   }
 
-  /** RPC (tests, TEST_HOOKS): drop every session and link, then restart this object. */
-  restart() {
+  /**
+   * RPC (tests, TEST_HOOKS): drop every session's KV and link, then restart this object; the
+   * snapshots stay (the next frame restores from them) unless wipe. abortOnly: ctx.abort()
+   * alone, the KV left in the isolate's heap (as an eviction leaves it).
+   */
+  async restart({wipe = false, abortOnly = false} = {}) {
+    if (abortOnly) return this.ctx.abort("abort requested by test");
     for (const sid of [...this.sessions.keys()]) this.#free(sid);
+    if (wipe) {
+      for (const s of this.store.sessions()) this.store.drop(s.sid);
+      await this.ctx.storage.sync();  // durable before the abort, which drops unconfirmed writes
+    }
     this.#closeLinks();
     this.ctx.abort?.("restart requested by test");
+  }
+
+  /** RPC (/stats?sid=): the sessions this object holds and its snapshot storage. */
+  usage() {
+    return {live: [...this.sessions].map(([sid, s]) => ({sid, nPos: s.nPos, nCtx: s.nCtx, kvBytesPerToken: s.bpt})),
+            stored: this.store.usage(), alarmAt: this.alarmAt ?? null};
   }
 
   // Frames by POST, or as WebSocket messages (the caller hanging up closes the chain
@@ -364,16 +518,25 @@ export default {
     try {
       const dbg = await debugRoute(url, req, env);
       if (dbg) return dbg;
-      if (url.pathname === "/stats") {
-        const st = await bootStation(env, ctx);
-        return Response.json({name: st.cfg.name, boot: st.key, memory: await memoryStats(), stats});
+      if (url.pathname === "/debug/snapshot" && env.TEST_HOOKS) {
+        const {blockBytes} = await req.json();
+        snapshotOptions.blockBytes = blockBytes ?? BLOCK_BYTES;
+        return Response.json({ok: true, blockBytes: snapshotOptions.blockBytes});
       }
       const sid = url.searchParams.get("sid") ?? req.headers.get("x-knot-session");
+      if (url.pathname === "/stats") {
+        // the isolate's stats; with ?sid= also that session object's sessions and snapshot storage
+        const st = await bootStation(env, ctx);
+        const session = sid ? await env.STATION_DO.get(env.STATION_DO.idFromName(sid)).usage() : undefined;
+        return Response.json({name: st.cfg.name, boot: st.key, memory: await memoryStats(), stats, session});
+      }
       if (!sid) throw new HttpError(400, "station: no session id (?sid= or x-knot-session header)");
       await bootStation(env, ctx);  // boot errors answer here, before a WebSocket is opened
       const stub = env.STATION_DO.get(env.STATION_DO.idFromName(sid));
       if (url.pathname === "/debug/restart" && env.TEST_HOOKS) {
-        await stub.restart().catch(() => {});  // the object is gone when it answers
+        // ?wipe=1: the snapshot goes too (a restart that loses the session); ?abort=1: ctx.abort() only
+        const q = (k) => url.searchParams.get(k) === "1";
+        await stub.restart({wipe: q("wipe"), abortOnly: q("abort")}).catch(() => {});  // the object is gone when it answers
         return new Response("restarted");
       }
       return stub.fetch(req);
