@@ -47,14 +47,14 @@ import {Link, LinkError, Counter} from "../lib/link.mjs";
 import {loadThroughWarden, tensorNamer} from "../lib/r2.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {HttpError, errorResponse} from "../lib/errors.mjs";
-import {applyFault, debugRoute} from "../lib/faults.mjs";
+import {applyFault, debugRoute, faults} from "../lib/faults.mjs";
 import {modelBoot} from "../lib/boot.mjs";
 import {serveFrames} from "../lib/socket.mjs";
 import {addPartials} from "../lib/partials.mjs";
 
 // ---- module scope: one boot per isolate and config ---------------------------------------
 const boot = modelBoot();
-const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], frames: 0, liveSessions: 0, chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
+const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], frames: 0, liveSessions: 0, phasesInFlight: 0, phaseWaits: 0, chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
 
 function bootKey(c) {
   return `${c.knot}|${c.role}|${c.layers[0]}-${c.layers[1]}|h${c.heads?.join("-") ?? "all"}/c${c.cols?.join("-") ?? "all"}`;
@@ -98,6 +98,9 @@ async function loadPhase(st, l, phase, io) {
       if (t.rows) await st.parts.loadRows(t.name, t.rows[0], t.rows[1]);
       else await st.parts.load([t.name]);
     }
+    // TEST_HOOKS fault {loadDelayMs}: a slow byte source, so concurrent sessions' phases overlap
+    const delay = io?.env?.TEST_HOOKS ? faults.current?.loadDelayMs : 0;
+    if (delay) await new Promise((ok) => setTimeout(ok, delay));
   }, (names, e) => { stats.wardenRejects++; stats.invalidated.push(...names); stats.lastReject = e.message; });
   return list.map((t) => t.name);
 }
@@ -130,13 +133,26 @@ async function bootStation(env, ctx) {
 
 // Run one phase: resident tensors stay; a fluid station loads the phase, runs it, evicts it
 // (the norms stay), so at most one phase of matmul weights is held: stats.peakPhaseBytes.
+// Every session of this isolate shares the one set of tensors (st.parts) and its byte source
+// (the warden loader switches parts.source while it loads), so a fluid phase runs under the
+// isolate's phase lock: load, run and evict of one phase never interleave with another
+// session's, and the fluid invariant holds per isolate, not only per session. Sessions wait
+// their turn phase by phase (stats.phaseWaits counts the phases that waited).
+let phaseLock = Promise.resolve();
 async function phase(st, l, name, fn, io) {
   if (st.cfg.resident !== false) return fn();
-  const names = await loadPhase(st, l, name, io);
-  let held = 0;
-  for (const n of st.parts.loaded) if (!/norm/.test(n)) held += st.parts.entries.get(n).size;
-  stats.peakPhaseBytes = Math.max(stats.peakPhaseBytes ?? 0, held);
-  try { return fn(); } finally { st.parts.evict(names.filter((n) => !/norm/.test(n))); }
+  const prev = phaseLock;
+  let release;
+  phaseLock = new Promise((ok) => { release = ok; });
+  if (stats.phasesInFlight++ > 0) stats.phaseWaits++;
+  try {
+    await prev;
+    const names = await loadPhase(st, l, name, io);
+    let held = 0;
+    for (const n of st.parts.loaded) if (!/norm/.test(n)) held += st.parts.entries.get(n).size;
+    stats.peakPhaseBytes = Math.max(stats.peakPhaseBytes ?? 0, held);
+    try { return fn(); } finally { st.parts.evict(names.filter((n) => !/norm/.test(n))); }
+  } finally { stats.phasesInFlight--; release(); }
 }
 
 async function attnPartial(st, sess, l, pos, x, n, io) {
