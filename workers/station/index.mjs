@@ -13,6 +13,9 @@
 //   flag chain (phase all): run this station (a leader sums its members' partials per layer),
 //                               then forward to the next station and answer its answer; an
 //                               end frame is forwarded the same way
+// A session's first frame (prefill at position 0) checks the R2 object's etag: a model
+// replaced under the same key is booted again (same shape) or refused naming the key and
+// both etags (another shape; lib/boot.mjs).
 // A session this station does not hold (lost, expired, DO restarted) at pos > 0 is a 409
 // naming the session and positions: the coordinator re-prefills. Down the chain, a lost
 // session or a dropped link answers 409 too, a timeout 504.
@@ -42,13 +45,13 @@
  */
 import {DurableObject} from "cloudflare:workers";
 import {memoryStats} from "../../bindings/knotwork.mjs";
-import {decodeFrame, encodeFrame, FLAG} from "../lib/frame.mjs";
+import {decodeFrame, encodeFrame, FLAG, KIND} from "../lib/frame.mjs";
 import {Link, LinkError, Counter} from "../lib/link.mjs";
 import {loadThroughWarden, tensorNamer} from "../lib/r2.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {HttpError, errorResponse} from "../lib/errors.mjs";
 import {applyFault, debugRoute, faults} from "../lib/faults.mjs";
-import {modelBoot} from "../lib/boot.mjs";
+import {modelBoot, shapeOf} from "../lib/boot.mjs";
 import {serveFrames} from "../lib/socket.mjs";
 import {addPartials} from "../lib/partials.mjs";
 
@@ -106,17 +109,17 @@ async function loadPhase(st, l, phase, io) {
 }
 
 /** @param {Env} env */
-async function bootStation(env, ctx) {
+async function bootStation(env, ctx, follow = false) {
   const cfg = jsonBinding(env.STATION, "STATION");
   const key = bootKey(cfg);
-  return boot(key, {bucket: env.MODELS, knot: cfg.knot, stats}, async ({r2, parts, c}) => {
+  return boot(key, {bucket: env.MODELS, knot: cfg.knot, stats, follow}, async ({r2, parts, c}) => {
     const [l0, l1] = cfg.layers;
     if (!(l0 >= 0 && l1 > l0 && l1 <= c.n_layer)) throw new Error(`station ${cfg.name}: layers [${l0},${l1}) outside the model's ${c.n_layer}`);
     const st = {cfg, c, r2, parts, key, warden: null};
     if (env.WARDEN) {
       const key = `${cfg.knot}|${l0}-${l1}`;
       const identity = {knot: cfg.knot, etag: r2.etag, size: r2.size};
-      await env.WARDEN.get(env.WARDEN.idFromName(key)).configure(identity).catch((e) => {
+      await env.WARDEN.get(env.WARDEN.idFromName(key)).configure(identity, shapeOf(c)).catch((e) => {
         throw new Error(`station ${cfg.name}: warden refused /configure: ${e.message}`);
       });
       st.warden = {key, identity, nameOf: tensorNamer(parts), stats};
@@ -164,6 +167,10 @@ async function ffnPartial(st, sess, l, x, n, io) {
   h = await phase(st, l, "ffn_up", () => sess.station.ffnUp(l, x, n, h, cols), io);
   return phase(st, l, "ffn_down", () => sess.station.ffnDown(l, h, n, cols, E), io);
 }
+
+// A prefill frame at position 0 starts a session: the boot then follows the R2 object's etag
+// (lib/boot.mjs; one R2 head per session), so a replaced model is booted again, or refused.
+const startsSession = (b) => b.length >= 16 && b[6] === KIND.prefill && new DataView(b.buffer, b.byteOffset, 16).getUint32(12, true) === 0;
 
 // ---- the Durable Object: this station's sessions ------------------------------------------
 export class StationDO extends DurableObject {
@@ -255,7 +262,7 @@ export class StationDO extends DurableObject {
 
   /** One frame in, its answer frame out (bytes). */
   async handle(bytes) {
-    const st = await bootStation(this.env, this.ctx);
+    const st = await bootStation(this.env, this.ctx, startsSession(bytes));
     const fault = await applyFault(this.env);
     if (fault) throw fault;
     const f = decodeFrame(bytes, {width: st.c.n_embd, kinds: Object.keys(this.#byKind)});
