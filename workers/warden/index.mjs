@@ -288,9 +288,11 @@ export class CobordismWardenDO extends DurableObject {
       const body = req.method === "POST" ? await req.json().catch(() => ({})) : {};
       if (url.pathname === "/stats") return Response.json(await this.stats());
       if (url.pathname === "/invalidate") return Response.json(await this.invalidate(body.identity, body.ids));
-      if (url.pathname === "/debug/corrupt" && this.env.TEST_HOOKS) {  // {ids}: flip a byte of each L1 row held for them
+      if (url.pathname === "/debug/corrupt" && this.env.TEST_HOOKS) {
+        // {ids}: flip bits of the first byte of each L1 row held for them (of a quantized
+        // row, its first block's scale: every value of the block changes)
         let n = 0;
-        for (const [k, e] of this.l1.map) if (body.ids.includes(Number(k.split("|").at(-1)))) { e.bytes[e.bytes.length >> 1] ^= 0x5a; n++; }
+        for (const [k, e] of this.l1.map) if (body.ids.includes(Number(k.split("|").at(-1)))) { e.bytes[0] ^= 0x5a; n++; }
         return Response.json({ok: true, corrupted: n});
       }
       if (url.pathname !== "/rows") throw new HttpError(404, `cobordism warden: no route ${url.pathname}`);
