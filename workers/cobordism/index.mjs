@@ -57,12 +57,13 @@ async function bootShard(env, follow = false) {
       throw new Error(`shard ${cfg.name}: vocab slice [${v0},${v1}) outside the tokenizer's ${c.n_vocab} tokens`);
     if (!parts.has("token_embd_weight")) throw new Error(`shard ${cfg.name}: missing tensor token_embd_weight (phase embed) in ${cfg.knot}`);
     const untied = parts.has("output_weight");
-    if (!(env.COB_WARDEN && untied)) await parts.loadRows("token_embd_weight", v0, v1);
+    const holdsEmbed = !(env.COB_WARDEN && untied);
+    // the warden's rows are checked against these (the rows as the core reads them from R2),
+    // computed before the output rows load, so the window never adds to their peak
+    const rowHashes = holdsEmbed ? null : await embedRowHashes(parts, c.n_embd, v0, v1);
+    if (holdsEmbed) await parts.loadRows("token_embd_weight", v0, v1);
     if (untied) await parts.loadRows("output_weight", v0, v1);
     const warden = env.COB_WARDEN ? {key, identity: {knot: cfg.knot, etag: r2.etag, size: r2.size}} : null;
-    const holdsEmbed = !(env.COB_WARDEN && untied);
-    // the warden's rows are checked against these (the rows as the core reads them from R2)
-    const rowHashes = holdsEmbed ? null : await embedRowHashes(parts, c.n_embd, v0, v1);
     return {cfg, c, parts, key, v0, v1, warden, holdsEmbed, rowHashes};
   });
 }
@@ -85,19 +86,20 @@ function rowHash(row) {
 async function embedRowHashes(parts, E, v0, v1) {
   const out = new Float64Array(v1 - v0);
   for (let a = v0; a < v1; a += 256) {
-    const b = Math.min(v1, a + 256);
-    const rows = await embedFromR2(parts, Array.from({length: b - a}, (_, i) => a + i), E);
-    for (let i = 0; i < b - a; i++) out[a - v0 + i] = rowHash(rows.subarray(i * E, (i + 1) * E));
+    const ids = Array.from({length: Math.min(v1, a + 256) - a}, (_, i) => a + i);
+    await embedFromR2(parts, ids, E, (row, i) => { out[a - v0 + i] = rowHash(row); });
   }
   return out;
 }
 
 // Embedding rows of `ids` read from R2 (verified by the core), one window at a time, then
 // evicted; one reader at a time per isolate (the window is the parts' token_embd tensor).
+// each(row, i) is given every row (one row at a time in memory); without it, the rows
+// [ids.length * E] are returned.
 let r2Lock = Promise.resolve();
-function embedFromR2(parts, ids, E) {
+function embedFromR2(parts, ids, E, each = null) {
   const run = r2Lock.then(async () => {
-    const out = new Float32Array(ids.length * E);
+    const out = each ? null : new Float32Array(ids.length * E);
     try {
       for (const [i, id] of ids.entries()) {
         if (!(parts.loaded.has("token_embd_weight") && id >= parts.window?.[0] && id < parts.window[1])) {
@@ -105,7 +107,8 @@ function embedFromR2(parts, ids, E) {
           await parts.loadRows("token_embd_weight", a, b);
           parts.window = [a, b];
         }
-        out.set(parts.embed([id], parts.window[0], parts.window[1], E), i * E);
+        const row = parts.embed([id], parts.window[0], parts.window[1], E);
+        if (each) each(row, i); else out.set(row, i * E);
       }
       return out;
     } finally { if (parts.loaded.has("token_embd_weight")) parts.evict(["token_embd_weight"]); parts.window = null; }
