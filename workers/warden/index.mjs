@@ -18,17 +18,20 @@
 // a 24 h TTL, validated on read (byteLength == n_embd x 4; a wrong entry is deleted without
 // blocking the answer), L3 R2 range reads verified by the .knot chunk hashes. Cache writes
 // after the answer go through ctx.waitUntil.
-// L1 is keyed by the model's etag, so rows of a model replaced in R2 are never served.
-// RPC methods: rows(identity, ids) -> f32 [ids.length, n_embd]; invalidate(identity, ids)
-// (a consumer's hash check rejected those rows: dropped from L1 and L2); stats().
-// The shard verifies every row it gets (workers/cobordism: per-row hashes of the rows as the
-// core reads them from R2, verified by the .knot chunk hashes), reads a rejected row from R2
-// and calls invalidate, so a poisoned entry is served at most once.
+// RPC methods: rows(identity, ids) -> f32 [ids.length, n_embd]; stats().
 //
 // Both objects also answer the same calls over HTTP (fetch), for tests only (TEST_HOOKS,
 // through this script's /do/ route): there each error keeps its status (400 no identity,
 // 409 another model, 502 R2), which an error thrown through RPC does not carry; RPC
 // callers get the message.
+//
+// The cobordism warden's L1 is keyed by the model's etag, so rows of a model replaced in R2
+// are never served. RPC invalidate(identity, ids): a consumer's hash check rejected those
+// rows; they are dropped from L1 and L2. The shard verifies every row it gets
+// (workers/cobordism: per-row hashes of the rows as the core reads them from R2, verified by
+// the .knot chunk hashes), reads a rejected row from R2 and calls invalidate, so a poisoned
+// entry is served at most once. HTTP (tests): POST /invalidate {identity, ids},
+// POST /debug/corrupt {ids} (TEST_HOOKS: flip bits of each L1 row held for them).
 /**
  * @typedef {object} Env
  * @property {R2Bucket} MODELS  the .knot files
@@ -209,7 +212,7 @@ export class CobordismWardenDO extends DurableObject {
   constructor(ctx, env) {
     super(ctx, env);
     this.l1 = new Lru(Number(env.ROWS_L1_BUDGET ?? 256 * MiB));
-    this.counts = {l1: 0, l2: 0, l3: 0, l2Rejected: 0, invalidated: 0};
+    this.counts = {l1: 0, l2: 0, l3: 0, l2Rejected: 0};
   }
 
   /** RPC: what this warden holds and has served. */
@@ -226,7 +229,7 @@ export class CobordismWardenDO extends DurableObject {
       if (this.l1.delete(`${id.etag}|${tok}`)) n++;
       if (this.env.ROWS_KV) this.ctx.waitUntil(this.env.ROWS_KV.delete(`${id.knot}|${id.etag}|row|${tok}`));
     }
-    this.counts.invalidated += ids.length;
+    this.counts.invalidated = (this.counts.invalidated ?? 0) + ids.length;
     return {ok: true, ids, droppedL1: n};
   }
 
@@ -286,7 +289,6 @@ export class CobordismWardenDO extends DurableObject {
     const url = new URL(req.url);
     try {
       const body = req.method === "POST" ? await req.json().catch(() => ({})) : {};
-      if (url.pathname === "/stats") return Response.json(await this.stats());
       if (url.pathname === "/invalidate") return Response.json(await this.invalidate(body.identity, body.ids));
       if (url.pathname === "/debug/corrupt" && this.env.TEST_HOOKS) {
         // {ids}: flip bits of the first byte of each L1 row held for them (of a quantized
@@ -295,6 +297,7 @@ export class CobordismWardenDO extends DurableObject {
         for (const [k, e] of this.l1.map) if (body.ids.includes(Number(k.split("|").at(-1)))) { e.bytes[0] ^= 0x5a; n++; }
         return Response.json({ok: true, corrupted: n});
       }
+      if (url.pathname === "/stats") return Response.json(await this.stats());
       if (url.pathname !== "/rows") throw new HttpError(404, `cobordism warden: no route ${url.pathname}`);
       return new Response(await this.rows(body.identity, body.ids));
     } catch (e) { return errorResponse(e); }
