@@ -1,6 +1,7 @@
 // faults.mjs — fault injection for tests, only when the TEST_HOOKS binding is set:
 // POST /debug/fault {status} answers that status, {hangMs} waits before answering
-// ({corrupt: true} is the wardens' own /debug/corrupt). null clears it.
+// ({corrupt: true} is the wardens' own /debug/corrupt); a station's {loadDelayMs} makes each
+// phase load that much slower (a slow byte source). null clears it.
 import {HttpError} from "./errors.mjs";
 
 export const faults = {current: null};

@@ -19,8 +19,12 @@
 // position's KV rows go to the DO's SQLite storage before the frame is answered
 // (lib/snapshot.mjs), so a restarted object restores the session on its next frame. A session
 // neither held nor restorable at pos > 0 is a 409 naming the session and positions: the
-// coordinator re-prefills. Down the chain, a lost session answers 409 too, a timeout 504.
-// An alarm frees a session (KV and snapshot) idle for STATION.ttlMs, with or without frames.
+// coordinator re-prefills. Down the chain, a lost session or a dropped link answers 409 too, a
+// timeout 504. An alarm frees a session (KV and snapshot) idle for STATION.ttlMs, with or
+// without frames.
+// A session's first frame (prefill at position 0) checks the R2 object's etag: a model
+// replaced under the same key is booted again (same shape) or refused naming the key and
+// both etags (another shape; lib/boot.mjs).
 /**
  * @typedef {object} StationConfig  the STATION binding (JSON)
  * @property {string} name
@@ -47,13 +51,13 @@
  */
 import {DurableObject} from "cloudflare:workers";
 import {memoryStats} from "../../bindings/knotwork.mjs";
-import {decodeFrame, encodeFrame, FLAG} from "../lib/frame.mjs";
+import {decodeFrame, encodeFrame, FLAG, KIND} from "../lib/frame.mjs";
 import {Link, LinkError, Counter} from "../lib/link.mjs";
 import {loadThroughWarden, tensorNamer} from "../lib/r2.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {HttpError, errorResponse} from "../lib/errors.mjs";
-import {applyFault, debugRoute} from "../lib/faults.mjs";
-import {modelBoot} from "../lib/boot.mjs";
+import {applyFault, debugRoute, faults} from "../lib/faults.mjs";
+import {modelBoot, shapeOf} from "../lib/boot.mjs";
 import {serveFrames} from "../lib/socket.mjs";
 import {addPartials} from "../lib/partials.mjs";
 import {SnapshotStore, BLOCK_BYTES} from "../lib/snapshot.mjs";
@@ -61,7 +65,9 @@ import {SnapshotStore, BLOCK_BYTES} from "../lib/snapshot.mjs";
 // ---- module scope: one boot per isolate and config ---------------------------------------
 const boot = modelBoot();
 const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], frames: 0, liveSessions: 0,
-               appended: 0, relinks: 0, rewinds: 0, restores: 0, restoredPositions: 0, snapshotWrites: 0, snapshotBytes: 0, snapshotDrops: 0, alarms: 0, chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
+               phasesInFlight: 0, phaseWaits: 0, appended: 0, relinks: 0, rewinds: 0, restores: 0, restoredPositions: 0,
+               snapshotWrites: 0, snapshotBytes: 0, snapshotDrops: 0, alarms: 0,
+               chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
 
 function bootKey(c) {
   return `${c.knot}|${c.role}|${c.layers[0]}-${c.layers[1]}|h${c.heads?.join("-") ?? "all"}/c${c.cols?.join("-") ?? "all"}`;
@@ -105,22 +111,25 @@ async function loadPhase(st, l, phase, io) {
       if (t.rows) await st.parts.loadRows(t.name, t.rows[0], t.rows[1]);
       else await st.parts.load([t.name]);
     }
+    // TEST_HOOKS fault {loadDelayMs}: a slow byte source, so concurrent sessions' phases overlap
+    const delay = io?.env?.TEST_HOOKS ? faults.current?.loadDelayMs : 0;
+    if (delay) await new Promise((ok) => setTimeout(ok, delay));
   }, (names, e) => { stats.wardenRejects++; stats.invalidated.push(...names); stats.lastReject = e.message; });
   return list.map((t) => t.name);
 }
 
 /** @param {Env} env */
-async function bootStation(env, ctx) {
+async function bootStation(env, ctx, follow = false) {
   const cfg = jsonBinding(env.STATION, "STATION");
   const key = bootKey(cfg);
-  return boot(key, {bucket: env.MODELS, knot: cfg.knot, stats}, async ({r2, parts, c}) => {
+  return boot(key, {bucket: env.MODELS, knot: cfg.knot, stats, follow}, async ({r2, parts, c}) => {
     const [l0, l1] = cfg.layers;
     if (!(l0 >= 0 && l1 > l0 && l1 <= c.n_layer)) throw new Error(`station ${cfg.name}: layers [${l0},${l1}) outside the model's ${c.n_layer}`);
     const st = {cfg, c, r2, parts, key, warden: null};
     if (env.WARDEN) {
       const key = `${cfg.knot}|${l0}-${l1}`;
       const identity = {knot: cfg.knot, etag: r2.etag, size: r2.size};
-      await env.WARDEN.get(env.WARDEN.idFromName(key)).configure(identity).catch((e) => {
+      await env.WARDEN.get(env.WARDEN.idFromName(key)).configure(identity, shapeOf(c)).catch((e) => {
         throw new Error(`station ${cfg.name}: warden refused /configure: ${e.message}`);
       });
       st.warden = {key, identity, nameOf: tensorNamer(parts), stats};
@@ -137,13 +146,26 @@ async function bootStation(env, ctx) {
 
 // Run one phase: resident tensors stay; a fluid station loads the phase, runs it, evicts it
 // (the norms stay), so at most one phase of matmul weights is held: stats.peakPhaseBytes.
+// Every session of this isolate shares the one set of tensors (st.parts) and its byte source
+// (the warden loader switches parts.source while it loads), so a fluid phase runs under the
+// isolate's phase lock: load, run and evict of one phase never interleave with another
+// session's, and the fluid invariant holds per isolate, not only per session. Sessions wait
+// their turn phase by phase (stats.phaseWaits counts the phases that waited).
+let phaseLock = Promise.resolve();
 async function phase(st, l, name, fn, io) {
   if (st.cfg.resident !== false) return fn();
-  const names = await loadPhase(st, l, name, io);
-  let held = 0;
-  for (const n of st.parts.loaded) if (!/norm/.test(n)) held += st.parts.entries.get(n).size;
-  stats.peakPhaseBytes = Math.max(stats.peakPhaseBytes ?? 0, held);
-  try { return fn(); } finally { st.parts.evict(names.filter((n) => !/norm/.test(n))); }
+  const prev = phaseLock;
+  let release;
+  phaseLock = new Promise((ok) => { release = ok; });
+  if (stats.phasesInFlight++ > 0) stats.phaseWaits++;
+  try {
+    await prev;
+    const names = await loadPhase(st, l, name, io);
+    let held = 0;
+    for (const n of st.parts.loaded) if (!/norm/.test(n)) held += st.parts.entries.get(n).size;
+    stats.peakPhaseBytes = Math.max(stats.peakPhaseBytes ?? 0, held);
+    try { return fn(); } finally { st.parts.evict(names.filter((n) => !/norm/.test(n))); }
+  } finally { stats.phasesInFlight--; release(); }
 }
 
 async function attnPartial(st, sess, l, pos, x, n, io) {
@@ -155,6 +177,10 @@ async function ffnPartial(st, sess, l, x, n, io) {
   h = await phase(st, l, "ffn_up", () => sess.station.ffnUp(l, x, n, h, cols), io);
   return phase(st, l, "ffn_down", () => sess.station.ffnDown(l, h, n, cols, E), io);
 }
+
+// A prefill frame at position 0 starts a session: the boot then follows the R2 object's etag
+// (lib/boot.mjs; one R2 head per session), so a replaced model is booted again, or refused.
+const startsSession = (b) => b.length >= 16 && b[6] === KIND.prefill && new DataView(b.buffer, b.byteOffset, 16).getUint32(12, true) === 0;
 
 // ---- the Durable Object: this station's sessions ------------------------------------------
 // The KV caches live in the isolate's wasm heap, the DO instance only points at them: an
@@ -316,7 +342,7 @@ export class StationDO extends DurableObject {
 
   /** One frame in, its answer frame out (bytes). */
   async handle(bytes) {
-    const st = await bootStation(this.env, this.ctx);
+    const st = await bootStation(this.env, this.ctx, startsSession(bytes));
     const fault = await applyFault(this.env);
     if (fault) throw fault;
     const f = decodeFrame(bytes, {width: st.c.n_embd, kinds: Object.keys(this.#byKind)});

@@ -4,8 +4,9 @@
 // (WARDEN_BUDGET, default 1 GiB), LRU with the residency rule (norms, token_embd, output,
 // output_norm and tensors under 1 MiB are evicted only after every other entry).
 // RPC methods:
-//   configure(identity {knot, etag, size})   the model identity travels with every call;
-//        a warden configured for one model refuses another (409), never an env default
+//   configure(identity {knot, etag, size}, shape)   the model identity travels with every call;
+//        a warden configured for one model refuses another (409), never an env default; the
+//        same key replaced in R2 re-configures it (same shape) or is a 409 naming both etags
 //   tensors(identity, ranges [{name, offset, size}]) -> the bytes, concatenated
 //   invalidate(identity, name)                drop every cached range of that tensor
 //   stats()
@@ -26,6 +27,14 @@
 // through this script's /do/ route): there each error keeps its status (400 no identity,
 // 409 another model, 502 R2), which an error thrown through RPC does not carry; RPC
 // callers get the message.
+//
+// The cobordism warden's L1 is keyed by the model's etag, so rows of a model replaced in R2
+// are never served. RPC invalidate(identity, ids): a consumer's hash check rejected those
+// rows; they are dropped from L1 and L2. The shard verifies every row it gets
+// (workers/cobordism: per-row hashes of the rows as the core reads them from R2, verified by
+// the .knot chunk hashes), reads a rejected row from R2 and calls invalidate, so a poisoned
+// entry is served at most once. HTTP (tests): POST /invalidate {identity, ids},
+// POST /debug/corrupt {ids} (TEST_HOOKS: flip bits of each L1 row held for them).
 /**
  * @typedef {object} Env
  * @property {R2Bucket} MODELS  the .knot files
@@ -41,7 +50,7 @@ import {dequantizeRow, rowBytes, parseKnotHeader} from "../../bindings/knotwork.
 import {openParts} from "../../bindings/mesh.mjs";
 import {r2Source} from "../lib/r2.mjs";
 import {HttpError, errorResponse} from "../lib/errors.mjs";
-import {initWasm} from "../lib/boot.mjs";
+import {initWasm, shapeDiff} from "../lib/boot.mjs";
 
 const MiB = 1 << 20;
 const sameModel = (a, b) => a && b && a.knot === b.knot && a.etag === b.etag && a.size === b.size;
@@ -80,18 +89,39 @@ export class LayerWardenDO extends DurableObject {
     super(ctx, env);
     this.identity = null;
     this.cache = new Lru(Number(env.WARDEN_BUDGET ?? 1024 * MiB), (e) => e.resident);
-    this.counts = {hits: 0, misses: 0, invalidated: 0, served: 0};
-    this.ready = ctx.storage.get("identity").then((v) => { this.identity ??= v ?? null; });
+    this.counts = {hits: 0, misses: 0, invalidated: 0, served: 0, reconfigured: 0};
+    this.shape = null;
+    this.ready = ctx.storage.get(["identity", "shape"]).then((m) => { this.identity ??= m.get("identity") ?? null; this.shape ??= m.get("shape") ?? null; });
   }
 
-  /** RPC: bind this warden to a model (once; another model is a 409). */
-  async configure(id) {
+  /**
+   * RPC: bind this warden to a model; `shape` (lib/boot.mjs shapeOf) the dimensions the
+   * caller's topology was planned for. Another knot is a 409. The same knot under another
+   * etag follows R2: when R2's object now is the one the call names, a model of the same
+   * shape re-configures the warden (its cache dropped), one of another shape is a 409 naming
+   * the key, both etags and what changed; a call naming an etag R2 no longer holds is a 409.
+   */
+  async configure(id, shape = null) {
     await this.ready;
     if (!id?.knot || !id.etag || !(id.size > 0)) throw new HttpError(400, "warden /configure: identity {knot, etag, size} required");
-    if (this.identity && !sameModel(this.identity, id))
-      throw new HttpError(409, `warden: configured for ${describe(this.identity)}, refused /configure for ${describe(id)}`);
+    if (this.identity && !sameModel(this.identity, id)) {
+      if (this.identity.knot !== id.knot)
+        throw new HttpError(409, `warden: configured for ${describe(this.identity)}, refused /configure for ${describe(id)}`);
+      const head = await this.env.MODELS.head(id.knot);
+      if (!head) throw new HttpError(502, `warden: R2 has no ${id.knot}`);
+      if (head.etag !== id.etag || head.size !== id.size)
+        throw new HttpError(409, `warden: refused /configure for ${describe(id)}: R2 object ${id.knot} has etag ${head.etag} ` +
+                                 `(${head.size} bytes); configured for etag ${this.identity.etag}`);
+      const diff = this.shape && shape ? shapeDiff(this.shape, shape) : "";
+      if (diff)
+        throw new HttpError(409, `warden: R2 object ${id.knot} was replaced (etag ${this.identity.etag} -> ${id.etag}) by a model ` +
+                                 `of another shape (${diff}); this mesh was planned for the old one: re-plan it (knot plan) and redeploy`);
+      this.cache = new Lru(this.cache.budget, (e) => e.resident);
+      this.counts.reconfigured++;
+    }
     this.identity = id;
-    await this.ctx.storage.put("identity", id);
+    this.shape = shape ?? this.shape;
+    await this.ctx.storage.put({identity: id, shape: this.shape});
     return {ok: true, identity: id};
   }
 
@@ -134,7 +164,7 @@ export class LayerWardenDO extends DurableObject {
   /** RPC: what this warden holds and has served. */
   async stats() {
     await this.ready;
-    return {identity: this.identity, bytes: this.cache.bytes, entries: this.cache.map.size, budget: this.cache.budget,
+    return {identity: this.identity, shape: this.shape, bytes: this.cache.bytes, entries: this.cache.map.size, budget: this.cache.budget,
             residentEntries: [...this.cache.map.values()].filter((e) => e.resident).length, ...this.counts};
   }
 
@@ -146,7 +176,7 @@ export class LayerWardenDO extends DurableObject {
     const url = new URL(req.url);
     try {
       const body = req.method === "POST" ? await req.json().catch(() => ({})) : {};
-      if (url.pathname === "/configure") return Response.json(await this.configure(body.identity));
+      if (url.pathname === "/configure") return Response.json(await this.configure(body.identity, body.shape));
       if (url.pathname === "/tensors") return new Response(await this.tensors(body.identity, body.ranges));
       if (url.pathname.startsWith("/invalidate/"))
         return Response.json(await this.invalidate(body.identity, decodeURIComponent(url.pathname.slice("/invalidate/".length))));
@@ -199,6 +229,21 @@ export class CobordismWardenDO extends DurableObject {
   /** RPC: what this warden holds and has served. */
   async stats() { return {l1Bytes: this.l1.bytes, ...this.counts}; }
 
+  /**
+   * RPC: drop the rows of token ids `ids` (a consumer rejected them: their hash did not match
+   * the .knot's rows): from L1 at once, from L2 (Workers KV) through waitUntil.
+   */
+  async invalidate(id, ids = []) {
+    if (!id?.knot || !id.etag) throw new HttpError(400, "cobordism warden /invalidate: the call carries no model identity");
+    let n = 0;
+    for (const tok of ids) {
+      if (this.l1.delete(`${id.etag}|${tok}`)) n++;
+      if (this.env.ROWS_KV) this.ctx.waitUntil(this.env.ROWS_KV.delete(`${id.knot}|${id.etag}|row|${tok}`));
+    }
+    this.counts.invalidated = (this.counts.invalidated ?? 0) + ids.length;
+    return {ok: true, ids, droppedL1: n};
+  }
+
   /** RPC: the f32 embedding rows [ids.length, n_embd] of token ids `ids` (Float32Array). */
   async rows(id, ids) {
     if (!id?.knot || !id.etag) throw new HttpError(400, "cobordism warden /rows: the call carries no model identity");
@@ -209,7 +254,7 @@ export class CobordismWardenDO extends DurableObject {
     for (const [i, tok] of ids.entries()) {
       if (!(tok >= 0 && tok < config.n_vocab)) throw new HttpError(400, `cobordism warden: id ${tok} outside [0, ${config.n_vocab})`);
       const kvKey = `${id.knot}|${id.etag}|row|${tok}`;
-      const raw = this.l1.get(tok);
+      const raw = this.l1.get(`${id.etag}|${tok}`);  // keyed by etag: a replaced model's rows are never served
       if (raw) {
         this.counts.l1++;
         out.set(await dequantizeRow(type, raw.bytes, E), i * E);
@@ -238,8 +283,8 @@ export class CobordismWardenDO extends DurableObject {
       const p = w.copyIn(bytes);
       try { w.call("kw_model_rows_load", parts.handle, t.i, tok, tok + 1, p, offset, size); } finally { w.free(p); }
       const first = (offset - t.offset) / rb;
-      for (let r = 0; r < size / rb; r++) this.l1.set(first + r, {bytes: bytes.slice(r * rb, (r + 1) * rb)});
-      const row = await dequantizeRow(type, this.l1.get(tok).bytes, E);
+      for (let r = 0; r < size / rb; r++) this.l1.set(`${id.etag}|${first + r}`, {bytes: bytes.slice(r * rb, (r + 1) * rb)});
+      const row = await dequantizeRow(type, bytes.subarray((tok - first) * rb, (tok - first + 1) * rb), E);
       out.set(row, i * E);
       // the good row replaces a deleted bad one only after the delete (no reordering)
       if (this.env.ROWS_KV) writes.push((deleting.get(kvKey) ?? Promise.resolve()).then(() => this.l2Put(kvKey, row.buffer.slice(0))));
@@ -254,6 +299,14 @@ export class CobordismWardenDO extends DurableObject {
     const url = new URL(req.url);
     try {
       const body = req.method === "POST" ? await req.json().catch(() => ({})) : {};
+      if (url.pathname === "/invalidate") return Response.json(await this.invalidate(body.identity, body.ids));
+      if (url.pathname === "/debug/corrupt" && this.env.TEST_HOOKS) {
+        // {ids}: flip bits of the first byte of each L1 row held for them (of a quantized
+        // row, its first block's scale: every value of the block changes)
+        let n = 0;
+        for (const [k, e] of this.l1.map) if (body.ids.includes(Number(k.split("|").at(-1)))) { e.bytes[0] ^= 0x5a; n++; }
+        return Response.json({ok: true, corrupted: n});
+      }
       if (url.pathname === "/stats") return Response.json(await this.stats());
       if (url.pathname === "/debug/hold-l2-writes" && this.env.TEST_HOOKS) {
         const held = this.l2Hold?.held ?? 0;
