@@ -304,6 +304,14 @@ export class StationDO extends DurableObject {
       stats.liveSessions++;
       this.sessions.set(f.sid, sess);
     }
+    // a frame below the held positions rewinds the session first (docs/protocol.md: rejected
+    // speculative drafts, a retried frame): the KV keeps positions [0, pos), then the frame's
+    // rows are appended
+    if (sess && f.pos > 0 && f.pos < sess.nPos && startsLayer && f.phase !== "ffn") {
+      sess.station.truncate(f.pos);
+      sess.nPos = f.pos;
+      stats.rewinds = (stats.rewinds ?? 0) + 1;
+    }
     if (!sess || (f.phase !== "ffn" && sess.nPos !== f.pos))
       throw new HttpError(409, `station ${name}: session ${f.sid} lost: it holds ${sess ? sess.nPos : "no"} positions, ` +
                                `the frame starts at ${f.pos}; re-prefill`);
