@@ -70,6 +70,8 @@ class Sampler {
     bool accepted;
   };
   Draft sample_draft(const float* logits, int n, int32_t draft);
+  // The same rule over a merged shard top-k (as sample_topk: exact within k).
+  Draft sample_draft_topk(const SliceTopK& t, int32_t draft);
   const SamplerParams& params() const { return p_; }
 
  private:
@@ -81,6 +83,8 @@ class Sampler {
   // Filters cand_ and draws. full_vocab: cand_[id].second == id. whole: cand_ is a shard
   // top-k (in id order) standing for the whole vocab of that lse / min.
   int32_t sample_cand(bool full_vocab, const SliceTopK* whole = nullptr);
+  void topk_cand(const SliceTopK& t);  // cand_ = t's listed ids below n_vocab, in id order
+  Draft draft_cand(bool full_vocab, const SliceTopK* whole, int32_t draft);  // sample_draft on cand_
   // The pipeline up to the draw: penalties, argmax (*best), top-k, top-p, min-p, then
   // w_ / w_sum_ = the temperature softmax weights of cand_. False when the result is the
   // argmax without a draw (greedy, or an infinite max logit).
