@@ -158,8 +158,9 @@ async function mesh(args) {
   if (ids.length === 0) throw new Error("the prompt encodes to no tokens and the vocab adds no BOS");
   // the plan's context and chunk unless given
   const nCtx = options.n_ctx ?? topology.context, chunk = options.chunk ?? topology.chunk;
-  const {n_ctx: _, ...sampling} = options;  // the coordinator's Generator takes the context as nCtx
-  const meshOptions = {options: sampling, ...(nCtx ? {nCtx} : {}), ...(chunk ? {chunk} : {})};
+  const {n_ctx: _, lookup, ...sampling} = options;  // the coordinator's Generator takes the context as nCtx
+  const meshOptions = {options: sampling, ...(nCtx ? {nCtx} : {}), ...(chunk ? {chunk} : {}), ...(lookup ? {lookup} : {}),
+                       ...(cli.prefill ? {prefill: cli.prefill} : {})};
   const m = await startMesh({knotBytes: bytes, topology, linkMode});
   let summary = null, error = null;
   try {
@@ -182,6 +183,11 @@ async function mesh(args) {
       `knotwork: decode ${s.nDecoded} tokens in ${(s.decodeMs / 1000).toFixed(3)} s (${s.decodeTokS.toFixed(1)} tok/s), stop: ${s.reason}\n` +
       `knotwork: hops ${s.hops} (${(s.hops / Math.max(1, s.nDecoded + 1)).toFixed(1)} per token incl. prefill), subrequests ${s.subrequests}, max simultaneous connections ${s.maxConnections}, re-prefills ${s.reprefills}, abstains ${s.abstains}\n` +
       `knotwork: peak wasm linear memory per isolate (MiB): ${isolates}\n`);
+    if (s.speculative) {
+      const sp = s.speculative;
+      process.stderr.write(`knotwork: speculative (lookup ${sp.lookup}): ${sp.drafted} drafted, ${sp.accepted} accepted ` +
+                           `(${(100 * sp.acceptance).toFixed(0)}%) in ${sp.verifyPasses} verify passes\n`);
+    }
   } finally { await m.close(); }
   return 0;
 }

@@ -25,8 +25,11 @@
  *   prompt tokens fed so far of total
  * @typedef {{type: "telemetry", event: string, [field: string]: any}} TelemetryEvent
  *   event "route": {sid, stations, members, shards, knot, nCtx, logits: "full"|"top-k+lse", k?};
- *   "prefill_started": {tokens}; "prefill_progress": {done, total};
- *   "prefill_completed": {tokens, ms}; "decode_started": {};
+ *   "prefill_started": {tokens, mode?}; "prefill_progress": {done, total} (the mesh: sent as
+ *   each chunk leaves the exit, not when the prefill ends);
+ *   "prefill_completed": {tokens, ms, mode?, maxInFlight?} (mode "pipelined" | "sequential":
+ *   the mesh's prefill; maxInFlight: chunks in the stations at once); "decode_started":
+ *   {lookup?, drafting?};
  *   "reprefill": {reason, tokens}; "abstain": {phase, shard, slice: [v0, v1], reason,
  *   tokens: [{id, pos}]}; "queue": {ahead}
  * @typedef {{type: "token", token: number, text: string, logprob?: number,
@@ -40,13 +43,14 @@
  * @typedef {{type: "summary", ids: number[], text: string, reason: "eog"|"stop"|"length"|"context",
  *            promptIds: number[], nPrompt: number, nGenerated: number, nDecoded: number, nCtx: number,
  *            prefillMs: number, decodeMs: number, prefillTokS: number, decodeTokS: number,
- *            mode: string, engine?: object, memory?: object,
- *            speculative?: {lookup: number, drafted: number, accepted: number, acceptance: number},
+ *            mode: string, engine?: object, memory?: object, prefill?: "pipelined"|"sequential", passes?: number,
+ *            speculative?: {lookup: number, drafted: number, accepted: number, acceptance: number, verifyPasses?: number},
  *            hops?: number, subrequests?: number, maxConnections?: number, messages?: number,
  *            abstains?: number, reprefills?: number, rowsPrefetched?: number, flaggedTokens?: number[],
  *            shardK?: number|"full", coordinatorMemory?: object}} SummaryEvent
- *   engine / memory / speculative (lookup > 0): a single process's (Model.generate);
- *   hops ... coordinatorMemory: the mesh's
+ *   engine / memory: a single process's (Model.generate); speculative (lookup > 0): both
+ *   (the mesh adds verifyPasses: passes that carried drafts); prefill, passes (decode
+ *   passes through the stations), hops ... coordinatorMemory: the mesh's
  * @typedef {{type: "error", error: string, status: number}} ErrorEvent
  * @typedef {AcceptedEvent|PrefillEvent|TelemetryEvent|TokenEvent|SummaryEvent|ErrorEvent} GenerationEvent
  */

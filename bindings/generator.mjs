@@ -40,6 +40,24 @@ function resultTopK(w) {
           lse: outOf(lse, -Infinity), min: outOf(min, Infinity)};
 }
 
+/**
+ * Prompt-lookup drafts (core/infer/speculative.cpp draft_lookup, the same rule): up to k
+ * tokens that followed the latest earlier occurrence of hist's last n tokens, trying
+ * n = ngramMax down to 1; [] when nothing matches.
+ */
+export function draftLookup(hist, k, ngramMax = 3) {
+  const len = hist.length;
+  if (k <= 0) return [];
+  for (let n = Math.min(ngramMax, len - 1); n >= 1; n--) {
+    for (let j = len - n - 1; j >= 0; j--) {
+      let same = true;
+      for (let i = 0; i < n && same; i++) same = hist[j + i] === hist[len - n + i];
+      if (same) return hist.slice(j + n, Math.min(len, j + n + k));
+    }
+  }
+  return [];
+}
+
 /** Top-k (absolute ids v0..v1) and log-sum-exp of one slice's logits [v1 - v0]. */
 export async function topkLse(logits, v0, v1, k) {
   const w = await init();
@@ -143,6 +161,28 @@ export class Generator {
       s.needWider = true;
       return s;
     }
+    this.ids.push(s.id);
+    this.text += s.text;
+    this.done = s.done;
+    this.reason = s.reason;
+    return s;
+  }
+  /**
+   * Speculative decoding: verify a drafted token against the merged TopK of the position
+   * it was fed for (the core's Generator::step_draft: greedy keeps it when it is the
+   * argmax; sampling keeps it with probability p(draft), else draws from p without it).
+   * Returns {id, text, done, reason, accepted}; accepted: the id is the draft, so the rows
+   * fed after it stay valid.
+   */
+  stepDraft(top, draft) {
+    const w = this.w, ni = top.ids.length, nl = top.logits.length;
+    const p = w.malloc(4 * (ni + nl));
+    try {
+      w.i32(p, ni).set(top.ids);
+      w.f32(p + 4 * ni, nl).set(top.logits);
+      w.call("kw_generator_step_draft_topk", this.handle, p, ni, p + 4 * ni, nl, lseIn(top), minIn(top), draft);
+    } finally { w.free(p); }
+    const s = w.resultStep();
     this.ids.push(s.id);
     this.text += s.text;
     this.done = s.done;

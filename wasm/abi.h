@@ -122,6 +122,10 @@ int kw_generator_start(int32_t g, const int32_t* ids, uint32_t n);
 int kw_generator_step(int32_t g, const float* logits, uint32_t n);
 int kw_generator_step_topk(int32_t g, const int32_t* ids, int32_t n_ids, const float* logits, int32_t n_logits,
                            double lse, double min);
+// Speculative verification of a drafted token over a merged top-k (Generator::step_draft):
+// the step result plus "accepted" (greedy: the argmax is the draft; sampling: kept with p(draft)).
+int kw_generator_step_draft_topk(int32_t g, const int32_t* ids, int32_t n_ids, const float* logits, int32_t n_logits,
+                                 double lse, double min, int32_t draft);
 int kw_generator_stop(int32_t g, const char* reason, uint32_t len);
 int kw_generator_free(int32_t g);
 // A slice's top-k + lse + min (result: the top-k layout); the merge of n_parts shards'

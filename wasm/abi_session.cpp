@@ -16,6 +16,8 @@
 //   kw_generator_new(model, opts_json) -> handle   same sampling opts + n_ctx
 //   kw_generator_start(g, ids, n), kw_generator_step(g, logits, n),
 //   kw_generator_step_topk(g, ids, n_ids, logits, n_logits, lse, min),
+//   kw_generator_step_draft_topk(g, ids, n_ids, logits, n_logits, lse, min, draft)
+//     (speculative verification of a drafted token: the step's result + "accepted"),
 //   kw_generator_stop(g, reason), kw_generator_free(g)
 //   kw_topk_lse(logits, v0, v1, k), kw_topk_merge(ids, logits, sizes, stats, n_parts, k)
 // Top-k lists cross as arrays in wasm memory, never JSON (two crossings per mesh token):
@@ -370,6 +372,20 @@ int kw_generator_step_topk(int32_t h, const int32_t* ids, int32_t n_ids, const f
   return guard([&] {
     knot::Generator& g = *g_generators.get(h, "kw_generator_step_topk").obj;
     set_step_result(g.step(topk_from_arrays(ids, n_ids, logits, n_logits, lse, min, "kw_generator_step_topk")));
+  });
+}
+
+// Verify a drafted token against a merged shard top-k (Generator::step_draft): result as
+// kw_generator_step_topk plus "accepted" (the step's id is the draft).
+KW_EXPORT(kw_generator_step_draft_topk)
+int kw_generator_step_draft_topk(int32_t h, const int32_t* ids, int32_t n_ids, const float* logits, int32_t n_logits,
+                                 double lse, double min, int32_t draft) {
+  return guard([&] {
+    knot::Generator& g = *g_generators.get(h, "kw_generator_step_draft_topk").obj;
+    bool accepted = false;
+    const knot::GenStep st = g.step_draft(topk_from_arrays(ids, n_ids, logits, n_logits, lse, min, "kw_generator_step_draft_topk"),
+                                          draft, &accepted);
+    set_step_result(st, json{{"accepted", accepted}});
   });
 }
 

@@ -44,6 +44,9 @@ const OptionSpec kChain = {KEY("chain"), .flag = "--chain", .kind = OptKind::Fla
           "station members would fill the 6 links)", .value = "true"};
 const OptionSpec kLink = {KEY("link"), .flag = "--link", .kind = OptKind::Text, .metavar = "ws|http",
   .help = "coordinator links (ws: one WebSocket per peer)", .choices = "ws|http", .dflt = "\"ws\""};
+const OptionSpec kPrefillMode = {KEY("prefill"), .flag = "--prefill", .kind = OptKind::Text, .metavar = "pipelined|sequential",
+  .help = "mesh prefill: chunks in flight across stations at once, or one chunk at a time", .choices = "pipelined|sequential",
+  .dflt = "\"pipelined\""};
 // `plan` (node CLI; bindings/planner.mjs checks the values' meaning)
 const OptionSpec kBudget = {KEY("budget"), .flag = "--budget", .kind = OptKind::Text, .lo = 1, .metavar = "SIZE",
   .help = "memory per isolate", .default_text = "128MB"};
@@ -97,7 +100,7 @@ const CommandSpec& mesh_command() {
       "subrequests, connections and peak memory per isolate.\n",
       {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
        &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kStop, &kIgnoreEos, &kNoSpecial, &kIds, &kPlan,
-       &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink},
+       &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink, &kLookup, &kPrefillMode},
       nullptr};
   return c;
 }

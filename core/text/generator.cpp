@@ -160,6 +160,14 @@ GenStep Generator::step_draft(const float* logits, int n, int32_t draft, bool* a
   return after_sample(d.id);
 }
 
+GenStep Generator::step_draft(const SliceTopK& merged, int32_t draft, bool* accepted) {
+  if (!started_) fail("generator: call start() before step_draft()");
+  if (done_) fail("generator: generation already finished (" + reason_ + ")");
+  const Sampler::Draft d = sampler_.sample_draft_topk(merged, draft);
+  *accepted = d.accepted;
+  return after_sample(d.id);
+}
+
 void Generator::stop(const std::string& reason) {
   done_ = true;
   reason_ = reason;

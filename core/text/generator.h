@@ -78,6 +78,8 @@ class Generator {
   // that token (Sampler::sample_draft). *accepted: the step's id is the draft, so the
   // positions fed after it stay valid; else the caller drops them (KV truncation).
   GenStep step_draft(const float* logits, int n, int32_t draft, bool* accepted);
+  // ... or over a merged shard top-k (Sampler::sample_draft_topk).
+  GenStep step_draft(const SliceTopK& merged, int32_t draft, bool* accepted);
   // End early with `reason` (held-back text is dropped, as for a stop string).
   void stop(const std::string& reason);
 

@@ -186,7 +186,7 @@ int32_t Sampler::sample_candidates(const int32_t* ids, const float* logits, int 
   return sample_cand(false);
 }
 
-int32_t Sampler::sample_topk(const SliceTopK& t) {
+void Sampler::topk_cand(const SliceTopK& t) {
   if (t.ids.size() != t.logits.size())
     fail("sampler: top-k list has " + std::to_string(t.ids.size()) + " ids but " + std::to_string(t.logits.size()) +
          " logits");
@@ -198,6 +198,10 @@ int32_t Sampler::sample_topk(const SliceTopK& t) {
   std::sort(cand_.begin(), cand_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   for (size_t i = 1; i < cand_.size(); i++)
     if (cand_[i].second == cand_[i - 1].second) fail("sampler: top-k list holds id " + std::to_string(cand_[i].second) + " twice");
+}
+
+int32_t Sampler::sample_topk(const SliceTopK& t) {
+  topk_cand(t);
   return sample_cand(false, &t);
 }
 
@@ -263,8 +267,17 @@ Sampler::Draft Sampler::sample_draft(const float* logits, int n, int32_t draft, 
     fail("sampler: got " + std::to_string(n) + " logits, vocab has " + std::to_string(n_vocab_));
   cand_.resize(n_vocab_);
   for (int32_t i = 0; i < n_vocab_; i++) cand_[i] = {logits[i], i};
+  return draft_cand(true, nullptr, draft, allowed);
+}
+
+Sampler::Draft Sampler::sample_draft_topk(const SliceTopK& t, int32_t draft) {
+  topk_cand(t);
+  return draft_cand(false, &t, draft, nullptr);
+}
+
+Sampler::Draft Sampler::draft_cand(bool full_vocab, const SliceTopK* whole, int32_t draft, const TokenFilter* allowed) {
   int32_t best_id = -1;
-  if (!filter(true, nullptr, &best_id, allowed)) return {best_id, best_id == draft};  // greedy: the argmax, kept if it is the draft
+  if (!filter(full_vocab, whole, &best_id, allowed)) return {best_id, best_id == draft};  // greedy: the argmax, kept if it is the draft
   // The draft came from a deterministic proposal (q = 1 at the draft): keep it with
   // probability p(draft) = min(1, p/q), else draw from max(0, p - q) normalised, which is p
   // without the draft. Either way the token is distributed as p.

@@ -98,6 +98,8 @@ class Sampler {
   // ones, or the one allowed argmax when greedy).
   int32_t sample(const float* logits, int n, const TokenFilter& allowed);
   int32_t sample_topk(const SliceTopK& t, const TokenFilter& allowed);
+  // The draft rule over a merged shard top-k (as sample_topk: exact within k).
+  Draft sample_draft_topk(const SliceTopK& t, int32_t draft);
   const SamplerParams& params() const { return p_; }
 
  private:
@@ -109,6 +111,8 @@ class Sampler {
   // Filters cand_ and draws. full_vocab: cand_[id].second == id. whole: cand_ is a shard
   // top-k (in id order) standing for the whole vocab of that lse / min.
   int32_t sample_cand(bool full_vocab, const SliceTopK* whole = nullptr, const TokenFilter* allowed = nullptr);
+  void topk_cand(const SliceTopK& t);  // cand_ = t's listed ids below n_vocab, in id order
+  Draft draft_cand(bool full_vocab, const SliceTopK* whole, int32_t draft, const TokenFilter* allowed);  // sample_draft on cand_
   // The pipeline up to the draw: penalties, argmax (*best), top-k, top-p, min-p, then
   // w_ / w_sum_ = the temperature softmax weights of cand_. False when the result is the
   // argmax without a draw (greedy, or an infinite max logit), or *best = -1 when the

@@ -124,3 +124,44 @@ test("Generator on mesh parts (tokenizer only), misuse errors, JSON edge values"
   await parts.close();
   model.close();
 });
+
+// Generator.stepDraft over a merged top-k (kw_generator_step_draft_topk, Sampler::sample_draft_topk):
+// greedy keeps the draft only when it is the argmax; sampling keeps it with probability
+// p(draft) and otherwise draws from p without it, so the token is distributed as p (checked
+// over many seeds against the softmax of the list, and against plain steps).
+test("stepDraft over a top-k: greedy accepts the argmax only; sampled ids are distributed as p", async (t) => {
+  const p = sharedModel(t, NAME);
+  if (!p) return;
+  const model = await kw.openModel(p);
+  try {
+    const logits = [2, 1, 0.5, 0], ids = [10, 20, 30, 40];
+    const mx = Math.max(...logits), lse = mx + Math.log(logits.reduce((a, v) => a + Math.exp(v - mx), 0));
+    const top = {ids, logits, lse, min: 0};
+    const greedy = await Generator.open(model, {temperature: 0, maxTokens: 4});
+    greedy.start([1]);
+    assert.deepEqual([greedy.stepDraft(top, 10)].map((s) => [s.id, s.accepted]), [[10, true]]);
+    assert.deepEqual([greedy.stepDraft(top, 20)].map((s) => [s.id, s.accepted]), [[10, false]]);
+    greedy.free();
+    const N = 1500, want = logits.map((v) => Math.exp(v - lse));
+    const draftCount = new Map(), plainCount = new Map();
+    let accepted = 0;
+    for (let seed = 1; seed <= N; seed++) {
+      const g = await Generator.open(model, {temperature: 1, topK: 4, seed, maxTokens: 4});
+      g.start([1]);
+      const s = g.stepDraft(top, 20);
+      if (s.accepted) { accepted++; assert.equal(s.id, 20); } else assert.notEqual(s.id, 20);
+      draftCount.set(s.id, (draftCount.get(s.id) ?? 0) + 1);
+      g.start([1]);
+      const q = g.step(top);
+      plainCount.set(q.id, (plainCount.get(q.id) ?? 0) + 1);
+      g.free();
+    }
+    ids.forEach((id, i) => {
+      const sd = Math.sqrt(N * want[i] * (1 - want[i]));
+      for (const [what, c] of [["stepDraft", draftCount], ["step", plainCount]])
+        assert.ok(Math.abs((c.get(id) ?? 0) - N * want[i]) < 5 * sd, `${what}: id ${id} drawn ${c.get(id) ?? 0} of ${N}, p = ${want[i].toFixed(3)}`);
+    });
+    const sd = Math.sqrt(N * want[1] * (1 - want[1]));
+    assert.ok(Math.abs(accepted - N * want[1]) < 5 * sd, `the draft was kept ${accepted} of ${N} times, p(draft) = ${want[1].toFixed(3)}`);
+  } finally { model.close(); }
+});

@@ -39,3 +39,19 @@ test("knotwork mesh refuses a topology that does not cover the model, naming it"
   assert.equal(v.code, 1);
   assert.match(v.stderr, /topology: shards end at 600, the tokenizer has 512 tokens/);
 });
+
+test("knotwork mesh --lookup K and --prefill sequential: the same stdout as generate; speculation reported on stderr", async (t) => {
+  const model = sharedModel(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!model) return;
+  const prompt = "Lily had a red ball. Tom had a blue ball. Lily had a red ball. Tom had a blue ball. Lily";
+  const gen = await node(["generate", model, "-p", prompt, "-n", "24", "--temp", "0", "--ids"]);
+  for (const flags of [["--lookup", "4"], ["--lookup", "4", "--prefill", "sequential", "--chunk", "5"]]) {
+    const mesh = await node(["mesh", model, "--stations", "2,3", "-p", prompt, "-n", "24", "--temp", "0", "--ids", ...flags]);
+    assert.equal(mesh.code ?? 0, 0, mesh.stderr);
+    assert.equal(mesh.stdout, gen.stdout, flags.join(" "));
+    assert.match(mesh.stderr, /speculative \(lookup 4\): \d+ drafted, \d+ accepted \(\d+%\) in \d+ verify passes/);
+  }
+  const bad = await node(["mesh", model, "-p", "x", "--prefill", "parallel"]);
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /--prefill/);
+});

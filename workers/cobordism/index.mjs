@@ -19,7 +19,8 @@
 // (docs/limits.md: at most 6 simultaneous connections).
 // Frames (lib/frame.mjs), by POST or as WebSocket messages:
 //   embed  (i32 ids, width 1)  -> f32 [rows, n_embd]: rows of owned ids, zeros elsewhere
-//   lmhead (f32 normed hidden [1, n_embd]), pos = k:
+//   lmhead (f32 normed hidden [rows, n_embd]), pos = k (rows > 1, a speculative verify
+//       pass: per row the top-k payload, end to end: lib/frame.mjs encodeTopKs):
 //       flag fullLogits -> f32 [v1 - v0] the slice's logits
 //       else            -> the slice's top-k + log-sum-exp + min (lib/frame.mjs encodeTopK:
 //                          ids absolute, best first), what the coordinator's Generator samples
@@ -35,7 +36,7 @@
  */
 import {memoryStats} from "../../bindings/knotwork.mjs";
 import {topkLse, mergeTopK} from "../../bindings/mesh.mjs";
-import {decodeFrame, encodeFrame, encodeTopK, decodeTopK, splitTopRow, FLAG, KIND} from "../lib/frame.mjs";
+import {decodeFrame, encodeFrame, encodeTopK, decodeTopK, encodeTopKs, decodeTopKs, splitTopRow, FLAG, KIND} from "../lib/frame.mjs";
 import {Link, Counter, gather} from "../lib/link.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {HttpError, errorResponse} from "../lib/errors.mjs";
@@ -150,6 +151,11 @@ async function handle(env, bytes, links, io) {
     data = new Float32Array(v1 - v0).fill(-Infinity);
     data.set(m.data, 0);
     for (const [x, d] of parts) data.set(d, x.vocab[0] - v0);
+  } else if (f.rows > 1) {  // a verify pass: per row, the group's lists merged
+    const lists = [m.data, ...parts.map(([, d]) => d)].map((d) => decodeTopKs(d, f.rows));
+    const merged = [];
+    for (let r = 0; r < f.rows; r++) merged.push(await mergeTopK(lists.map((l) => l[r]), shardK(f)));
+    data = encodeTopKs(merged);
   } else {
     // with FLAG.topRow each answer may carry its best token's embedding row: pass on the
     // row of the merged best token, when its owner sent one
@@ -197,9 +203,17 @@ async function own(sh, f, env, io) {
     }
     return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: E, data: x});
   }
-  if (f.width !== E || f.rows !== 1) throw new HttpError(400, `shard ${sh.cfg.name}: lmhead takes one normed row of ${E} values`);
+  if (f.width !== E || f.rows < 1) throw new HttpError(400, `shard ${sh.cfg.name}: lmhead takes normed rows of ${E} values`);
+  if (f.rows > 1 && f.flags & (FLAG.fullLogits | FLAG.topRow))
+    throw new HttpError(400, `shard ${sh.cfg.name}: lmhead of ${f.rows} rows answers top-k lists only (no fullLogits, no topRow)`);
   stats.lmheads++;
-  const logits = sh.parts.lmHead(f.data, 1, v0, v1, {softcap: sh.cfg.softcap ?? 0});
+  const logits = sh.parts.lmHead(f.data, f.rows, v0, v1, {softcap: sh.cfg.softcap ?? 0});
+  if (f.rows > 1) {  // a verify pass: one top-k list per row
+    const V = v1 - v0, lists = [];
+    for (let r = 0; r < f.rows; r++) lists.push(await topkLse(logits.subarray(r * V, (r + 1) * V), v0, v1, shardK(f)));
+    const out = encodeTopKs(lists);
+    return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: out.length, data: out});
+  }
   if (f.flags & FLAG.fullLogits) return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: v1 - v0, data: logits});
   const t = await topkLse(logits, v0, v1, shardK(f));
   const out = withTopRow(encodeTopK(t), f.flags & FLAG.topRow && sh.holdsEmbed && t.ids.length ? sh.parts.embed([t.ids[0]], v0, v1, E) : null);

@@ -10,9 +10,9 @@
 // without them, telemetry names the missing slice and the tokens it touched), Decline
 // (none: a clear error). A station answering 409 (session lost) triggers one re-prefill of
 // everything fed so far. Prefill is chunked; each station appends its own KV.
-import {encodeFrame, decodeFrame, decodeTopK, splitTopRow, FLAG} from "../lib/frame.mjs";
+import {encodeFrame, decodeFrame, decodeTopK, decodeTopKs, splitTopRow, FLAG} from "../lib/frame.mjs";
 import {Counter, LinkError, gather} from "../lib/link.mjs";
-import {Generator, mergeTopK, topkLse} from "../../bindings/generator.mjs";
+import {Generator, mergeTopK, topkLse, draftLookup} from "../../bindings/generator.mjs";
 import {linkBudget} from "../lib/topology.mjs";
 import {addPartials} from "../lib/partials.mjs";
 import {defaultContext} from "../../bindings/options.mjs";
@@ -79,16 +79,21 @@ export class MeshCoordinator {
     const sid = opts.sid ?? `s${Date.now().toString(36)}-${nextSid++}-${Math.random().toString(36).slice(2, 8)}`;
     const links = new Map();
     const link = (name) => { if (!links.has(name)) links.set(name, this.connect(name, sid)); return links.get(name); };
-    const events = [];
-    const ev = (e) => events.push({type: "telemetry", ...e});
+    const q = new EventQueue();
+    const ev = (e) => q.push({type: "telemetry", ...e});
     const c = this.text.info.config;
     const nCtx = opts.nCtx > 0 ? opts.nCtx : defaultContext(c);
     if (opts.logprobs > 20) throw new MeshError(`logprobs must be at most 20, got ${opts.logprobs}`);
-    const gen = await Generator.open(this.text, {...opts, nCtx});
+    const prefill = opts.prefill ?? "pipelined";
+    if (prefill !== "pipelined" && prefill !== "sequential") throw new MeshError(`prefill must be "pipelined" or "sequential", got ${JSON.stringify(prefill)}`);
+    const lookup = opts.lookup ?? opts.options?.lookup ?? 0;
+    if (!(Number.isInteger(lookup) && lookup >= 0 && lookup <= 64)) throw new MeshError(`lookup must be an integer in [0, 64], got ${JSON.stringify(opts.lookup)}`);
+    const spec = {drafted: 0, accepted: 0, passes: 0};
+    const gen = await Generator.open(this.text, {...opts, lookup: undefined, nCtx});
     const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
     const first = shardK(gen.params, ids, logprobs);
     const state = {sid, reqId: 1, nCtx, fed: [], link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0,
-                   nextRow: null, rowsPrefetched: 0};
+                   nextRow: null, rowsPrefetched: 0, pipelined: prefill === "pipelined", inFlight: 0};
     const chunk = opts.chunk ?? 64;
     const t0 = Date.now();
     const out = [];
@@ -96,35 +101,65 @@ export class MeshCoordinator {
     try {
       ev({event: "route", sid, stations: t.stations.length, members: t.stations.reduce((a, s) => a + s.members.length, 0),
           shards: t.shards.length, knot: t.knot, nCtx, logits: first.full ? "full" : "top-k+lse", k: first.full ? undefined : first.k});
-      ev({event: "prefill_started", tokens: ids.length});
+      ev({event: "prefill_started", tokens: ids.length, mode: prefill});
       gen.start(ids);
-      let xn = await this.#feed(state, ids, 0, chunk, (done) => ev({event: "prefill_progress", done, total: ids.length}));
+      // every phase runs under live(): its events leave as they happen, not when it ends
+      let xn = yield* live(q, this.#feed(state, ids, 0, chunk, (done) => ev({event: "prefill_progress", done, total: ids.length})));
       prefillMs = Date.now() - t0;
-      ev({event: "prefill_completed", tokens: ids.length, ms: prefillMs});
-      yield* events.splice(0);
-      let next = await this.#lmHead(state, xn, shardK(gen.params, ids, logprobs));
-      ev({event: "decode_started"});
+      ev({event: "prefill_completed", tokens: ids.length, ms: prefillMs, mode: prefill, maxInFlight: state.inFlight});
+      let next = yield* live(q, this.#lmHead(state, xn, shardK(gen.params, ids, logprobs)));
+      ev({event: "decode_started", ...(lookup ? {lookup, drafting: !first.full} : {})});
+      // A pass: rows[i] is the lm-head answer for the position of batch[i]; rows[i] verifies
+      // batch[i + 1] (a draft), the last row gives the next token. Plain decoding: one row.
+      const hist = ids.slice();
+      let rows = [next], batch = [null], passTokens = 0;
       for (;;) {
-        const s = gen.step(next.top ?? next.logits);
-        if (logprobs !== undefined) Object.assign(s, await this.#logprobs(next, s.id, logprobs));
-        out.push(s.id);
-        text += s.text;
-        yield* events.splice(0);
-        const dt = Date.now() - t0 - prefillMs;
-        yield {type: "token", token: s.id, text: s.text, ...(s.logprob !== undefined ? {logprob: s.logprob, top: s.top} : {}),
-               telemetry: {n: out.length, elapsedMs: Date.now() - t0, decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, hops: state.hops}};
-        if (s.done) { reason = s.reason; break; }
+        let pending = null, done = false;
+        for (let i = 0; i < rows.length; i++) {
+          const nx = rows[i], draft = batch[i + 1];
+          const s = draft !== undefined ? gen.stepDraft(nx.top, draft) : gen.step(nx.top ?? nx.logits);
+          if (logprobs !== undefined) Object.assign(s, await this.#logprobs(nx, s.id, logprobs));
+          out.push(s.id);
+          hist.push(s.id);
+          text += s.text;
+          if (out.length > 1) nDecoded++;
+          if (s.accepted) spec.accepted++;
+          yield* q.drain();
+          const tel = {n: out.length, elapsedMs: Date.now() - t0, decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, hops: state.hops};
+          if (lookup) tel.speculative = {drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0};
+          yield {type: "token", token: s.id, text: s.text, ...(s.logprob !== undefined ? {logprob: s.logprob, top: s.top} : {}), telemetry: tel};
+          if (s.done) { reason = s.reason; done = true; break; }
+          if (!s.accepted) { pending = s.id; break; }  // a plain step, a rejected draft's replacement, or the last row's token
+        }
+        if (done) break;
+        // feed the pending token, with drafts when the lookup finds some that fit the context,
+        // the chunk and the tokens still to generate (the rule of core/infer/speculative.cpp);
+        // a pass below the positions the stations hold rewinds them (docs/protocol.md)
+        const pos = ids.length + out.length - 1;
+        let drafts = [];
+        if (lookup && !first.full) {
+          const left = gen.params.n_predict >= 0 ? gen.params.n_predict - out.length : Infinity;
+          const room = Math.min(nCtx - pos - 1, chunk - 1, left, lookup);
+          if (room > 0) drafts = draftLookup(hist, room);
+        }
+        spec.drafted += drafts.length;
+        if (drafts.length) spec.passes++;
+        batch = [pending, ...drafts];
         const ts = Date.now();
-        xn = await this.#feed(state, [s.id], ids.length + out.length - 1, chunk);
-        next = await this.#lmHead(state, xn, shardK(gen.params, ids.concat(out), logprobs));
+        rows = yield* live(q, (async () => {
+          const want = shardK(gen.params, hist, logprobs);
+          const x = await this.#feed(state, batch, pos, chunk, undefined, batch.length > 1);
+          return batch.length > 1 ? this.#lmHeadRows(state, x, batch.length, want) : [await this.#lmHead(state, x, want)];
+        })());
         decodeMs += Date.now() - ts;
-        nDecoded++;
-        void dt;
+        passTokens++;
       }
-      yield* events.splice(0);
+      yield* q.drain();
       yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length, nGenerated: out.length, nDecoded,
              nCtx, shardK: state.maxK || "full", prefillMs, decodeMs, prefillTokS: ids.length / (prefillMs / 1000),
-             decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", hops: state.hops,
+             decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", prefill, passes: passTokens, hops: state.hops,
+             ...(lookup ? {speculative: {lookup, drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
+                                         verifyPasses: spec.passes}} : {}),
              reprefills: state.reprefills, abstains: state.abstains, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
     } finally {
       gen.free();
@@ -136,30 +171,91 @@ export class MeshCoordinator {
     }
   }
 
-  // Feed ids at positions [pos, pos + n) in chunks; returns the normed last row. A lost
-  // session at a station re-feeds everything from position 0 once.
-  async #feed(state, ids, pos, chunk, progress) {
+  // Feed ids at positions [pos, pos + n) in chunks; returns the normed last row (allRows:
+  // every row of the last chunk, normed: a verify pass fits one chunk). A pos below what was
+  // fed rewinds (the stations truncate their KV on that frame). A lost session at a station
+  // re-feeds everything before pos from position 0 once, then ids.
+  async #feed(state, ids, pos, chunk, progress, allRows = false) {
+    if (state.fed.length > pos) state.fed.length = pos;
     try {
-      return await this.#feedRaw(state, ids, pos, chunk, progress);
+      return await this.#feedRaw(state, ids, pos, chunk, progress, allRows);
     } catch (e) {
       // 409: the station no longer holds the session; 0: its link dropped (DO restarted)
       if (!(e instanceof LinkError && (e.status === 409 || e.status === 0)) || state.reprefills >= 2) throw e;
       state.reprefills++;
       state.ev({event: "reprefill", reason: e.message, tokens: pos + ids.length});
       state.fed.length = pos;
-      return this.#feedRaw(state, state.fed.splice(0).concat(ids), 0, chunk, progress);
+      const before = state.fed.splice(0);
+      if (before.length) await this.#feedRaw(state, before, 0, chunk);
+      return this.#feedRaw(state, ids, pos, chunk, progress, allRows);
     }
   }
 
-  async #feedRaw(state, ids, pos, chunk, progress) {
-    let xn = null;
-    for (let i = 0; i < ids.length; i += chunk) {
-      const part = ids.slice(i, i + chunk), last = i + chunk >= ids.length;
-      const x = await this.#embed(state, part, pos + i);
-      xn = await this.#stations(state, x, pos + i, part.length, last);
-      state.fed.push(...part);
-      progress?.(i + part.length);
+  async #feedRaw(state, ids, pos, chunk, progress, allRows = false) {
+    const chunks = [];
+    for (let i = 0; i < ids.length; i += chunk)
+      chunks.push({part: ids.slice(i, i + chunk), pos: pos + i, last: i + chunk >= ids.length, done: i + Math.min(chunk, ids.length - i)});
+    if (!state.pipelined || chunks.length < 2) {
+      let xn = null;
+      for (const ch of chunks) {
+        const x = await this.#embed(state, ch.part, ch.pos);
+        xn = await this.#stations(state, x, ch.pos, ch.part.length, ch.last, ch.last && allRows);
+        state.fed.push(...ch.part);
+        progress?.(ch.done);
+      }
+      return xn;
     }
+    return this.#pipelined(state, chunks, progress);
+  }
+
+  // Pipelined prefill: chunk c + 1 enters station s as soon as station s has answered chunk
+  // c (and station s - 1 has answered chunk c + 1), so up to one chunk per station is in
+  // flight; a split range's station is its members' layer-by-layer fan-outs. A chain is sent
+  // chunk after chunk without waiting for answers (in position order on the one link): each
+  // leader computes a frame at a time in arrival order and takes the next chunk while the
+  // last one goes down the chain. Either way every station sees the chunks in position
+  // order, so it appends its KV as the sequential prefill does. Progress is reported per
+  // chunk, in order, as the exit answers it. A failure stops new frames, waits for those in
+  // flight (so a re-prefill never races them) and throws the first error.
+  async #pipelined(state, chunks, progress) {
+    const chain = this.topology.chain;
+    const stages = chain ? [null] : this.topology.stations.map((_, si) => si);
+    const window = stages.length + 1;                       // chunks in flight at most
+    const tails = stages.map(() => Promise.resolve());      // chain: the last chunk's frame was sent
+    const done = [];
+    let failure = null, xn = null, inFlight = 0, before = Promise.resolve();
+    const fail = (e) => { failure ??= e; throw e; };
+    for (const [c, ch] of chunks.entries()) {
+      if (c >= window) await done[c - window].catch(() => {});
+      if (failure) break;
+      inFlight++;
+      state.inFlight = Math.max(state.inFlight, inFlight);
+      const n = ch.part.length;
+      let x = this.#embed(state, ch.part, ch.pos).catch(fail);
+      for (const [k, si] of stages.entries()) {
+        const prev = tails[k], input = x;
+        const ready = Promise.all([input, prev]);
+        const run = ready.then(([v]) => {
+          if (failure) throw failure;
+          return si === null ? this.#stations(state, v, ch.pos, n, ch.last) : this.#station(state, si, v, ch.pos, n, ch.last);
+        });
+        // a chain's next chunk waits until this one's frame is sent (#stations sends before
+        // its first await), a station's until this one is answered
+        tails[k] = chain ? ready.then(() => {}, () => {}) : run.then(() => {}, () => {});
+        x = run.catch(fail);
+      }
+      const prevDone = before;
+      done[c] = Promise.all([x, prevDone]).then(([v]) => {
+        inFlight--;
+        state.fed.push(...ch.part);
+        progress?.(ch.done);
+        if (ch.last) xn = v;
+      });
+      done[c].catch(() => {});
+      before = done[c].catch(() => {});
+    }
+    await Promise.allSettled(done);
+    if (failure) throw failure;
     return xn;
   }
 
@@ -206,47 +302,51 @@ export class MeshCoordinator {
     return x;
   }
 
-  async #stations(state, x, pos, n, last) {
+  async #stations(state, x, pos, n, last, allRows = false) {
     const st = this.topology.stations;
     if (this.topology.chain) {  // one message: the chain runs every station and answers the exit's rows
       state.hops += this.chainHops;
       const r = await state.link(st[0].members[0].name).request(encodeFrame({kind: pos === 0 || n > 1 ? "prefill" : "decode",
-        sid: state.sid, reqId: state.reqId++, pos, width: this.E, flags: FLAG.chain | (last ? FLAG.normLast : 0), nCtx: state.nCtx, data: x}),
+        sid: state.sid, reqId: state.reqId++, pos, width: this.E, flags: FLAG.chain | (allRows ? FLAG.normAll : last ? FLAG.normLast : 0), nCtx: state.nCtx, data: x}),
         this.timeouts.stationMs * st.length);  // each station's link waits stationMs per station after it
       const d = decodeFrame(r, {width: this.E}).data;
       return last ? d : null;
     }
-    for (const [si, s] of st.entries()) {
-      const exit = si === st.length - 1;
-      if (s.members.length === 1) {
-        const m = s.members[0];
-        const flags = exit && last ? FLAG.normLast : 0;
-        state.hops++;
-        const r = await state.link(m.name).request(encodeFrame({kind: pos === 0 || n > 1 ? "prefill" : "decode", sid: state.sid,
-          reqId: state.reqId++, pos, width: this.E, flags, nCtx: state.nCtx, data: x}), this.timeouts.stationMs);
-        const d = decodeFrame(r, {width: this.E}).data;
-        if (exit) { if (!last) continue; return d; }
-        x = d;
-        continue;
-      }
-      for (let l = s.layers[0]; l < s.layers[1]; l++) {
-        for (const phase of ["attn", "ffn"]) {
-          state.hops += s.members.length;
-          // a split layer cannot degrade: every head group / FFN slice is needed
-          const parts = await Promise.all(s.members.map((m) => state.link(m.name).request(encodeFrame({
-            kind: n > 1 ? "prefill" : "decode", sid: state.sid, reqId: state.reqId++, pos, width: this.E, layer: l, phase,
-            nCtx: state.nCtx, data: x}), this.timeouts.stationMs)));
-          addPartials(x, addPartials(new Float32Array(x.length), ...parts.map((p) => decodeFrame(p, {width: this.E}).data)));
-        }
-      }
-      if (exit && last) {
-        state.hops++;
-        const r = await state.link(s.members[0].name).request(encodeFrame({kind: "decode", sid: state.sid, reqId: state.reqId++, pos,
-          width: this.E, phase: "norm", nCtx: state.nCtx, data: x.subarray((n - 1) * this.E)}), this.timeouts.stationMs);
-        return decodeFrame(r, {width: this.E}).data;
+    for (let si = 0; si < st.length; si++) x = await this.#station(state, si, x, pos, n, last, allRows);
+    return x;
+  }
+
+  // Station si over rows x at pos: its output rows; the exit's: the normed last row when
+  // last (every row normed when allRows), else null.
+  async #station(state, si, x, pos, n, last, allRows = false) {
+    const st = this.topology.stations, s = st[si];
+    const exit = si === st.length - 1;
+    if (s.members.length === 1) {
+      const m = s.members[0];
+      const flags = exit && last ? (allRows ? FLAG.normAll : FLAG.normLast) : 0;
+      state.hops++;
+      const r = await state.link(m.name).request(encodeFrame({kind: pos === 0 || n > 1 ? "prefill" : "decode", sid: state.sid,
+        reqId: state.reqId++, pos, width: this.E, flags, nCtx: state.nCtx, data: x}), this.timeouts.stationMs);
+      const d = decodeFrame(r, {width: this.E}).data;
+      return exit && !last ? null : d;
+    }
+    for (let l = s.layers[0]; l < s.layers[1]; l++) {
+      for (const phase of ["attn", "ffn"]) {
+        state.hops += s.members.length;
+        // a split layer cannot degrade: every head group / FFN slice is needed
+        const parts = await Promise.all(s.members.map((m) => state.link(m.name).request(encodeFrame({
+          kind: n > 1 ? "prefill" : "decode", sid: state.sid, reqId: state.reqId++, pos, width: this.E, layer: l, phase,
+          nCtx: state.nCtx, data: x}), this.timeouts.stationMs)));
+        addPartials(x, addPartials(new Float32Array(x.length), ...parts.map((p) => decodeFrame(p, {width: this.E}).data)));
       }
     }
-    return null;
+    if (!exit) return x;
+    if (!last) return null;
+    state.hops++;
+    const r = await state.link(s.members[0].name).request(encodeFrame({kind: "decode", sid: state.sid, reqId: state.reqId++, pos,
+      width: this.E, phase: "norm", flags: allRows ? FLAG.normAll : 0, nCtx: state.nCtx, data: allRows ? x : x.subarray((n - 1) * this.E)}),
+      this.timeouts.stationMs);
+    return decodeFrame(r, {width: this.E}).data;
   }
 
   // The lm-head fan-out for one step: {top} (the shards' top-k lists merged by the core) or,
@@ -283,6 +383,21 @@ export class MeshCoordinator {
     return {logits};
   }
 
+  // The lm-head fan-out for a verify pass: xn [rows, n_embd] normed; one merged {top} per
+  // row (top-k only: drafting is off when the sampler needs full logits).
+  async #lmHeadRows(state, xn, rows, want) {
+    state.maxK = Math.max(state.maxK, want.k);
+    const frame = () => encodeFrame({kind: "lmhead", sid: state.sid, reqId: state.reqId++, pos: want.k, width: this.E, data: xn});
+    const answers = await this.#fanOut(state, this.groups, frame, "lm-head");
+    state.nextRow = null;
+    const lists = answers.map(({grp, f}) => {
+      try { return decodeTopKs(f.data, rows); } catch (e) { throw new MeshError(`shard ${grp.hub}: ${e.message}`); }
+    });
+    const out = [];
+    for (let r = 0; r < rows; r++) out.push({top: await mergeTopK(lists.map((l) => l[r]), want.k)});
+    return out;
+  }
+
   // A token's raw log-probability and the top n, as one process reports them (kw_session_step):
   // logit - lse over the whole vocabulary, from the merged list (it holds the top n and every
   // token the sampler can pick) or from the full logits.
@@ -293,6 +408,29 @@ export class MeshCoordinator {
     const logit = next.logits ? next.logits[id] : at >= 0 ? top.logits[at] : -Infinity;
     return {logprob: logit - lse, top: top.ids.slice(0, n).map((token, i) => ({token, logprob: top.logits[i] - lse}))};
   }
+}
+
+/** Telemetry waiting to leave: push() from anywhere, drain() in the generator. */
+class EventQueue {
+  items = [];
+  wake = null;
+  push(e) { this.items.push(e); const w = this.wake; this.wake = null; w?.(); }
+  *drain() { while (this.items.length) yield this.items.shift(); }
+}
+
+// Yield q's events as they come while work runs; then its value (or its error). A consumer
+// that waits on an event does not hold the work up.
+async function* live(q, work) {
+  let settled = false, value, error, failed = false;
+  work.then((v) => { value = v; }, (e) => { error = e; failed = true; }).finally(() => { settled = true; q.wake?.(); q.wake = null; });
+  for (;;) {
+    yield* q.drain();
+    if (settled) break;
+    await new Promise((r) => { q.wake = r; });
+  }
+  yield* q.drain();
+  if (failed) throw error;
+  return value;
 }
 
 /** Shard groups: topology.shardGroups (hub first) or one group per shard. */

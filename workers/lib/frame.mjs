@@ -15,7 +15,7 @@ export const VERSION = 1;
 export const HEADER = 36;
 export const KIND = Object.freeze({prefill: 1, decode: 2, embed: 3, lmhead: 4, result: 5, end: 6});
 export const PHASE = Object.freeze({all: 0, attn: 1, ffn: 2, norm: 3});
-export const FLAG = Object.freeze({normLast: 1, fullLogits: 2, chain: 4, topRow: 8});
+export const FLAG = Object.freeze({normLast: 1, fullLogits: 2, chain: 4, topRow: 8, normAll: 16});
 const DTYPES = [Float32Array, Int32Array];
 const ROWS_NEEDED = ["prefill", "decode", "embed", "lmhead"];  // kinds that carry at least one row
 const KIND_NAMES = Object.fromEntries(Object.entries(KIND).map(([k, v]) => [v, k]));
@@ -132,6 +132,32 @@ export function splitTopRow(d, nEmbd) {
   const n = d[3], len = 4 + 2 * n;
   if (Number.isInteger(n) && d.length === len + nEmbd) return {top: d.subarray(0, len), row: d.subarray(len)};
   return {top: d, row: null};
+}
+
+/**
+ * An lm-head answer for several rows (a speculative verify pass: one row per position):
+ * the rows' encodeTopK payloads end to end, row 0 first. decodeTopKs(d, rows) splits it;
+ * a payload that does not hold exactly `rows` of them is a FrameError.
+ */
+export function encodeTopKs(list) {
+  const parts = list.map(encodeTopK), out = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
+  let o = 0;
+  for (const p of parts) { out.set(p, o); o += p.length; }
+  return out;
+}
+
+export function decodeTopKs(d, rows) {
+  const out = [];
+  let o = 0;
+  for (let r = 0; r < rows; r++) {
+    const n = d[o + 3];
+    if (!(o + 4 <= d.length && Number.isInteger(n) && n >= 0 && o + 4 + 2 * n <= d.length))
+      throw new FrameError(`top-k rows payload: row ${r} of ${rows} does not fit in ${d.length} values`);
+    out.push(decodeTopK(d.subarray(o, o + 4 + 2 * n)));
+    o += 4 + 2 * n;
+  }
+  if (o !== d.length) throw new FrameError(`top-k rows payload: ${d.length - o} values after ${rows} rows`);
+  return out;
 }
 
 /** The TopK of an encodeTopK payload; a payload of the wrong length is a FrameError. */

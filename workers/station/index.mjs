@@ -6,9 +6,10 @@
 // Requests: a frame (lib/frame.mjs) by POST, or the same frames as WebSocket messages
 // (GET with Upgrade: websocket; the coordinator's session DO keeps the link open). Frames:
 //   prefill|decode, phase all:  x [rows, n_embd] at pos -> x after layers [l0, l1)
-//                               (flag normLast: output_norm of the last row, [n_embd])
+//                               (flag normLast: output_norm of the last row, [n_embd];
+//                               flag normAll: of every row, a speculative verify pass)
 //   phase attn / ffn (a split layer): the partial residual of this slice for frame.layer
-//   phase norm:                 output_norm of the last row
+//   phase norm:                 output_norm of the last row (normAll: of every row)
 //   end:                        the session's KV cache is freed
 //   flag chain (phase all): run this station (a leader sums its members' partials per layer),
 //                               then forward to the next station and answer its answer; an
@@ -67,7 +68,15 @@ const boot = modelBoot();
 const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], frames: 0, liveSessions: 0,
                phasesInFlight: 0, phaseWaits: 0, appended: 0, relinks: 0, rewinds: 0, restores: 0, restoredPositions: 0,
                snapshotWrites: 0, snapshotBytes: 0, snapshotDrops: 0, alarms: 0,
-               chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}};
+               chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}, frameLog: []};
+// stats.frameLog: the last FRAME_LOG prefill / decode frames this isolate computed, each
+// {sid, pos, rows, phase, layer, t0, ms}: when its turn began (epoch ms) and how long this
+// station was busy with it (its own layers; in a chain, not the stations after it)
+const FRAME_LOG = 4096;
+function logFrame(f, t0) {
+  stats.frameLog.push({sid: f.sid, pos: f.pos, rows: f.rows, phase: f.phase, layer: f.layer, t0, ms: Date.now() - t0});
+  if (stats.frameLog.length > FRAME_LOG) stats.frameLog.splice(0, stats.frameLog.length - FRAME_LOG);
+}
 
 function bootKey(c) {
   return `${c.knot}|${c.role}|${c.layers[0]}-${c.layers[1]}|h${c.heads?.join("-") ?? "all"}/c${c.cols?.join("-") ?? "all"}`;
@@ -195,6 +204,7 @@ export class StationDO extends DurableObject {
   links = new Map();     // chain links (name -> Link); this DO serves one session id
   counter = new Counter();
   reqId = 1;
+  turn = Promise.resolve();  // frames compute one at a time, in arrival order (see handle)
   alarmAt = undefined;   // the pending alarm's time (undefined: not read yet, null: none)
 
   constructor(ctx, env) {
@@ -347,10 +357,20 @@ export class StationDO extends DurableObject {
     if (fault) throw fault;
     const f = decodeFrame(bytes, {width: st.c.n_embd, kinds: Object.keys(this.#byKind)});
     stats.frames++;
-    this.#sweep(Date.now());
+    // One frame computes at a time, in arrival order: a pipelined coordinator (or the
+    // station before this one in a chain) may send the next chunk before this one is done,
+    // and a fluid station's loads are I/O. A chain frame gives its turn up before it goes
+    // down the chain (io.done), so the next chunk computes here meanwhile.
+    const prev = this.turn;
+    let done, t0 = 0;
+    this.turn = new Promise((r) => { done = r; });
+    await prev;
+    const io = {env: this.env, ctx: this.ctx, done: () => { if (t0 && f.kind !== "end") logFrame(f, t0); t0 = 0; done(); }};
     try {
-      return await this.#byKind[f.kind](st, f, {env: this.env, ctx: this.ctx});
-    } finally { await this.#arm(); }
+      t0 = Date.now();
+      this.#sweep(t0);
+      return await this.#byKind[f.kind](st, f, io);
+    } finally { io.done(); await this.#arm(); }
   }
 
   // end: the session's KV cache and snapshot are freed; in a chain, the rest of the chain
@@ -368,6 +388,7 @@ export class StationDO extends DurableObject {
   // phase norm: output_norm of the last row (the exit of a split station)
   #norm(st, f) {
     if (st.cfg.role !== "exit") throw new HttpError(400, `station ${st.cfg.name}: phase norm asked of a ${st.cfg.role} station`);
+    if (f.flags & FLAG.normAll) return this.#result(f, st.parts.outputNorm(f.data, f.rows));
     return this.#result(f, st.parts.outputNorm(f.data.subarray((f.rows - 1) * st.c.n_embd), 1));
   }
 
@@ -457,7 +478,7 @@ export class StationDO extends DurableObject {
     const [l0, l1] = st.cfg.layers, name = st.cfg.name, n = f.rows, x = f.data;
     if (st.cfg.followers?.length && !(f.flags & FLAG.chain)) throw new HttpError(400, `station ${name}: a split station's leader runs whole layers only in a chain`);
     const chained = f.flags & FLAG.chain && st.cfg.next;
-    if (f.flags & FLAG.normLast && !chained && st.cfg.role !== "exit") throw new HttpError(400, `station ${name}: normLast asked of a ${st.cfg.role} station`);
+    if (f.flags & (FLAG.normLast | FLAG.normAll) && !chained && st.cfg.role !== "exit") throw new HttpError(400, `station ${name}: normLast asked of a ${st.cfg.role} station`);
     const sess = this.#session(st, f);
     if (st.cfg.followers?.length) {
       await this.#splitLayers(st, sess, f, x, n, io);
@@ -470,9 +491,11 @@ export class StationDO extends DurableObject {
     sess.nPos += n;
     this.#persist(sess, f.sid, f.pos, n);
     if (chained) {
+      io.done();
       const r = decodeFrame(await this.#down(st.cfg.next, f, x), {kinds: ["result"]});
       return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, pos: f.pos, width: r.width, data: r.data});
     }
+    if (f.flags & FLAG.normAll) return this.#result(f, st.parts.outputNorm(x, n));
     if (f.flags & FLAG.normLast) return this.#result(f, st.parts.outputNorm(x.subarray((n - 1) * st.c.n_embd), 1));
     return this.#result(f, x);
   }
