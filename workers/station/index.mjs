@@ -280,6 +280,9 @@ export class StationDO extends DurableObject {
       stats.liveSessions++;
       this.sessions.set(f.sid, sess);
     }
+    // a frame below the held positions rewinds the session first (prefix reuse, a retried
+    // frame: docs/protocol.md); the rows it carries are then appended
+    if (sess && f.pos < sess.nPos && startsLayer && f.phase !== "ffn") { sess.station.truncate(f.pos); sess.nPos = f.pos; }
     if (!sess || (f.phase !== "ffn" && sess.nPos !== f.pos))
       throw new HttpError(409, `station ${name}: session ${f.sid} lost: it holds ${sess ? sess.nPos : "no"} positions, ` +
                                `the frame starts at ${f.pos}; re-prefill`);
