@@ -25,8 +25,9 @@
  *   prompt tokens fed so far of total
  * @typedef {{type: "telemetry", event: string, [field: string]: any}} TelemetryEvent
  *   event "route": {sid, stations, members, shards, knot, nCtx, logits: "full"|"top-k+lse", k?};
- *   "prefill_started": {tokens}; "prefill_progress": {done, total};
- *   "prefill_completed": {tokens, ms}; "decode_started": {};
+ *   "prefill_started": {tokens, cached}; "prefill_progress": {done, total};
+ *   "prefill_completed": {tokens, cached, ms}; "decode_started": {} (tokens, done, total: the
+ *   prompt tokens fed; cached: those a held session already had, not fed again);
  *   "reprefill": {reason, tokens}; "abstain": {phase, shard, slice: [v0, v1], reason,
  *   tokens: [{id, pos}]}; "queue": {ahead}
  * @typedef {{type: "token", token: number, text: string, logprob?: number,
@@ -38,13 +39,14 @@
  *   text: the complete UTF-8 this token released ("" while a character or a possible stop
  *   string is pending); logprob / top (the raw distribution's) when logprobs was asked
  * @typedef {{type: "summary", ids: number[], text: string, reason: "eog"|"stop"|"length"|"context",
- *            promptIds: number[], nPrompt: number, nGenerated: number, nDecoded: number, nCtx: number,
+ *            promptIds: number[], nPrompt: number, cachedTokens?: number, nGenerated: number, nDecoded: number, nCtx: number,
  *            prefillMs: number, decodeMs: number, prefillTokS: number, decodeTokS: number,
  *            mode: string, engine?: object, memory?: object,
  *            speculative?: {lookup: number, drafted: number, accepted: number, acceptance: number},
  *            hops?: number, subrequests?: number, maxConnections?: number, messages?: number,
  *            abstains?: number, reprefills?: number, rowsPrefetched?: number, flaggedTokens?: number[],
  *            shardK?: number|"full", coordinatorMemory?: object}} SummaryEvent
+ *   cachedTokens: prompt tokens reused from a held session (its KV already held them);
  *   engine / memory / speculative (lookup > 0): a single process's (Model.generate);
  *   hops ... coordinatorMemory: the mesh's
  * @typedef {{type: "error", error: string, status: number}} ErrorEvent

@@ -77,15 +77,15 @@ test("a station's Durable Object restarted mid-session: the coordinator re-prefi
   for (const linkMode of ["ws", "http"]) {
     const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2}, {testHooks: true, linkMode});
     try {
-      const session = `restart-${linkMode}`;
       await mesh.fault("sh0", {hangMs: 150});  // slow tokens: the restart lands mid-generation
       await mesh.fault("sh1", {hangMs: 150});
       const events = [];
       let restarted = false;
-      for await (const e of mesh.generate({ids: want.promptIds, session, options: {maxTokens: 20, temperature: 0}})) {
+      for await (const e of mesh.generate({ids: want.promptIds, options: {maxTokens: 20, temperature: 0}})) {
         events.push(e);
         if (e.type === "token" && e.telemetry.n === 6 && !restarted) {
           restarted = true;
+          const session = events.find((x) => x.event === "route").sid;  // the entry's choice, named in telemetry
           const w = await mesh.worker("knot-st1");
           await w.fetch(`http://x/debug/restart?sid=${session}`).then((r) => r.arrayBuffer()).catch(() => {});
         }
@@ -105,15 +105,15 @@ test("in a station chain: a mid station restarted re-prefills through the chain 
   const want = await single(bytes, "Once upon a time", {maxTokens: 16, temperature: 0});
   const mesh = await meshFor(bytes, {stations: [1, 2, 2], shards: 2, chain: true}, {testHooks: true, timeouts: {stationMs: 1500}});
   try {
-    const session = "restart-chain";
     await mesh.fault("sh0", {hangMs: 150});
     await mesh.fault("sh1", {hangMs: 150});
     const events = [];
     let restarted = false;
-    for await (const e of mesh.generate({ids: want.promptIds, session, options: {maxTokens: 16, temperature: 0}})) {
+    for await (const e of mesh.generate({ids: want.promptIds, options: {maxTokens: 16, temperature: 0}})) {
       events.push(e);
       if (e.type === "token" && e.telemetry.n === 5 && !restarted) {
         restarted = true;
+        const session = events.find((x) => x.event === "route").sid;
         const w = await mesh.worker("knot-st1");
         await w.fetch(`http://x/debug/restart?sid=${session}`).then((r) => r.arrayBuffer()).catch(() => {});
       }
