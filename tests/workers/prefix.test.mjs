@@ -154,3 +154,37 @@ test("NDJSON route: a repeated prompt feeds one token, the stations count only i
     assert.deepEqual(again.summary.ids, want.ids);
   } finally { await mesh.close(); }
 });
+
+for (const [what, counts] of [["a station chain", {stations: [1, 2, 2], shards: 2, chain: true}],
+                              ["split layers (2 slices)", {stations: [2, 3], shards: 1, slices: 2}]]) {
+  // (a split layer that is not block-aligned sums its slices up to activation-quantization noise
+  // (docs/architecture.md): its cold run is the same topology's with reuse off, not one process's)
+  test(`${what}: a held session rewinds at every member and feeds only the new tokens, same ids as a cold run`, async (t) => {
+    const bytes = await sharedKnot(t, MODEL);
+    if (!bytes) return;
+    const m = await kw.openModel(kw.bytesSource(bytes, "ids.knot"));
+    const ids1 = m.tokenize("Once upon a time there was a little girl");
+    const ids2 = ids1.concat(m.tokenize(" who liked to play in the park", {addBos: false}));
+    m.close();
+    const opts = {maxTokens: 8, temperature: 0};
+    const cold = await meshFor(bytes, counts, {prefixCache: {kvTokens: 0}});  // reuse off
+    let want1, want2;
+    try {
+      want1 = (await cold.run({ids: ids1, options: opts})).summary;
+      want2 = (await cold.run({ids: ids2, options: opts})).summary;
+      assert.equal(want2.cachedTokens, 0, "kvTokens 0: nothing held, nothing reused");
+    } finally { await cold.close(); }
+    const mesh = await meshFor(bytes, counts);
+    try {
+      const a = await mesh.run({ids: ids1, options: opts});
+      assert.deepEqual(a.summary?.ids, want1.ids, a.error?.error);
+      const b = await mesh.run({ids: ids2, options: opts});
+      assert.deepEqual(b.summary?.ids, want2.ids, b.error?.error);
+      const cached = Math.min(common(heldAfter(ids1, want1.ids), ids2), ids2.length - 1);
+      assert.ok(cached >= ids1.length - 1);
+      assert.equal(b.summary.cachedTokens, cached);
+      assert.equal(b.summary.reprefills, 0, "no station lost the session: each rewound it");
+      assert.equal(b.telemetry.find((e) => e.event === "prefill_completed").tokens, ids2.length - cached);
+    } finally { await mesh.close(); }
+  });
+}
