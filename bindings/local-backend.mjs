@@ -9,8 +9,11 @@
 // a FIFO and say so in their telemetry ({type: "telemetry", event: "queue", ahead}). Every
 // await between tokens yields a macrotask so the server keeps answering (/health,
 // disconnects) while a generation runs. Model.generate's events pass on as they are
-// (bindings/events.mjs), after `accepted`. The session of a request is freed when its generation ends, fails or
-// is abandoned (the consumer's return(), or the request's AbortSignal).
+// (bindings/events.mjs), after `accepted`. Prefix reuse (llama-server's cache_prompt): the
+// session of the last request that completed stays in the backend's slot (Model.slot), and
+// the next request keeps the positions it shares with it (bindings/prefix.mjs), feeding only
+// the rest (usage.prompt_tokens_details.cached_tokens). A request that fails or is abandoned
+// (the consumer's return(), or the request's AbortSignal) frees its session.
 import {ApiError} from "./openai.mjs";
 import {memoryStats} from "./knotwork.mjs";
 import {defaultContext, requestOptions} from "./options.mjs";
@@ -49,6 +52,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
                            nEmbd: cfg.n_embd, nVocab: cfg.n_vocab, mode: reference ? "reference" : "fast",
                            format: model.info.format}};
   let active = 0, served = 0, queued = 0;
+  const slot = model.slot();  // one generation at a time: one held session
   let tail = Promise.resolve();
 
   function promptIds(req) {
@@ -86,7 +90,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
     async models() { return [card]; },
 
     async health() {
-      return {model: id, sessions: active, queued, served, memory: await memoryStats(), topology};
+      return {model: id, sessions: active, queued, served, heldPositions: slot.ids.length, memory: await memoryStats(), topology};
     },
 
     tokenBytes(_model, tokenId) { return model.tokenBytes(tokenId); },
@@ -116,7 +120,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
         active++;
         try {
           await tick();  // the "accepted" bytes leave before the prefill blocks this thread
-          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), nCtx: ctx, chunk, reference, prefillProgress});
+          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), nCtx: ctx, chunk, reference, prefillProgress, slot});
           for await (const ev of gen) {
             yield ev;  // Model.generate's events as they are (bindings/events.mjs)
             await tick();
