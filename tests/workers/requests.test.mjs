@@ -39,7 +39,9 @@ test("bad ids, chunk, options and internal fields are a 400 naming the field; co
       [{...ok, options: {logprobs: 21}}, /^options\.logprobs must be in \[0, 20\]/],
       [{...ok, options: {nCtx: 100000}}, /^options\.nCtx must be in \[1, 2048\]/],
       [{...ok, options: {warp: 9}}, /^options\.warp is not an option/],
-      [{...ok, options: {options: {n_predict: 3}}}, /^options\.options is not an option/],
+      [{...ok, options: {options: 3}}, /^options\.options must be an object of the core's option keys/],
+      [{...ok, options: {options: {top_k: -5}}}, /^options: .*top_k/],
+      [{...ok, options: {options: {warp_factor: 9}}}, /^options: .*warp_factor/],
       [{...ok, options: 7}, /^options must be an object/],
       // the internal protocol's knobs: a public body cannot set them
       [{...ok, timeouts: {shardMs: 1}}, /^timeouts is not settable from a request: timeouts are deployment configuration/],

@@ -27,6 +27,7 @@ const OPTION_TYPES = Object.freeze({
   minP: ["num", 0, 1], repeatPenalty: ["num", Number.MIN_VALUE, 100], repeatLastN: ["int", -1, 1 << 20],
   presencePenalty: ["num", -2, 2], frequencyPenalty: ["num", -2, 2], seed: ["int", 0, Number.MAX_SAFE_INTEGER], stop: ["stop"],
   ignoreEos: ["bool"], lookup: ["int", 0, 64], logprobs: ["int", 0, 20], chunk: ["int", 1, "nCtx"], nCtx: ["int", 1, "the default context"],
+  options: ["object"],  // the core's sampling keys as they are (knotwork mesh -t/--top-k ...): the core checks them
 });
 const BODY_FIELDS = new Set(["ids", "messages", "prompt", "options"]);
 const INTERNAL = {
@@ -37,6 +38,10 @@ const INTERNAL = {
 };
 
 function checkValue(name, v, [type, min, max]) {
+  if (type === "object") {
+    if (typeof v !== "object" || Array.isArray(v)) throw bad(`${name} must be an object of the core's option keys, got ${JSON.stringify(v)}`);
+    return;
+  }
   if (type === "bool") { if (typeof v !== "boolean") throw bad(`${name} must be a boolean, got ${JSON.stringify(v)}`); return; }
   if (type === "stop") {
     if (typeof v === "string" || (Array.isArray(v) && v.every((s) => typeof s === "string"))) return;
@@ -64,7 +69,7 @@ export async function checkOptions(model, options, {prefix = "options."} = {}) {
   try {
     gen = await Generator.open(model, {...options, nCtx});
   } catch (e) {
-    const key = Object.entries(SAMPLING_KEYS).find(([, core]) => new RegExp(`\\b${core}\\b`).test(e.message))?.[0];
+    const key = Object.entries(SAMPLING_KEYS).find(([js, core]) => options[js] != null && new RegExp(`\\b${core}\\b`).test(e.message))?.[0];
     throw bad(`${key ? `${prefix}${key}: ` : `${prefix.replace(/\.$/, "") || "options"}: `}${e.message}`);
   } finally { gen?.free(); }
   return options;
