@@ -188,3 +188,24 @@ for (const [what, counts] of [["a station chain", {stations: [1, 2, 2], shards: 
     } finally { await mesh.close(); }
   });
 }
+
+test("a held session unused for PREFIX_CACHE.ttlMs is ended at every station by the index's alarm, with no further request", async (t) => {
+  const bytes = await sharedKnot(t, MODEL);
+  if (!bytes) return;
+  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2}, {prefixCache: {ttlMs: 1500}});
+  try {
+    const r = await mesh.run({ids: [1, 403, 407, 261, 378], options: {maxTokens: 4, temperature: 0}});
+    assert.ok(r.summary, r.error?.error);
+    const held = await mesh.stats();
+    for (const n of ["st0", "st1"]) assert.equal(held[n].stats.liveSessions, 1, `${n}: held after the request`);
+    let live = null;
+    const t0 = Date.now();
+    while (Date.now() - t0 < 15_000) {
+      const st = await mesh.stats();
+      live = [st.st0.stats.liveSessions, st.st1.stats.liveSessions];
+      if (live.every((n) => n === 0)) break;
+      await new Promise((res) => setTimeout(res, 250));
+    }
+    assert.deepEqual(live, [0, 0], "the alarm ended the session at both stations");
+  } finally { await mesh.close(); }
+});

@@ -13,7 +13,10 @@
 //       is kept, free), or null (the session ended; forgotten).
 // Eviction: the held sessions of a route together keep at most `kvTokens` KV positions
 // allocated at every station (each counts its nCtx: a station allocates the whole context when
-// the session opens); past it the least recently used free sessions are ended. A free session
+// the session opens; busy ones count too); past it the least recently used free sessions are
+// ended (their `end` frames leave without waiting, so a station may hold the evicted session a
+// moment longer). kvTokens defaults to the topology's `context` (the planner's largest context
+// whose KV fits every station) when it has one, else 8192. A free session
 // unused for `ttlMs` is ended by an alarm (below the stations' own idle TTL, so the index does
 // not point at sessions a station already dropped; a station that did answers 409 and the
 // coordinator re-prefills: slower, never wrong). A busy session is never ended here (a long
@@ -37,7 +40,12 @@ export const routeKey = (topology) => `${topology.knot}|route0`;
 export class PrefixDO extends DurableObject {
   held = new Map();  // sid -> {ids, nCtx, busy, used}
 
-  get #cfg() { return {...PREFIX_DEFAULTS, ...jsonBinding(this.env.PREFIX_CACHE ?? "{}", "PREFIX_CACHE")}; }
+  // kvTokens by default: the topology's context when the planner set one (the largest whose KV
+  // fits every station: one held session), else PREFIX_DEFAULTS.kvTokens
+  get #cfg() {
+    const t = jsonBinding(this.env.TOPOLOGY, "TOPOLOGY");
+    return {...PREFIX_DEFAULTS, ...(t.context > 0 ? {kvTokens: t.context} : {}), ...jsonBinding(this.env.PREFIX_CACHE ?? "{}", "PREFIX_CACHE")};
+  }
 
   /** @param {number[]} ids @param {number} nCtx */
   async acquire(ids, nCtx) {
