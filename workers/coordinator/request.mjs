@@ -11,7 +11,8 @@
 //     ids: a non-empty array of integers in [0, n_vocab) that leaves room for one token in
 //     the context (`ids[i]` named when one is not).
 //   checkOptions(model, options, {nCtx}) -> options   the generation options, either route's:
-//     every key known (OPTION_TYPES), each of its type and range, `chunk` in [1, nCtx], `nCtx`
+//     every key known (OPTION_TYPES, or any other of bindings/options.mjs SAMPLING_KEYS, left to
+//     the core), each of its type and range, `chunk` in [1, nCtx], `nCtx`
 //     in [1, the model's default context]; then the core's own check of the sampling values
 //     (Generator.open; its message names the core's key, given with the option's name).
 import {HttpError} from "../lib/errors.mjs";
@@ -38,6 +39,7 @@ const INTERNAL = {
 };
 
 function checkValue(name, v, [type, min, max]) {
+  if (type === "core") return;
   if (type === "object") {
     if (typeof v !== "object" || Array.isArray(v)) throw bad(`${name} must be an object of the core's option keys, got ${JSON.stringify(v)}`);
     return;
@@ -61,8 +63,8 @@ export async function checkOptions(model, options, {prefix = "options."} = {}) {
   for (const [k, v] of Object.entries(options)) {
     if (v === undefined || v === null) continue;
     if (INTERNAL[k]) throw bad(`${prefix}${k} is not settable from a request: ${INTERNAL[k]}`);
-    const t = OPTION_TYPES[k];
-    if (!t) throw bad(`${prefix}${k} is not an option (options: ${Object.keys(OPTION_TYPES).join(", ")})`);
+    const t = OPTION_TYPES[k] ?? (k in SAMPLING_KEYS ? ["core"] : null);  // a sampling key without a row here: the core checks it
+    if (!t) throw bad(`${prefix}${k} is not an option (options: ${[...new Set([...Object.keys(OPTION_TYPES), ...Object.keys(SAMPLING_KEYS)])].join(", ")})`);
     checkValue(`${prefix}${k}`, v, k === "nCtx" ? ["int", 1, maxCtx] : k === "chunk" ? ["int", 1, nCtx] : t);
   }
   let gen;
