@@ -6,7 +6,15 @@
 // (>= 256 MiB; "*_large"): decode of a real model streams its weights from memory. Its
 // rows are the 4096x4096 matrix's blocks reshuffled per row (quantizing 256 MiB of random
 // floats would take minutes; the kernels' speed does not depend on the values).
+// "variants": every SIMD table this CPU can run (AVX-512 VNNI, AVX2; the first is the
+// default Simd path) forced in turn in the same process: matvec, matmul over 64 tokens
+// and the large matvec per quantized type, in G weights per second of this thread's CPU
+// time, best of 3 alternating rounds — each variant's ratio is against the AVX2 figure
+// of the same run. "loadavg": /proc/loadavg at the start (the host is shared).
 // usage: bench_kernels [min_seconds_per_measurement (default 0.4)]
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +23,7 @@
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "kernels/kernels_internal.h"
 
 using namespace knot;
 
@@ -49,6 +58,27 @@ double measure(double min_s, double work, F run) {
   return work * it / el * 1e-9;
 }
 
+// Same, on this thread's CPU time: on a shared, loaded host the wall clock mostly
+// measures the other processes; CPU time measures the kernel (the variants' figures).
+template <typename F>
+double measure_cpu(double min_s, double work, F run) {
+  auto now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+  };
+  run();  // warm-up
+  int it = 0;
+  const double t0 = now();
+  double el;
+  do {
+    run();
+    it++;
+    el = now() - t0;
+  } while (el < min_s);
+  return work * it / el * 1e-9;
+}
+
 volatile float sink;
 
 }  // namespace
@@ -56,8 +86,23 @@ volatile float sink;
 int main(int argc, char** argv) {
   const double min_s = argc > 1 ? std::atof(argv[1]) : 0.4;
   std::string json = "{\"shape\":[4096,4096],\"threads\":1,\"simd\":\"";
-  json += simd_compiled() ? "avx2" : "none";
+  json += simd_compiled() ? simd_kernels_name() : "none";
   json += "\",\"unit\":\"G weights/s\"";
+  {
+    char la[64] = {0};
+    if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+      if (!std::fgets(la, sizeof la, f)) la[0] = 0;
+      std::fclose(f);
+    }
+    double l1 = 0;
+    std::sscanf(la, "%lf", &l1);
+    char b[64];
+    std::snprintf(b, sizeof b, ",\"loadavg\":%.2f", l1);
+    json += b;
+  }
+  std::string variants;
+  NamedKernels tables[4];
+  const int ntables = usable_simd_tables(tables);
   std::vector<float> x(COLS), y(ROWS), wf(COLS);
   std::vector<float> X(64 * COLS), Y(64 * ROWS);
   for (auto& v : x) v = rnd() * 50;
@@ -120,8 +165,33 @@ int main(int argc, char** argv) {
                   dtype_name(t), base, g[0], g[1], g[2], mm, mm64, g[0] / base, g[1] / base, g[2] / base);
     json += buf;
     json.insert(json.size() - 1, big);
+    if (t != DType::F32) {
+      double ref_mv = 0, ref_mm = 0, ref_big = 0;  // AVX2's, for the ratios
+      std::string per;
+      double mv[4] = {}, m64[4] = {}, lg[4] = {};
+      for (int round = 0; round < 3; round++)
+        for (int v = ntables - 1; v >= 0; v--) {
+          set_simd_kernels_for_test(tables[v].table);
+          mv[v] = std::max(mv[v], measure_cpu(min_s, work, [&] { matvec(t, W.data(), ROWS, COLS, x.data(), y.data(), Kernel::Simd); }));
+          m64[v] = std::max(m64[v], measure_cpu(min_s, work * 64, [&] { matmul(t, W.data(), ROWS, COLS, X.data(), 64, Y.data(), Kernel::Simd); }));
+          lg[v] = std::max(lg[v], measure_cpu(min_s, work_big, [&] { matvec(t, B.data(), big_rows, COLS, x.data(), yb.data(), Kernel::Simd); }));
+          set_simd_kernels_for_test(nullptr);
+        }
+      for (int v = 0; v < ntables; v++)
+        if (std::strcmp(tables[v].name, "avx2") == 0) ref_mv = mv[v], ref_mm = m64[v], ref_big = lg[v];
+      for (int v = 0; v < ntables; v++) {
+        char vb[320];
+        std::snprintf(vb, sizeof vb,
+                      "%s\"%s\":{\"matvec\":%.3f,\"matmul64\":%.3f,\"matvec_large\":%.3f,\"x_avx2_matvec\":%.2f,"
+                      "\"x_avx2_matmul64\":%.2f,\"x_avx2_large\":%.2f}",
+                      per.empty() ? "" : ",", tables[v].name, mv[v], m64[v], lg[v], ref_mv > 0 ? mv[v] / ref_mv : 0.,
+                      ref_mm > 0 ? m64[v] / ref_mm : 0., ref_big > 0 ? lg[v] / ref_big : 0.);
+        per += vb;
+      }
+      variants += std::string(variants.empty() ? "" : ",") + "\"" + dtype_name(t) + "\":{" + per + "}";
+    }
   }
-  json += "}";
+  json += ",\"variants_unit\":\"G weights per thread-CPU second\",\"variants\":{" + variants + "}}";
   std::printf("%s\n", json.c_str());
   return 0;
 }

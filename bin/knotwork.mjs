@@ -7,7 +7,7 @@
 //   node bin/knotwork.mjs tokenize MODEL (-p TEXT | --prompt-file FILE) [--ids] [--no-bos] [--no-special]
 //   node bin/knotwork.mjs inspect MODEL [--json]
 //   node bin/knotwork.mjs convert IN.gguf OUT.knot      (types kept; hashes computed)
-//   node bin/knotwork.mjs serve MODEL [--port N] [--host H] [--api-key KEY] [--ctx N] [--name ID]
+//   node bin/knotwork.mjs serve MODEL [--port N] [--host H] [--api-key KEY] [--ctx N] [--name ID] [--parallel N]
 //   node bin/knotwork.mjs selftest
 // MODEL is a .gguf/.knot path or an http(s) URL served with Range support.
 import {closeSync, openSync, readFileSync, readSync, statSync, writeFileSync} from "node:fs";
@@ -80,6 +80,9 @@ async function generate(args) {
   const [model] = cl.args, {options, cli} = cl;
   const prompt = promptBytes(cli);
   const idsOnly = cli.ids === true;
+  // --grammar FILE / --json-schema FILE: their text, as the options object takes it
+  if (cli.grammar_file !== undefined) options.grammar = readPromptFile(cli.grammar_file).toString("utf8");
+  if (cli.json_schema_file !== undefined) options.json_schema = readPromptFile(cli.json_schema_file).toString("utf8");
 
   const src = await source(model);
   let m;
@@ -334,26 +337,44 @@ async function serve(args) {
   const [model] = cl.args, {cli, options} = cl;
   const o = {port: cli.port, host: cli.host, apiKey: cli.api_key ?? (process.env.KNOTWORK_API_KEY || undefined),
              name: cli.name, nCtx: options.n_ctx, chunk: options.chunk, reference: options.mode === "reference",
-             chatTemplate: cli.chat_template};
-  const [{createHandler}, {localBackend}, {serveHandler}] = await Promise.all([
+             chatTemplate: cli.chat_template, parallel: cli.parallel ?? 4};
+  const [{createHandler, loadingHandler}, {localBackend, slotsThatFit}, {serveHandler}] = await Promise.all([
     import("../bindings/openai.mjs"), import("../bindings/local-backend.mjs"), import("../bindings/node-http.mjs")]);
-  const src = await source(model);
-  let m;
+  const id = o.name ?? model.replace(/[?#].*$/, "").split("/").pop().replace(/\.(gguf|knot)$/i, "");
+  // listen first: /health answers 503 {status: "loading"} until the model is loaded
+  let loaded = 0, m = null;
+  let ready;
+  const handlerReady = new Promise((ok) => { ready = ok; });
+  const server = await serveHandler(loadingHandler(handlerReady, {progress: () => loaded}), {port: o.port, host: o.host});
+  const {port} = server.address();
+  const shown = o.host.includes(":") ? `[${o.host}]` : o.host;
+  process.stderr.write(`knotwork: listening at http://${shown}:${port} (loading ${model})\n`);
   try {
-    let last = -1;
-    m = await kw.openModel(src, {onProgress: (done, total) => {
-      const pct = Math.floor(100 * done / total);
-      if (pct >= last + 10 || done === total) { last = pct; process.stderr.write(`knotwork: loading ${model}: ${pct}%\n`); }
-    }});
-  } finally { await src.close?.(); }
+    const src = await source(model);
+    try {
+      let last = -1;
+      m = await kw.openModel(src, {onProgress: (done, total) => {
+        loaded = done / total;
+        const pct = Math.floor(100 * done / total);
+        if (pct >= last + 10 || done === total) { last = pct; process.stderr.write(`knotwork: loading ${model}: ${pct}%\n`); }
+      }});
+    } finally { await src.close?.(); }
+  } catch (e) {
+    server.closeAllConnections?.();
+    server.close();
+    throw e;
+  }
   const trained = m.info.config?.n_ctx_train;
   if (o.nCtx !== undefined && trained > 0 && o.nCtx > trained)
     process.stderr.write(`knotwork: warning: --ctx ${o.nCtx} is larger than the model's trained context (${trained})\n`);
-  const id = o.name ?? model.replace(/[?#].*$/, "").split("/").pop().replace(/\.(gguf|knot)$/i, "");
-  const backend = localBackend(m, {id, nCtx: o.nCtx, chunk: o.chunk, reference: o.reference, chatTemplate: o.chatTemplate});
-  const server = await serveHandler(createHandler(backend, {apiKey: o.apiKey}), {port: o.port, host: o.host});
-  const {port} = server.address();
-  const shown = o.host.includes(":") ? `[${o.host}]` : o.host;
+  // slots: --parallel, fewer when the memory holds fewer sessions of this context
+  const fit = await slotsThatFit(m, {nCtx: o.nCtx, chunk: o.chunk, reference: o.reference});
+  const slots = Math.min(o.parallel, fit);
+  if (slots < o.parallel)
+    process.stderr.write(`knotwork: --parallel ${o.parallel}: the wasm memory holds ${fit} session(s) of this context; running ${slots} at once\n`);
+  const backend = localBackend(m, {id, nCtx: o.nCtx, chunk: o.chunk, reference: o.reference, chatTemplate: o.chatTemplate,
+                                   modelPath: model, slots});
+  ready(createHandler(backend, {apiKey: o.apiKey}));
   process.stderr.write(`knotwork: serving ${id} at http://${shown}:${port} (OpenAI API under /v1, chat page at /)` +
                        `${o.apiKey ? ", API key required" : ""}\n`);
   await new Promise((ok) => {

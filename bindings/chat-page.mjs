@@ -3,7 +3,8 @@
 // a Worker can serve it without a file system). It talks to /v1/chat/completions with
 // stream: true, shows tokens as they arrive and reads the `: knotwork {json}` telemetry
 // comments of the stream: phase, prefill progress, tokens, rolling tok/s, memory, the
-// topology with per-station / per-shard state, retries and failures.
+// topology with per-station / per-shard state, retries and failures. Stop aborts the
+// request: the server sees the client leave and frees the session (the reply so far stays).
 // For tests: window.knotTelemetry holds every telemetry event received.
 export const CHAT_PAGE_HTML = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
@@ -24,6 +25,7 @@ form{display:flex;gap:8px;padding:12px 16px;border-top:1px solid #dde1e7;backgro
 textarea{flex:1;resize:none;height:58px;padding:8px;border:1px solid #c8ced8;border-radius:6px}
 button{padding:0 18px;border:0;border-radius:6px;background:#2f6fed;color:#fff;cursor:pointer}
 button:disabled{background:#9db5e8}
+#stop{background:#c0262d}#stop:disabled{background:#e3a3a6}
 aside{border-left:1px solid #dde1e7;background:#fff;padding:12px 14px;overflow:auto}
 aside h2{font-size:13px;text-transform:uppercase;letter-spacing:.04em;color:#667;margin:14px 0 6px}
 .kv{display:grid;grid-template-columns:auto 1fr;gap:2px 10px}
@@ -45,7 +47,7 @@ td,th{text-align:left;padding:2px 4px;border-bottom:1px solid #eef0f3}
 <label>API key <input id="key" type="password" placeholder="(none)" style="width:120px"></label>
 </header>
 <div id="messages"></div>
-<form id="form"><textarea id="input" placeholder="Say something… (Enter sends, Shift+Enter: new line)"></textarea><button id="send">Send</button></form>
+<form id="form"><textarea id="input" placeholder="Say something… (Enter sends, Shift+Enter: new line)"></textarea><button id="send">Send</button><button id="stop" type="button" disabled>Stop</button></form>
 </main>
 <aside>
 <h2>Now</h2>
@@ -109,7 +111,8 @@ function members(state) {
   topology(topo);
 }
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
-let topo = null;
+let topo = null, running = null;  // running: the AbortController of the request in flight
+$("stop").onclick = () => running?.abort();
 
 function telemetry(ev) {
   window.knotTelemetry.push(ev);
@@ -158,11 +161,13 @@ async function send(text) {
   note("user", text);
   const out = note("assistant", "");
   $("send").disabled = true;
+  const ac = running = new AbortController();
+  $("stop").disabled = false;
   $("phase").textContent = "sending";
   $("tokens").textContent = "0"; $("tps").textContent = "0.0"; $("pbar").style.width = "0";
   let reply = "";
   try {
-    const r = await fetch("/v1/chat/completions", {method: "POST", headers: headers(), body: JSON.stringify({
+    const r = await fetch("/v1/chat/completions", {method: "POST", headers: headers(), signal: ac.signal, body: JSON.stringify({
       model: $("model").value, messages: history, stream: true,
       max_tokens: Number($("max").value) || undefined, temperature: Number($("temp").value)})});
     if (!r.ok) {
@@ -193,12 +198,20 @@ async function send(text) {
     }
     history.push({role: "assistant", content: reply});
   } catch (e) {
+    if (ac.signal.aborted) {  // Stop: keep what came
+      history.push({role: "assistant", content: reply});
+      $("phase").textContent = "stopped";
+      log(JSON.stringify({type: "stopped", chars: reply.length}));
+      return;
+    }
     out.className = "msg error";
     out.textContent = (reply ? reply + "\\n" : "") + "error: " + e.message;
     $("phase").textContent = "failed";
     history.pop();
   } finally {
+    running = null;
     $("send").disabled = false;
+    $("stop").disabled = true;
   }
 }
 

@@ -119,7 +119,8 @@ export class Generator {
   }
   /**
    * One token from a Float32Array of the last position's logits [>= n_vocab], or from a
-   * merged TopK. Returns {id, text, done, reason}.
+   * merged TopK. Returns {id, text, done, reason}; with a grammar and a TopK holding no token
+   * it allows: {id: -1, needWider: true, done: false} (nothing sampled or recorded).
    */
   step(x) {
     const w = this.w;
@@ -136,6 +137,12 @@ export class Generator {
       } finally { w.free(p); }
     }
     const s = w.resultStep();
+    if (s.need_wider) {
+      // a grammar allows none of the top-k's tokens: nothing was sampled; step again for this
+      // position with a wider top-k or the full logits
+      s.needWider = true;
+      return s;
+    }
     this.ids.push(s.id);
     this.text += s.text;
     this.done = s.done;

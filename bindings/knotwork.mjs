@@ -8,14 +8,14 @@
 // One wasm instance per JS realm (module scope) is shared by every model: a Worker
 // isolate has 128 MB, and the module's memory is capped at that.
 import {loadWasm, KnotworkError} from "./loader.mjs";
-import {bytesSource, fileSource, urlSource, countingSource} from "./sources.mjs";
+import {bytesSource, fileSource, urlSource, countingSource, blobSource, cachedUrlSource} from "./sources.mjs";
 import {coreOptions} from "./options.mjs";
 import {reusable} from "./prefix.mjs";
 
 // The engine options of a session (kw_session_new's; kw_session_renew keeps them).
 const ENGINE_KEYS = ["mode", "n_ctx", "chunk", "kv_budget"];
 
-export {bytesSource, fileSource, urlSource, countingSource, KnotworkError};
+export {bytesSource, fileSource, urlSource, countingSource, blobSource, cachedUrlSource, KnotworkError};
 
 const te = new TextEncoder();
 
@@ -169,6 +169,39 @@ export async function openModel(source, {probe = 256 * 1024, chunkBytes = 4 << 2
   } finally {
     if (handle) w.exports.kw_model_free(handle);
     if (owned) await source.close?.();
+  }
+}
+
+/**
+ * Open a .knot from a URL through the browser's Cache API (cachedUrlSource): downloaded
+ * once, then read from the cache with no request. openModel verifies every tensor's
+ * content hash as it loads, so a corrupted cached copy fails there: it is evicted and the
+ * model fetched and cached again. model.cache says what happened: {hit, refetched,
+ * reason?}. A .gguf (no tensor hashes) is refused: its cached copy could not be verified.
+ * @param {string|URL} url  @param {{cacheName?: string} & Parameters<typeof openModel>[1]} [opts]
+ * @returns {Promise<Model>}
+ */
+export async function openCachedModel(url, {cacheName, ...opts} = {}) {
+  const open = async (c) => {
+    const m = await openModel(c.source, opts);
+    if (m.info.format !== "knot") {
+      m.close();
+      await c.evict();
+      throw new Error(`${url}: openCachedModel caches .knot files only (a ${m.info.format} has no tensor hashes to verify a cached copy by)`);
+    }
+    return m;
+  };
+  const c = await cachedUrlSource(url, {cacheName});
+  try {
+    const m = await open(c);
+    m.cache = {hit: c.fromCache, refetched: false};
+    return m;
+  } catch (e) {
+    if (!c.fromCache) throw e;
+    await c.evict();  // the cached copy failed verification: fetch it again
+    const m = await open(await cachedUrlSource(url, {cacheName}));
+    m.cache = {hit: false, refetched: true, reason: e.message};
+    return m;
   }
 }
 
@@ -359,6 +392,12 @@ export class Model {
     return w.resultText();
   }
 
+  /** The chat template: {name: the one applyChatTemplate uses by default, text: the file's own ("" when none)}. */
+  chatTemplate() {
+    this.w.call("kw_chat_template", this.#h());
+    return this.w.resultJSON();
+  }
+
   /**
    * The bytes of one token (need not be valid UTF-8 alone).
    * special: control tokens give their text ("<|im_end|>") instead of nothing.
@@ -400,6 +439,9 @@ export class Model {
    * reusable() allows and feeds only the rest (summary.cachedTokens; the prefill events'
    * total counts the tokens fed). The ids are the same as a fresh session's. A generation
    * that fails or is abandoned frees the session and leaves the slot empty.
+   * signal: an AbortSignal; once aborted, the generator frees its session and throws the
+   * signal's reason (an AbortError by default) before the next step (between prompt pieces
+   * during the prefill), so at most one more forward pass runs.
    * @param {string|number[]} prompt text (BOS added; special-token text such as
    *   "<|im_start|>" becomes its token unless parseSpecial is false, as llama.cpp's CLI does)
    *   or token ids
@@ -409,11 +451,13 @@ export class Model {
    *          prefillProgress?: number,
    *          stop?: string[], reference?: boolean, ignoreEos?: boolean, nCtx?: number,
    *          chunk?: number, kvBudget?: number, addBos?: boolean, parseSpecial?: boolean,
-   *          slot?: object, options?: object}} [opts]  options: the core's option keys (n_predict, top_k,
+   *          slot?: object, signal?: AbortSignal, options?: object}} [opts]  options: the core's option keys (n_predict, top_k,
    *          ... as parseCommandLine() returns them), applied over the named ones
    */
   async *generate(prompt, opts = {}) {
     const w = this.w;
+    const signal = opts.signal;
+    signal?.throwIfAborted();
     const ids = typeof prompt === "string"
       ? this.tokenize(prompt, {addBos: opts.addBos ?? true, parseSpecial: opts.parseSpecial ?? true})
       : Array.from(prompt);
@@ -440,6 +484,7 @@ export class Model {
       const t0 = performance.now();
       const cached = keep ? {cached: keep} : {};
       for (let at = keep; at < a.length || at === 0; at += piece) {
+        if (at > keep) signal?.throwIfAborted();
         if (opts.prefillProgress > 0) yield {type: "prefill", done: at - keep, total: fed, elapsedMs: performance.now() - t0, ...cached};
         const end = Math.min(a.length, at + piece);
         if (at === keep && keep) {  // a held session: keep [0, keep), feed the first piece
@@ -456,6 +501,7 @@ export class Model {
       const out = [];
       let decodeMs = 0, nDecoded = 0, reason = o.n_predict === 0 ? "length" : "", text = "", drafted = 0, accepted = 0;
       while (!reason) {
+        signal?.throwIfAborted();  // the finally below frees the session
         const t = performance.now();
         w.call("kw_session_step", sess);
         const dt = performance.now() - t;
@@ -528,6 +574,31 @@ export class Model {
       truncate(n) { w.call("kw_session_reset", h, n); },
       free() { w.exports.kw_session_free(h); },
     };
+  }
+
+  /**
+   * An embedding of a prompt: the mean over its positions of the final normed hidden state
+   * (output_norm of the last layer), L2-normalised (kw_session_embed). Deterministic: the
+   * same ids and options give the same bytes.
+   * @param {string|number[]} prompt  text (BOS added, special-token text parsed, as
+   *   generate()) or token ids
+   * @param {{nCtx?: number, chunk?: number, reference?: boolean, addBos?: boolean, parseSpecial?: boolean}} [opts]
+   *   nCtx: the session's context (default: the prompt's length)
+   * @returns {Float32Array} [n_embd]
+   */
+  embed(prompt, {nCtx, chunk, reference = false, addBos = true, parseSpecial = true} = {}) {
+    const w = this.w;
+    const ids = typeof prompt === "string" ? this.tokenize(prompt, {addBos, parseSpecial}) : Array.from(prompt);
+    if (ids.length === 0) throw new Error("knotwork: embed: the prompt encodes to no tokens");
+    const o = JSON.stringify(coreOptions({reference, nCtx: nCtx ?? ids.length, chunk}));
+    const h = w.withString(o, (p, n) => withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
+    try {
+      const a = Int32Array.from(ids);
+      const p = w.copyIn(new Uint8Array(a.buffer));
+      try { w.call("kw_session_embed", h, p, a.length); } finally { w.free(p); }
+      const b = w.resultBytes();
+      return new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length));
+    } finally { w.exports.kw_session_free(h); }
   }
 
   /** Collect generate(): {text, ids, ...summary}. */

@@ -1,4 +1,6 @@
-// loader.mjs — instantiate build/wasm/knotwork.wasm without any Emscripten JS runtime.
+// loader.mjs — instantiate build/wasm/knotwork.wasm (or, where relaxed SIMD works,
+// build/wasm/knotwork-relaxed.wasm: bindings/wasm-choice.mjs picks) without any
+// Emscripten JS runtime.
 // Works in Node, browsers and Cloudflare Workers. Workers cannot compile wasm from bytes
 // at run time, so a precompiled WebAssembly.Module is accepted as well as bytes, a URL
 // (browser: fetch) or a file path / file: URL (Node).
@@ -19,6 +21,8 @@ export class WasmExit extends Error {
   constructor(code) { super(`knotwork wasm called proc_exit(${code})`); this.code = code; }
 }
 
+import {instantiateBest} from "./wasm-choice.mjs";
+
 const isNode = typeof process !== "undefined" && !!process.versions?.node;
 
 /**
@@ -26,9 +30,9 @@ const isNode = typeof process !== "undefined" && !!process.versions?.node;
  * Cloudflare Worker import.meta.url may be absent, and there the caller passes the
  * WebAssembly.Module (imported from the .wasm file) anyway.
  */
-export function defaultWasmUrl() {
+export function defaultWasmUrl(file = "knotwork.wasm") {
   try {
-    return new URL("../build/wasm/knotwork.wasm", import.meta.url);
+    return new URL(`../build/wasm/${file}`, import.meta.url);
   } catch {
     throw new Error("knotwork: no default wasm location here; pass the WebAssembly.Module (Workers) or a URL");
   }
@@ -57,12 +61,17 @@ async function readSource(source) {
 }
 
 /**
- * Instantiate the module.
- * @param {WebAssembly.Module|ArrayBuffer|ArrayBufferView|URL|string} [source]
+ * Instantiate the module. No source: the build output next to this package, relaxed or
+ * baseline as wasm-choice.mjs picks. {baseline, relaxed}: the same pick between those
+ * two (Workers pass their two imported WebAssembly.Modules). One module (a Module, bytes,
+ * URL or path): exactly that one. The result's .variant says "relaxed" or "baseline"
+ * after a pick (undefined for an explicit single module).
+ * @param {WebAssembly.Module|ArrayBuffer|ArrayBufferView|URL|string|{baseline: any, relaxed?: any}} [source]
  * @returns {Promise<KnotworkWasm>}
  */
 export async function loadWasm(source) {
-  source ??= defaultWasmUrl();
+  source ??= {baseline: defaultWasmUrl(), relaxed: defaultWasmUrl("knotwork-relaxed.wasm")};
+  if (isPair(source)) return instantiateBest(source, readSource, loadWasm);
   const state = {memory: null, grows: 0};
   const imports = {
     env: {
@@ -83,6 +92,9 @@ export async function loadWasm(source) {
   }
   return new KnotworkWasm(instance, state);
 }
+
+const isPair = (s) => s !== null && typeof s === "object" && !(s instanceof URL) && !(s instanceof WebAssembly.Module) &&
+  !(s instanceof ArrayBuffer) && !ArrayBuffer.isView(s) && "baseline" in s;
 
 /** Compile the module once (e.g. at module scope) and instantiate it many times. */
 export async function compileWasm(source) {

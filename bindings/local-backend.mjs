@@ -5,17 +5,37 @@
 //   const backend = localBackend(model, {id: "stories260K", nCtx: 512});
 //   const handle = createHandler(backend, {apiKey});
 //
-// Requests run one at a time (one wasm instance, one 128 MB memory): later ones wait in
-// a FIFO and say so in their telemetry ({type: "telemetry", event: "queue", ahead}). Every
+// Slots (llama-server's): up to `parallel` generations run at once in this one wasm
+// instance, each its own session (KV cache), their steps interleaved one token at a time;
+// fewer when the 128 MB memory holds fewer sessions (measured once: slotsThatFit). Later
+// requests wait in a FIFO and say so in their telemetry ({type: "telemetry", event:
+// "queue", ahead: requests before it, running or waiting, position: its place in the
+// queue}); a request that gets a slot says which ({event: "slot", slot, slots}). Every
 // await between tokens yields a macrotask so the server keeps answering (/health,
-// disconnects) while a generation runs. Model.generate's events pass on as they are
+// disconnects) while generations run. Model.generate's events pass on as they are
 // (bindings/events.mjs), after `accepted`. Prefix reuse (llama-server's cache_prompt): the
-// session of the last request that completed stays in the backend's slot (Model.slot), and
-// the next request keeps the positions it shares with it (bindings/prefix.mjs), feeding only
-// the rest (usage.prompt_tokens_details.cached_tokens). A request that fails or is abandoned
-// (the consumer's return(), or the request's AbortSignal) frees its session.
+// session of the last request that completed in a slot stays held there (Model.slot), a
+// request takes the free slot whose held ids keep the most of its prompt (bindings/prefix.mjs),
+// and feeds only the rest (usage.prompt_tokens_details.cached_tokens). A request that fails or
+// is abandoned (the consumer's return(), or the request's AbortSignal) frees its session.
 import {ApiError} from "./openai.mjs";
 import {memoryStats} from "./knotwork.mjs";
+import {reusable} from "./prefix.mjs";
+
+const LINEAR_CAP = 128 * 1024 * 1024;  // the module's maximum memory (docs/memory.md)
+
+/**
+ * How many sessions of these options fit in the memory left: one session is opened and its
+ * bytes measured (KV cache + buffers, wasm/abi_session.cpp), then freed; `margin` bytes
+ * stay free for requests' temporaries. At least 1 (a lone session is checked by the core).
+ */
+export async function slotsThatFit(model, {nCtx, chunk, reference = false, margin = 4 << 20} = {}) {
+  const before = (await memoryStats()).heap;
+  const s = model.session({nCtx, chunk, reference});
+  const per = Math.max(1, (await memoryStats()).heap - before);
+  s.free();
+  return Math.max(1, Math.floor((LINEAR_CAP - before - margin) / per));
+}
 import {defaultContext, requestOptions} from "./options.mjs";
 
 const tick = globalThis.setImmediate
@@ -40,7 +60,7 @@ export function quantization(info) {
  *   prefillProgress: report prefill progress every ~N prompt tokens (default 64)
  */
 export function localBackend(model, {id, nCtx, chunk, reference = false, prefillProgress = 64, chatTemplate = "",
-                                     created = Math.floor(Date.now() / 1000)} = {}) {
+                                     modelPath = id, slots = 1, created = Math.floor(Date.now() / 1000)} = {}) {
   const cfg = model.info.config ?? {};
   const ctx = nCtx ?? defaultContext(cfg);
   const quant = quantization(model.info);
@@ -51,9 +71,21 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
                            nHeadKv: cfg.n_head_kv, headDim: cfg.head_dim,
                            nEmbd: cfg.n_embd, nVocab: cfg.n_vocab, mode: reference ? "reference" : "fast",
                            format: model.info.format}};
-  let active = 0, served = 0, queued = 0;
-  const slot = model.slot();  // one generation at a time: one held session
-  let tail = Promise.resolve();
+  let active = 0, served = 0;
+  const free = Array.from({length: slots}, (_, i) => slots - 1 - i);  // free slot numbers, lowest last
+  const waiting = [];  // FIFO of {grant(slot)}
+  const held = Array.from({length: slots}, () => model.slot());  // per slot: the last completed session
+  // the free slot whose held session keeps the most of `ids` (ties: the lowest number)
+  const take = (ids) => {
+    let at = free.length - 1, best = 0;
+    free.forEach((s, i) => { const k = reusable(held[s].ids, ids); if (k > best || (k === best && i > at)) { best = k; at = i; } });
+    return free.splice(at, 1)[0];
+  };
+  const release = (slot) => {
+    const next = waiting.shift();
+    if (next) next.grant(slot);
+    else { free.push(slot); free.sort((a, b) => b - a); }
+  };
 
   function promptIds(req) {
     let ids;
@@ -90,10 +122,47 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
     async models() { return [card]; },
 
     async health() {
-      return {model: id, sessions: active, queued, served, heldPositions: slot.ids.length, memory: await memoryStats(), topology};
+      return {model: id, sessions: active, queued: waiting.length, slots, served, heldPositions: held.reduce((a, h) => a + h.ids.length, 0),
+              memory: await memoryStats(), topology};
     },
 
-    tokenBytes(_model, tokenId) { return model.tokenBytes(tokenId); },
+    tokenBytes(_model, tokenId, o) { return model.tokenBytes(tokenId, o); },
+
+    // llama-server's endpoints (openai.mjs): the same calls `knot tokenize` and a chat request make
+    tokenize(text, {addSpecial, parseSpecial}) { return model.tokenize(text, {addBos: addSpecial, parseSpecial}); },
+    detokenize(ids) {
+      const bad = ids.find((t) => t >= cfg.n_vocab);
+      if (bad !== undefined) throw new ApiError(400, `token id ${bad} is outside the vocabulary (${cfg.n_vocab} tokens)`, {param: "tokens"});
+      return model.detokenize(ids);
+    },
+    applyTemplate(messages) { return model.applyChatTemplate(messages, {template: chatTemplate}); },
+    props() {
+      const t = model.chatTemplate(), tk = model.info.tokenizer ?? {};
+      const text = (i) => (i >= 0 ? new TextDecoder().decode(model.tokenBytes(i, {special: true})) : null);
+      return {id, modelPath, nCtx: ctx, slots, chatTemplate: chatTemplate ? {name: chatTemplate, text: t.text} : t,
+              bos: text(tk.bos_id), eos: text(tk.eos_id), topology, knotwork: card.knotwork};
+    },
+    metrics() {
+      return {requests_processing: {value: active, help: "Generations running."},
+              requests_queued: {value: waiting.length, help: "Requests waiting for a generation slot."},
+              slots_total: {value: slots, help: "Generations that can run at once."}};
+    },
+    // one session per input, freed at once (Model.embed); synchronous, so between two
+    // steps of a running generation
+    embed(_model, inputs) {
+      let promptTokens = 0;
+      const data = inputs.map((x) => {
+        const ids = typeof x === "string" ? model.tokenize(x, {parseSpecial: true}) : x;
+        const bad = ids.find((t) => t >= cfg.n_vocab);
+        if (bad !== undefined) throw new ApiError(400, `input token id ${bad} is outside the vocabulary (${cfg.n_vocab} tokens)`, {param: "input"});
+        if (ids.length > ctx)
+          throw new ApiError(400, `This model's maximum context length is ${ctx} tokens. However, an input resulted in ${ids.length} tokens.`,
+                             {param: "input", code: "context_length_exceeded"});
+        promptTokens += ids.length;
+        return model.embed(ids, {chunk, reference});
+      });
+      return {data, promptTokens};
+    },
 
     async *generate(req, {signal} = {}) {
       const ids = promptIds(req);
@@ -104,23 +173,19 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
       yield {type: "accepted", promptTokens: ids.length, nCtx: ctx, quantization: quant.type, arch: cfg.arch,
              mode: card.knotwork.mode, seed, topology};
 
-      // one generation at a time, in arrival order
-      let release;
-      const prev = tail;
-      tail = new Promise((r) => { release = r; });
-      queued++;
-      let waiting = true;
+      // a slot, in arrival order
+      const ahead = active + waiting.length;  // running or waiting before this one
+      let mine = null, slot = null;
+      const got = free.length ? Promise.resolve(take(ids)) : new Promise((grant) => { mine = {grant}; waiting.push(mine); });
       try {
-        const ahead = queued - 1 + active;  // waiting before this one, plus the one running
-        if (ahead > 0) yield {type: "telemetry", event: "queue", ahead};
-        await prev;
-        queued--;
-        waiting = false;
+        if (mine) yield {type: "telemetry", event: "queue", ahead, position: waiting.indexOf(mine) + 1, slots};
+        slot = await got;
         if (signal?.aborted) return;
         active++;
         try {
+          yield {type: "telemetry", event: "slot", slot, slots};
           await tick();  // the "accepted" bytes leave before the prefill blocks this thread
-          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), nCtx: ctx, chunk, reference, prefillProgress, slot});
+          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), nCtx: ctx, chunk, reference, prefillProgress, slot: held[slot]});
           for await (const ev of gen) {
             yield ev;  // Model.generate's events as they are (bindings/events.mjs)
             await tick();
@@ -129,8 +194,12 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
           served++;
         } finally { active--; }
       } finally {
-        if (waiting) queued--;
-        prev.then(release);  // the next request starts after this one AND the one before it
+        if (slot !== null) release(slot);
+        else {  // left while waiting: give up the place, or the slot granted meanwhile
+          const i = mine ? waiting.indexOf(mine) : -1;
+          if (i >= 0) waiting.splice(i, 1);
+          else got.then(release);
+        }
       }
     },
   };

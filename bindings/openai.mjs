@@ -9,8 +9,12 @@
 //   const response = await handle(request);
 //
 // Routes: GET / (the chat page), GET /v1/models, GET /v1/models/{id}, POST
-// /v1/chat/completions, POST /v1/completions, GET /health; OPTIONS (CORS preflight).
-// With apiKey set every /v1/ and /health route needs `Authorization: Bearer KEY`.
+// /v1/chat/completions, POST /v1/completions, POST /v1/embeddings, GET /health; OPTIONS
+// (CORS preflight). llama-server's: POST /tokenize {content, add_special?, parse_special?,
+// with_pieces?} -> {tokens}, POST /detokenize {tokens} -> {content}, POST /apply-template
+// {messages} -> {prompt}, GET /props, GET /metrics (Prometheus text, bindings/metrics.mjs).
+// With apiKey set every route but / and /health needs `Authorization: Bearer KEY`.
+// loadingHandler(ready): the 503s `serve` answers while the model loads.
 //
 // ---- The backend interface -------------------------------------------------------------
 //   backend.models() -> Promise<ModelCard[]>     ModelCard: {id, created?, owned_by?, ...}
@@ -42,7 +46,17 @@
 //       any other {type: NAME, ...} is shown as telemetry as it is
 //     A consumer that stops early (client gone) calls the iterator's return(): the backend
 //     must free the session there (finally). `signal` aborts too.
-//   backend.tokenBytes?(model, id) -> Uint8Array  bytes of a token (sync), for logprobs
+//   backend.tokenBytes?(model, id, {special?}) -> Uint8Array  bytes of a token (sync), for
+//       logprobs (special: a control token's text, for /tokenize's pieces)
+//   backend.tokenize(text, {addSpecial, parseSpecial}) -> number[]   POST /tokenize
+//   backend.detokenize(ids) -> string                                  POST /detokenize
+//   backend.applyTemplate(messages) -> string    the prompt text a chat request generates from
+//   backend.props() -> {id, modelPath, nCtx, slots, chatTemplate: {name, text}, bos?, eos?,
+//       topology, knotwork?}                     GET /props (shaped as llama-server's)
+//   backend.metrics?() -> {name: number|{value, help}}   gauges of GET /metrics
+//   backend.embed?(model, inputs: (string|number[])[]) -> {data: Float32Array[], promptTokens}
+//       POST /v1/embeddings; absent: a 501 (backend.embedUnsupported names why)
+//   (each may be async; a missing one answers 501)
 //   Throw ApiError(status, message, {type, code, param}) for request errors (unknown
 //   model, prompt past the context); any other error is a 500 with its message.
 //
@@ -64,6 +78,10 @@
 // Each also carries t: the server's Date.now() when it was sent.
 // Non-streamed responses carry the summary in an extra `knotwork` field.
 import {CHAT_PAGE_HTML} from "./chat-page.mjs";
+import {Metrics} from "./metrics.mjs";
+
+/** The build /props and /metrics report (package.json's version; a test keeps them equal). */
+export const VERSION = "0.1.0";
 
 export class ApiError extends Error {
   /** @param {number} status @param {string} message @param {{type?: string, code?: string|null, param?: string|null}} [o] */
@@ -314,7 +332,7 @@ async function start(backend, req, signal) {
   }
 }
 
-async function complete(backend, req, signal) {
+async function complete(backend, req, signal, metrics) {
   const {it, accepted} = await start(backend, req, signal);
   const chat = req.kind === "chat";
   let text = "", summary = null;
@@ -332,6 +350,7 @@ async function complete(backend, req, signal) {
     }
   } finally { await it.return?.(); }
   if (!summary) throw new Error("backend ended without a summary event");
+  metrics?.generation(summary, accepted);
   const created = Math.floor(Date.now() / 1000);
   const knotwork = {promptTokens: accepted.promptTokens, ...summaryTelemetry(summary), reason: summary.reason};
   const choice = chat
@@ -342,7 +361,7 @@ async function complete(backend, req, signal) {
                        created, model: req.model, system_fingerprint: null, choices: [choice], usage: usageOf(summary), knotwork});
 }
 
-function stream(backend, req, signal) {
+function stream(backend, req, signal, metrics) {
   const chat = req.kind === "chat";
   const id = newId(chat ? "chatcmpl" : "cmpl");
   const created = Math.floor(Date.now() / 1000);
@@ -352,7 +371,7 @@ function stream(backend, req, signal) {
   const data = (obj) => te.encode(`data: ${JSON.stringify(obj)}\n\n`);
   const tele = (obj) => te.encode(`: knotwork ${JSON.stringify({...obj, t: Date.now()})}\n\n`);
   const rate = new Rate();
-  let it = null, closed = false, n = 0, t0 = 0, offset = 0;
+  let it = null, accepted = {}, closed = false, n = 0, t0 = 0, offset = 0;
 
   // One backend event -> SSE chunks (out.push); false when the stream ended.
   async function step(out) {
@@ -388,6 +407,7 @@ function stream(backend, req, signal) {
       const mem = ev.telemetry?.memory;
       out.push(tele({type: "tokens", n, tokS: rate.tokS, elapsedMs: now - t0, ...(mem && {memory: {linear: mem.linear, heap: mem.heap}})}));
     } else if (ev.type === "summary") {
+      metrics?.generation(ev, accepted);
       const fin = finishReason(ev.reason);
       out.push(data(chunk(chat ? {index: 0, delta: {}, logprobs: null, finish_reason: fin}
                                : {index: 0, text: "", logprobs: null, finish_reason: fin})));
@@ -404,6 +424,7 @@ function stream(backend, req, signal) {
   return (async () => {
     const s = await start(backend, req, signal);  // throws: an HTTP error status
     it = s.it;
+    accepted = s.accepted;
     const body = new ReadableStream({
       start(controller) {
         controller.enqueue(tele({...s.accepted, model: req.model, maxTokens: req.maxTokens ?? null}));
@@ -450,49 +471,231 @@ async function findModel(backend, id) {
 
 const modelCard = (m) => ({object: "model", created: 0, owned_by: "knotwork", ...m});
 
+// CORS preflight: any origin, the methods served, and the headers the browser asks for
+// (the official openai browser client sends x-stainless-* headers besides authorization).
+function preflight(request) {
+  const asked = request.headers.get("access-control-request-headers");
+  const allow = asked && /^[\w\s,-]*$/.test(asked) ? asked : "authorization, content-type";
+  return new Response(null, {status: 204, headers: {...CORS, "access-control-allow-methods": "GET, POST, OPTIONS",
+    "access-control-allow-headers": allow, "access-control-max-age": "86400", vary: "access-control-request-headers"}});
+}
+
+/**
+ * A handler while the model loads (`serve` listens first): GET /health is a 503
+ * {status: "loading", progress} (progress(): 0..1), a preflight is answered, anything else
+ * is a 503 naming the wait; once `ready` resolves to the real handler, every request goes
+ * to it. A failed load answers 503 {status: "error", message} until the process exits.
+ * @param {Promise<(r: Request) => Promise<Response>>} ready  @param {{progress?: () => number}} [o]
+ */
+export function loadingHandler(ready, {progress = () => 0} = {}) {
+  let handle = null, failed = null;
+  ready.then((h) => { handle = h; }, (e) => { failed = e; });
+  return async function (request) {
+    if (handle) return handle(request);
+    if (request.method === "OPTIONS") return preflight(request);
+    const path = new URL(request.url).pathname.replace(/\/+$/, "");
+    if (path === "/health")
+      return jsonResponse(failed ? {status: "error", message: failed.message} : {status: "loading", progress: progress()}, 503,
+                          {"retry-after": "1"});
+    return jsonResponse({error: {message: failed ? `the model failed to load: ${failed.message}` : "the model is loading; retry when GET /health answers 200",
+                                 type: "server_error", param: null, code: failed ? "load_failed" : "model_loading"}}, 503, {"retry-after": "1"});
+  };
+}
+
+// ---- llama-server's endpoints and embeddings --------------------------------------------
+
+const notImplemented = (what, why) => new ApiError(501, `${what} is not available on this server${why ? `: ${why}` : ""}`,
+                                                   {type: "not_implemented_error", code: "not_implemented"});
+
+function objectBody(body) {
+  if (body === null || typeof body !== "object" || Array.isArray(body)) throw bad("the request body must be a JSON object", null);
+  return body;
+}
+
+function flag(body, name, dflt) {
+  const v = body[name];
+  if (v === undefined || v === null) return dflt;
+  if (typeof v !== "boolean") throw bad(`'${name}' must be a boolean, got ${JSON.stringify(v)}`, name, "invalid_type");
+  return v;
+}
+
+function tokenIds(v, name) {
+  if (!Array.isArray(v) || !v.every((x) => Number.isInteger(x) && x >= 0))
+    throw bad(`'${name}' must be an array of token ids (non-negative integers)`, name);
+  return v;
+}
+
+// A piece as llama-server gives it: the text when the bytes are valid UTF-8, else the bytes.
+const strictUtf8 = new TextDecoder("utf-8", {fatal: true});
+function piece(bytes) {
+  try { return strictUtf8.decode(bytes); } catch { return Array.from(bytes); }
+}
+
+// The messages of an /apply-template (or chat) body, checked as a chat request's.
+function chatMessages(body) {
+  return parseRequest({model: "-", messages: body.messages}, "chat").messages;
+}
+
+// The inputs of an embeddings request: a string, strings, token ids, or arrays of ids.
+function embeddingInputs(input) {
+  const one = (x, i) => {
+    if (typeof x === "string") {
+      if (x === "") throw bad(`'input'${i === null ? "" : `[${i}]`} must not be an empty string`, "input");
+      return x;
+    }
+    if (Array.isArray(x) && x.length && x.every((t) => Number.isInteger(t) && t >= 0)) return x;
+    throw bad(`'input'${i === null ? "" : `[${i}]`} must be a non-empty string or a non-empty array of token ids`, "input");
+  };
+  if (typeof input === "string") return [one(input, null)];
+  if (Array.isArray(input) && input.length && input.every((t) => Number.isInteger(t))) return [one(input, null)];
+  if (Array.isArray(input) && input.length) {
+    if (input.length > 2048) throw bad(`'input' holds ${input.length} inputs; at most 2048 per request`, "input");
+    return input.map(one);
+  }
+  throw bad("'input' must be a string, an array of strings, an array of token ids or an array of such arrays", "input");
+}
+
+function base64Floats(v) {
+  const b = new Uint8Array(v.buffer, v.byteOffset, v.byteLength);  // little-endian f32, as OpenAI's
+  let s = "";
+  for (let i = 0; i < b.length; i += 0x8000) s += String.fromCharCode.apply(null, b.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+
 /**
  * @param {object} backend  see the interface at the top of this file
- * @param {{apiKey?: string, page?: string|null}} [options]  page: HTML at GET / (null: none)
+ * @param {{apiKey?: string, page?: string|null, metrics?: Metrics}} [options]  page: HTML at GET / (null: none);
+ *   metrics: the counters /metrics reports (default: this handler's own)
  * @returns {(request: Request) => Promise<Response>}
  */
-export function createHandler(backend, {apiKey, page = CHAT_PAGE_HTML} = {}) {
+export function createHandler(backend, {apiKey, page = CHAT_PAGE_HTML, metrics = new Metrics()} = {}) {
   return async function handle(request) {
-    try {
-      const url = new URL(request.url);
-      const path = url.pathname.replace(/\/+$/, "") || "/";
-      const method = request.method;
-      if (method === "OPTIONS")
-        return new Response(null, {status: 204, headers: {...CORS, "access-control-allow-methods": "GET, POST, OPTIONS",
-          "access-control-allow-headers": "authorization, content-type", "access-control-max-age": "86400"}});
-      if (path === "/" && page !== null) {
-        if (method !== "GET" && method !== "HEAD") throw new ApiError(405, `${method} / is not allowed (GET)`);
-        return new Response(method === "HEAD" ? null : page, {headers: {"content-type": "text/html; charset=utf-8"}});
+    let path = "other";
+    const response = await (async () => {
+      try {
+        const url = new URL(request.url);
+        path = url.pathname.replace(/\/+$/, "") || "/";
+        return await route(request, url, path);
+      } catch (e) {
+        return errorResponse(e);
       }
-      const route = {
-        "/v1/models": ["GET", async () => jsonResponse({object: "list", data: (await backend.models()).map(modelCard)})],
-        "/v1/chat/completions": ["POST", () => generateRoute(request, "chat")],
-        "/v1/completions": ["POST", () => generateRoute(request, "completion")],
-        "/health": ["GET", async () => jsonResponse({status: "ok", ...(await backend.health?.())})],
-      }[path];
-      const modelRoute = /^\/v1\/models\/(.+)$/.exec(path);
-      if (!route && !modelRoute) throw new ApiError(404, `Unknown request URL: ${method} ${url.pathname}`, {code: "unknown_url"});
-      checkKey(request, apiKey);
-      if (modelRoute) {
-        if (method !== "GET") throw new ApiError(405, `${method} ${url.pathname} is not allowed (GET)`);
-        return jsonResponse(modelCard(await findModel(backend, decodeURIComponent(modelRoute[1]))));
-      }
-      if (method !== route[0]) throw new ApiError(405, `${method} ${url.pathname} is not allowed (${route[0]})`);
-      return await route[1]();
-    } catch (e) {
-      return errorResponse(e);
-    }
+    })();
+    if (request.method !== "OPTIONS") metrics.request(path, response.status);
+    return response;
   };
+
+  async function route(request, url, path) {
+    const method = request.method;
+    if (method === "OPTIONS") return preflight(request);
+    if (path === "/" && page !== null) {
+      if (method !== "GET" && method !== "HEAD") throw new ApiError(405, `${method} / is not allowed (GET)`);
+      return new Response(method === "HEAD" ? null : page, {headers: {"content-type": "text/html; charset=utf-8"}});
+    }
+    const routes = {
+      "/v1/models": ["GET", async () => jsonResponse({object: "list", data: (await backend.models()).map(modelCard)})],
+      "/v1/chat/completions": ["POST", () => generateRoute(request, "chat")],
+      "/v1/completions": ["POST", () => generateRoute(request, "completion")],
+      "/v1/embeddings": ["POST", () => embeddingsRoute(request)],
+      "/tokenize": ["POST", () => tokenizeRoute(request)],
+      "/detokenize": ["POST", () => detokenizeRoute(request)],
+      "/apply-template": ["POST", () => applyTemplateRoute(request)],
+      "/props": ["GET", () => propsRoute()],
+      "/metrics": ["GET", async () => new Response(metrics.render(await backend.metrics?.()),
+        {headers: {"content-type": "text/plain; version=0.0.4; charset=utf-8", ...CORS}})],
+    };
+    // a load balancer's or a browser's probe needs no key; the details (sessions, memory,
+    // topology) only with the key, when one is set
+    if (path === "/health") {
+      if (method !== "GET" && method !== "HEAD") throw new ApiError(405, `${method} ${url.pathname} is not allowed (GET)`);
+      let keyed = true;
+      try { checkKey(request, apiKey); } catch { keyed = false; }
+      return jsonResponse({status: "ok", ...(keyed ? await backend.health?.() : {})});
+    }
+    const r = routes[path];
+    const modelRoute = /^\/v1\/models\/(.+)$/.exec(path);
+    if (!r && !modelRoute) throw new ApiError(404, `Unknown request URL: ${method} ${url.pathname}`, {code: "unknown_url"});
+    checkKey(request, apiKey);
+    if (modelRoute) {
+      if (method !== "GET") throw new ApiError(405, `${method} ${url.pathname} is not allowed (GET)`);
+      return jsonResponse(modelCard(await findModel(backend, decodeURIComponent(modelRoute[1]))));
+    }
+    if (method !== r[0]) throw new ApiError(405, `${method} ${url.pathname} is not allowed (${r[0]})`);
+    return await r[1]();
+  }
 
   async function generateRoute(request, kind) {
     const body = await readJson(request);
     const req = parseRequest(body, kind);
     await findModel(backend, req.model);
     const signal = request.signal;
-    return req.stream ? stream(backend, req, signal) : complete(backend, req, signal);
+    return req.stream ? stream(backend, req, signal, metrics) : complete(backend, req, signal, metrics);
   }
+
+  // POST /tokenize {content, add_special = false, parse_special = true, with_pieces = false}
+  async function tokenizeRoute(request) {
+    const body = objectBody(await readJson(request));
+    if (typeof body.content !== "string") throw bad("'content' must be a string", "content");
+    const addSpecial = flag(body, "add_special", false), parseSpecial = flag(body, "parse_special", true);
+    const withPieces = flag(body, "with_pieces", false);
+    if (!backend.tokenize) throw notImplemented("/tokenize");
+    let ids;
+    try { ids = await backend.tokenize(body.content, {addSpecial, parseSpecial}); } catch (e) { throw asBad(e, "content"); }
+    if (!withPieces) return jsonResponse({tokens: ids});
+    const model = (await backend.models())[0]?.id;
+    return jsonResponse({tokens: ids.map((id) => ({id, piece: piece(backend.tokenBytes(model, id, {special: true}))}))});
+  }
+
+  // POST /detokenize {tokens}
+  async function detokenizeRoute(request) {
+    const body = objectBody(await readJson(request));
+    const ids = tokenIds(body.tokens, "tokens");
+    if (!backend.detokenize) throw notImplemented("/detokenize");
+    try { return jsonResponse({content: await backend.detokenize(ids)}); } catch (e) { throw asBad(e, "tokens"); }
+  }
+
+  // POST /apply-template {messages} -> {prompt}: the text a chat request generates from
+  async function applyTemplateRoute(request) {
+    const body = objectBody(await readJson(request));
+    const messages = chatMessages(body);
+    if (!backend.applyTemplate) throw notImplemented("/apply-template");
+    try { return jsonResponse({prompt: await backend.applyTemplate(messages)}); } catch (e) { throw asBad(e, "messages"); }
+  }
+
+  // GET /props, shaped as llama-server's (n_ctx under default_generation_settings), plus
+  // knotwork's own fields
+  async function propsRoute() {
+    if (!backend.props) throw notImplemented("/props");
+    const p = await backend.props();
+    return jsonResponse({
+      default_generation_settings: {n_ctx: p.nCtx, params: {temperature: 1, top_p: 1, top_k: 0, min_p: 0, n_predict: -1}},
+      n_ctx: p.nCtx, total_slots: p.slots ?? 1, model_path: p.modelPath, model: p.id,
+      chat_template: p.chatTemplate?.text ?? "", chat_template_name: p.chatTemplate?.name ?? null,
+      bos_token: p.bos ?? null, eos_token: p.eos ?? null, modalities: {vision: false, audio: false},
+      build_info: `knotwork ${VERSION}`, topology: p.topology ?? null, knotwork: p.knotwork ?? {}});
+  }
+
+  // POST /v1/embeddings {model, input, encoding_format = "float" | "base64"}
+  async function embeddingsRoute(request) {
+    const body = objectBody(await readJson(request));
+    if (typeof body.model !== "string" || !body.model) throw bad("you must provide a model parameter", "model");
+    const inputs = embeddingInputs(body.input);
+    const format = body.encoding_format ?? "float";
+    if (format !== "float" && format !== "base64")
+      throw bad(`'encoding_format' must be "float" or "base64", got ${JSON.stringify(format)}`, "encoding_format");
+    if (body.dimensions != null)
+      throw bad("unsupported: dimensions (the embeddings are the model's n_embd values)", "dimensions", "unsupported_parameter");
+    await findModel(backend, body.model);
+    if (!backend.embed) throw notImplemented("/v1/embeddings", backend.embedUnsupported);
+    const {data, promptTokens} = await backend.embed(body.model, inputs);
+    metrics.embeddings(inputs.length, promptTokens);
+    return jsonResponse({object: "list", model: body.model,
+      data: data.map((v, index) => ({object: "embedding", index, embedding: format === "base64" ? base64Floats(v) : Array.from(v)})),
+      usage: {prompt_tokens: promptTokens, total_tokens: promptTokens}});
+  }
+}
+
+// A backend error on user input (a bad id, a template the core cannot render): a 400.
+function asBad(e, param) {
+  if (e instanceof ApiError) return e;
+  return bad(e?.message || String(e), param);
 }

@@ -31,6 +31,9 @@ export const SAMPLING_KEYS = Object.freeze({
   stop: "stop",
   ignoreEos: "ignore_eos",
   lookup: "lookup",
+  grammar: "grammar",        // GBNF text
+  jsonSchema: "json_schema", // a JSON Schema: an object (sent as its JSON text, so the core keeps
+                             // the property order) or its text
 });
 
 // Engine and session options (kw_session_new takes these and the sampling ones).
@@ -44,6 +47,7 @@ export const SESSION_KEYS = Object.freeze({
 
 function rename(opts, keys, out) {
   for (const [js, core] of Object.entries(keys)) if (opts[js] != null) out[core] = opts[js];
+  if (typeof out.json_schema === "object") out.json_schema = JSON.stringify(out.json_schema);
   return out;
 }
 

@@ -86,3 +86,40 @@ export function countingSource(src, log = []) {
     read(offset, len) { log.push({offset, len}); return src.read(offset, len); },
   };
 }
+
+/** @returns {ByteSource} over a Blob (read by slices: a browser keeps a large Blob on disk). */
+export function blobSource(blob, name = "blob") {
+  const src = {
+    size: blob.size,
+    name,
+    async read(offset, len) {
+      checkRange(src, offset, len);
+      return new Uint8Array(await blob.slice(offset, offset + len).arrayBuffer());
+    },
+  };
+  return src;
+}
+
+/**
+ * A URL kept in the browser's Cache API (caches.open(cacheName)): the first use downloads
+ * the whole file once (one GET) and stores it; a later use reads the stored copy by slices,
+ * with no request. Returns {source, fromCache, evict()}: evict() drops the stored copy (a
+ * corrupted one: openCachedModel in knotwork.mjs verifies every tensor and fetches again).
+ * @param {string|URL} url
+ * @param {{cacheName?: string, fetch?: typeof fetch, headers?: object}} [o]
+ */
+export async function cachedUrlSource(url, {cacheName = "knotwork-models", fetch: fetchFn = globalThis.fetch, headers = {}} = {}) {
+  if (typeof caches === "undefined" || typeof caches.open !== "function")
+    throw new Error("knotwork: cachedUrlSource needs the Cache API (a browser page or Worker on a secure origin)");
+  const href = String(url);
+  const cache = await caches.open(cacheName);
+  const evict = () => cache.delete(href);
+  const hit = await cache.match(href);
+  if (hit) return {source: blobSource(await hit.blob(), href), fromCache: true, evict};
+  const res = await fetchFn(href, {headers});
+  if (res.status !== 200) throw new Error(`${href}: HTTP ${res.status} fetching the model to cache it`);
+  const blob = await res.blob();
+  await cache.put(href, new Response(blob, {headers: {"content-type": "application/octet-stream",
+                                                      "content-length": String(blob.size)}}));
+  return {source: blobSource(blob, href), fromCache: false, evict};
+}

@@ -33,7 +33,11 @@ int cmd_generate(int argc, char** argv) {
     const std::string path = cl["args"][0];
     const nlohmann::json& cli = cl["cli"];
     knot::RunOptions run;
-    knot::apply_options(cl["options"], run);
+    nlohmann::json options = cl["options"];
+    // --grammar FILE / --json-schema FILE: their text, as the options object takes it
+    if (cl["cli"].contains("grammar_file")) options["grammar"] = knot::read_file(cl["cli"]["grammar_file"]);
+    if (cl["cli"].contains("json_schema_file")) options["json_schema"] = knot::read_file(cl["cli"]["json_schema_file"]);
+    knot::apply_options(options, run);
     const knot::EngineOptions& eo = run.engine;
     const knot::GenerateParams& gp = run.gen;
     const bool ids_only = cli.value("ids", false), parse_special = cli.value("parse_special", true);

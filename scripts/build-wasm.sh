@@ -1,6 +1,18 @@
 #!/usr/bin/env bash
 # build-wasm.sh — compile the C++ core + wasm/ ABI into ONE standalone wasm module,
-# build/wasm/knotwork.wasm (no Emscripten JS runtime: bindings/loader.mjs instantiates it).
+# build/wasm/knotwork.wasm (no Emscripten JS runtime: bindings/loader.mjs instantiates it),
+# and beside it the relaxed-SIMD module build/wasm/knotwork-relaxed.wasm (same ABI; the
+# loader picks it only where relaxed SIMD validates and passes a known-answer probe).
+#
+# The relaxed module: Emscripten 3.1.6's clang-14 has no relaxed-dot builtin, so
+# core/kernels/kernels_wasm_relaxed.cpp is compiled by clang-19 against Emscripten's
+# sysroot (em++ --cflags), kernels.cpp and wasm/abi.cpp are recompiled by em++ with
+# -DKNOT_WASM_RELAXED (Simd table = the relaxed one, kw_relaxed_probe export), every other
+# object is the baseline's. It is linked by lld-19's wasm-ld with exactly the wasm-ld
+# arguments em++ used for the baseline link (em++ -v), and NOT post-processed by
+# binaryen: binaryen 108 decodes the final relaxed opcodes as their pre-final meanings
+# and rewrites them. (LLVM 14's wasm-ld drops the opcode's operand, so lld-19 it is.)
+# Without clang-19 / lld-19 (scripts/setup.sh installs them) only the baseline is built.
 #
 # usage: scripts/build-wasm.sh [--clean]
 #
@@ -43,7 +55,7 @@ LDFLAGS=(-O2 -msimd128 -fwasm-exceptions -sSTANDALONE_WASM --no-entry
 # core/sources.txt (the list CMake reads too) minus native-only files, plus the ABI.
 SRCS=()
 while read -r lib src where; do
-  [[ -z "$lib" || "$lib" == \#* || "$where" == native ]] && continue
+  [[ -z "$lib" || "$lib" == \#* || "$where" == native || "$where" == wasm-relaxed ]] && continue
   SRCS+=("$ROOT/core/$src")
 done < "$ROOT/core/sources.txt"
 for f in "$ROOT"/wasm/*.cpp; do SRCS+=("$f"); done
@@ -102,10 +114,12 @@ done
 WASM="$OUT/knotwork.wasm"
 TMPW="$OUT/knotwork.new.wasm"  # em++ picks the output kind from the extension
 echo "em++ link (${#OBJS[@]} objects, $built recompiled)" >&2
-em++ "${LDFLAGS[@]}" "${OBJS[@]}" -o "$TMPW"
+em++ -v "${LDFLAGS[@]}" "${OBJS[@]}" -o "$TMPW" 2> "$OUT/link.log" || { cat "$OUT/link.log" >&2; exit 1; }
 
 # Import check: the module may import only what bindings/loader.mjs implements.
-node --input-type=module - "$TMPW" "$ROOT/bindings/loader.mjs" <<'JS'
+# (Node 20 parses relaxed SIMD only behind a flag; only the import list is read here.)
+check_imports() {
+node ${2:-} --input-type=module - "$1" "$ROOT/bindings/loader.mjs" <<'JS'
 import {readFileSync} from "node:fs";
 import {pathToFileURL} from "node:url";
 const [wasmPath, loaderPath] = process.argv.slice(2);
@@ -119,5 +133,81 @@ if (bad.length) {
   process.exit(1);
 }
 JS
+}
+check_imports "$TMPW"
 mv "$TMPW" "$WASM"
 echo "built $WASM: $(stat -c %s "$WASM") bytes in $(( $(date +%s) - T0 )) s" >&2
+
+# ---- the relaxed-SIMD module ------------------------------------------------------------
+CLANG19=/usr/lib/llvm-19/bin/clang++
+LLD19=/usr/lib/llvm-19/bin/wasm-ld
+RWASM="$OUT/knotwork-relaxed.wasm"
+if [[ ! -x "$CLANG19" || ! -x "$LLD19" ]]; then
+  echo "build-wasm: no clang-19/lld-19 (scripts/setup.sh installs them): $RWASM not built" >&2
+  rm -f "$RWASM"
+  exit 0
+fi
+T1=$(date +%s)
+ROBJ="$OUT/obj-relaxed"
+mkdir -p "$ROBJ"
+# clang-19 against Emscripten's sysroot: em++'s own compile flags, wasm exceptions, and
+# the CPU features of the clang-14 objects plus relaxed SIMD.
+read -r -a EMCFLAGS <<< "$(em++ --cflags | sed -n 1p)"
+CLANG19_FLAGS=()
+for f in "${EMCFLAGS[@]}"; do [[ "$f" == -fignore-exceptions ]] || CLANG19_FLAGS+=("$f"); done
+CLANG19_FLAGS+=(-mcpu=mvp -msign-ext -mmutable-globals -msimd128 -mrelaxed-simd)
+RSTAMP="$ROBJ/flags.stamp"
+RFLAGS_NOW="$FLAGS_NOW | $("$CLANG19" --version | sed -n 1p) ${CLANG19_FLAGS[*]}"
+if [[ ! -f "$RSTAMP" || "$(cat "$RSTAMP")" != "$RFLAGS_NOW" ]]; then
+  rm -f "$ROBJ"/*.o "$ROBJ"/*.d
+  printf '%s' "$RFLAGS_NOW" > "$RSTAMP"
+fi
+RELAXED_SRCS=()
+while read -r lib src where; do
+  [[ "$where" == wasm-relaxed ]] && RELAXED_SRCS+=("$ROOT/core/$src")
+done < "$ROOT/core/sources.txt"
+ROBJS=()
+rbuilt=0
+for o in "${OBJS[@]}"; do  # baseline objects, minus the two recompiled with -DKNOT_WASM_RELAXED
+  case "$(basename "$o")" in core_kernels_kernels.o|wasm_abi.o) ;; *) ROBJS+=("$o") ;; esac
+done
+for src in "$ROOT/core/kernels/kernels.cpp" "$ROOT/wasm/abi.cpp"; do
+  rel="${src#$ROOT/}"; name="${rel//\//_}"
+  o="$ROBJ/${name%.cpp}.o"; d="$ROBJ/${name%.cpp}.d"
+  ROBJS+=("$o")
+  if stale "$o" "$d"; then
+    echo "em++ -DKNOT_WASM_RELAXED $rel" >&2
+    "${CCACHE[@]}" em++ "${CXXFLAGS_COMMON[@]}" -DKNOT_WASM_RELAXED "$(opt_for "$src")" -MMD -MF "$d" -c "$src" -o "$o"
+    rbuilt=$((rbuilt + 1))
+  fi
+done
+for src in "${RELAXED_SRCS[@]}"; do
+  rel="${src#$ROOT/}"; name="${rel//\//_}"
+  o="$ROBJ/${name%.cpp}.o"; d="$ROBJ/${name%.cpp}.d"
+  ROBJS+=("$o")
+  if stale "$o" "$d"; then
+    echo "clang++-19 -O3 $rel" >&2
+    "$CLANG19" "${CLANG19_FLAGS[@]}" "${CXXFLAGS_COMMON[@]}" -O3 -MMD -MF "$d" -c "$src" -o "$o"
+    rbuilt=$((rbuilt + 1))
+  fi
+done
+# em++'s wasm-ld command line (from the -v log), minus its output and our objects.
+mapfile -t LDARGS < <(python3 - "$OUT/link.log" "$OBJ" <<'PY'
+import shlex, sys
+log, objdir = sys.argv[1], sys.argv[2]
+args = next(a for a in map(shlex.split, open(log)) if a and "wasm-ld" in a[0].rsplit("/", 1)[-1])[1:]
+out, skip = [], False
+for a in args:
+    if skip: skip = False; continue
+    if a == "-o": skip = True; continue
+    if a.startswith(objdir + "/"): continue
+    out.append(a)
+print("\n".join(out))
+PY
+)
+RTMP="$OUT/knotwork-relaxed.new.wasm"
+echo "wasm-ld-19 link (${#ROBJS[@]} objects, $rbuilt recompiled)" >&2
+"$LLD19" -o "$RTMP" "${ROBJS[@]}" "${LDARGS[@]}"
+check_imports "$RTMP" --experimental-wasm-relaxed-simd
+mv "$RTMP" "$RWASM"
+echo "built $RWASM: $(stat -c %s "$RWASM") bytes in $(( $(date +%s) - T1 )) s" >&2

@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake git googletest libxxhash0 libgtest-dev libgmock-dev nlohmann-json3-dev emscripten nodejs npm chromium
-      clang libclang-rt-14-dev ccache)
+      clang libclang-rt-14-dev ccache
+      clang-19 lld-19)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -16,6 +16,7 @@
 #include "abi_internal.h"
 #include "kernels/common.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_internal.h"
 #include "container/model.h"
 #include "kernels/quant.h"
 #include "kernels/selftest.h"
@@ -154,7 +155,8 @@ int kw_kernel_selftest(uint32_t seed) {
     std::string report;
     int failures = knot::kernel_selftest(seed, &report);
     std::string out = "{\"failures\":" + std::to_string(failures) +
-                      ",\"simd\":" + (knot::simd_compiled() ? "true" : "false") + ",\"report\":\"";
+                      ",\"simd\":" + (knot::simd_compiled() ? "true" : "false") +
+                      ",\"kernels\":\"" + knot::simd_kernels_name() + "\",\"report\":\"";
     for (char c : report) {  // JSON string escape
       if (c == '"' || c == '\\') out += '\\', out += c;
       else if (c == '\n') out += "\\n";
@@ -164,6 +166,13 @@ int kw_kernel_selftest(uint32_t seed) {
     set_result(out + "\"}");
   });
 }
+
+#if defined(KNOT_WASM_RELAXED)
+// Relaxed module only: io = int8 a[16], uint8 b[16] (0..127), int32 c[4]; c becomes
+// i32x4.relaxed_dot_i8x16_i7x16_add(a, b, c). The loader runs it once on inputs it picks
+// and checks the exact answer before choosing this module (bindings/wasm-choice.mjs).
+KW_EXPORT(kw_relaxed_probe) void kw_relaxed_probe(uint8_t* io) { knot::relaxed_dot_probe(io); }
+#endif
 
 // ---- the type-traits table ------------------------------------------------------------------
 // result: JSON array, one object per type of knot::all_types() (ids ascending):

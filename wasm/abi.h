@@ -81,6 +81,7 @@ int kw_token_piece(int32_t h, int32_t id, int32_t render_special);  // result: r
 int kw_chat_apply(int32_t h, const char* msgs_json, uint32_t msgs_len, int32_t add_generation_prompt,
                   const char* tmpl, uint32_t tmpl_len);  // result: prompt text; tmpl "" = the
                   // file's own Jinja template when it parses (knot::default_chat_template)
+int kw_chat_template(int32_t model);  // result: JSON {name (the default template), text (the file's)}
 
 // ---- command lines (abi_cli.cpp): the option spec of core/infer/options.h ----
 // cmd "generate"; args: JSON array of strings; prog: the name messages use. Result:
@@ -108,6 +109,9 @@ int kw_session_renew(int32_t s, const char* opts, uint32_t opts_len, const int32
 // + '\n' + text bytes.
 int kw_session_step(int32_t s);
 int kw_session_eval(int32_t s, const int32_t* ids, uint32_t n);  // result f32 logits [n_vocab]
+// An embedding of ids (the session is reset first): result f32 [n_embd], the mean over
+// their positions of the final normed hidden state, L2-normalised (knot::Engine::embed).
+int kw_session_embed(int32_t s, const int32_t* ids, uint32_t n);
 int kw_session_reset(int32_t s, int32_t n_pos);
 int kw_session_telemetry(int32_t s);
 int kw_session_free(int32_t s);

@@ -402,6 +402,17 @@ int kw_model_to_knot(int32_t h) {
   });
 }
 
+// result: JSON {"name": the template applyChatTemplate uses by default (chatml, llama3,
+// ..., jinja), "text": the file's tokenizer.chat_template ("" when it has none)}
+KW_EXPORT(kw_chat_template)
+int kw_chat_template(int32_t h) {
+  return guard([&] {
+    ModelEntry& m = ready_model(h, "kw_chat_template");
+    set_result(json{{"name", knot::default_chat_template(m.model.tokenizer)},
+                    {"text", m.model.tokenizer.chat_template}}.dump());
+  });
+}
+
 // messages: JSON [{"role", "content"}]; result: the prompt text (encode it with BOS
 // added and special tokens parsed). template_name: "" = detect from the file.
 KW_EXPORT(kw_chat_apply)

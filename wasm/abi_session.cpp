@@ -12,6 +12,7 @@
 //   kw_session_step(s)                              samples one token, runs it
 //       result: JSON {"id", "done", "reason", "text_len"} + '\n' + text bytes
 //   kw_session_eval(s, ids, n)                      raw: append ids, result = f32 logits
+//   kw_session_embed(s, ids, n)                     result = f32 [n_embd] pooled embedding
 //   kw_session_telemetry(s), kw_session_free(s)
 //   kw_generator_new(model, opts_json) -> handle   same sampling opts + n_ctx
 //   kw_generator_start(g, ids, n), kw_generator_step(g, logits, n),
@@ -81,6 +82,7 @@ json options_object(const char* opts, uint32_t opts_len, const char* fn) {
 // extra: more head fields (logprobs).
 void set_step_result(const knot::GenStep& st, const json& extra = nullptr) {
   json head{{"id", st.id}, {"done", st.done}, {"reason", st.reason}, {"text_len", st.text.size()}};
+  if (st.need_wider) head["need_wider"] = true;  // top-k step with a grammar: nothing sampled
   if (!extra.is_null()) head.update(extra);
   set_result(head.dump() + '\n' + st.text);
 }
@@ -290,6 +292,19 @@ int kw_session_eval(int32_t h, const int32_t* ids, uint32_t n) {
     if (n == 0) knot::fail("kw_session_eval: no ids");
     const float* lg = s.engine->eval(ids, (int)n);
     set_result_bytes(lg, sizeof(float) * s.engine->n_logits());
+  });
+}
+
+// An embedding (knot::Engine::embed): the session is reset and runs ids from position 0;
+// result = f32 [n_embd], mean-pooled final normed hidden states, L2-normalised.
+KW_EXPORT(kw_session_embed)
+int kw_session_embed(int32_t h, const int32_t* ids, uint32_t n) {
+  return guard([&] {
+    Session& s = session(h, "kw_session_embed");
+    if (n == 0) knot::fail("kw_session_embed: no ids");
+    s.prefilled = false;
+    const float* v = s.engine->embed(ids, (int)n);
+    set_result_bytes(v, sizeof(float) * s.engine->config().n_embd);
   });
 }
 

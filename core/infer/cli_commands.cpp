@@ -16,13 +16,16 @@ const OptionSpec kPort = {KEY("port"), .flag = "--port", .kind = OptKind::Int, .
 const OptionSpec kHost = {KEY("host"), .flag = "--host", .kind = OptKind::Text, .metavar = "H",
   .help = "address to listen on", .dflt = "\"127.0.0.1\""};
 const OptionSpec kApiKey = {KEY("api_key"), .flag = "--api-key", .kind = OptKind::Text, .lo = 1, .metavar = "KEY",
-  .help = "require \"Authorization: Bearer KEY\" on /v1/* and /health",
+  .help = "require \"Authorization: Bearer KEY\" on every route but / and /health",
   .default_text = "the KNOTWORK_API_KEY environment variable, else none"};
 const OptionSpec kName = {KEY("name"), .flag = "--name", .kind = OptKind::Text, .lo = 1, .metavar = "ID",
   .help = "model id in the API", .default_text = "the file name without extension"};
 const OptionSpec kChatTemplate = {KEY("chat_template"), .flag = "--chat-template", .kind = OptKind::Text,
   .metavar = "NAME", .help = "chat template of /v1/chat/completions", .choices = "chatml|llama2|llama3|zephyr|jinja",
   .default_text = "the model's own; one knotwork cannot render is an error naming it"};
+const OptionSpec kParallel = {KEY("parallel"), .flag = "--parallel", .kind = OptKind::Int, .lo = 1, .hi = 64,
+  .metavar = "N", .help = "generations that run at once (slots sharing the model; later requests queue)",
+  .note = "fewer when the wasm memory holds fewer sessions", .dflt = "4"};
 // `mesh` (node CLI): the topology of the Workers mesh (workers/lib/topology.mjs)
 const OptionSpec kPlan = {KEY("plan"), .flag = "--plan", .kind = OptKind::Text, .lo = 1, .metavar = "FILE",
   .help = "topology or planner plan JSON (workers/lib/topology.mjs)"};
@@ -72,9 +75,11 @@ const OptionSpec kKnot = {KEY("knot"), .flag = "--knot", .kind = OptKind::Text, 
 const CommandSpec& serve_command() {
   static const CommandSpec c = {
       "serve", "MODEL [options]", "MODEL", kModelHelp, nullptr,
-      {&kPort, &kHost, &kApiKey, &kName, &kCtx, &kChunk, &kReference, &kChatTemplate},
+      {&kPort, &kHost, &kApiKey, &kName, &kCtx, &kChunk, &kReference, &kChatTemplate, &kParallel},
       "Routes: GET / (chat page), GET /v1/models, POST /v1/chat/completions, POST /v1/completions,\n"
-      "GET /health. Prints \"knotwork: serving ID at http://HOST:PORT\" once it listens.\n"};
+      "POST /v1/embeddings, GET /health, and llama-server's POST /tokenize, /detokenize, /apply-template,\n"
+      "GET /props, /metrics. Listens at once (\"knotwork: listening at URL\"; /health is a 503 while the\n"
+      "model loads) and prints \"knotwork: serving ID at http://HOST:PORT\" once the model is loaded.\n"};
   return c;
 }
 

@@ -199,6 +199,36 @@ const float* Engine::eval(const int32_t* ids, int n) {
   return logits_.data();
 }
 
+const float* Engine::embed(const int32_t* ids, int n) {
+  reset();
+  check_eval(ids, n);
+  const ModelConfig& c = m_.config;
+  const size_t E = (size_t)c.n_embd;
+  if (xn_rows_.size() < (size_t)chunk_ * E) xn_rows_.resize((size_t)chunk_ * E);
+  std::vector<double> sum(E, 0.0);
+  try {
+    for (int i = 0; i < n; i += chunk_) {
+      const int nt = std::min(chunk_, n - i);
+      embed_rows(*tok_embd_, ids + i, nt, 0, tok_embd_->nrows(), n_logits_, x_.data());
+      forward_layers(c, layers_.data(), kv_, kv_.n_pos(), x_.data(), nt, fo_, ws_);
+      output_norm(c, *out_norm_, x_.data(), nt, xn_rows_.data(), ws_);
+      for (int t = 0; t < nt; t++)
+        for (size_t e = 0; e < E; e++) sum[e] += xn_rows_[(size_t)t * E + e];
+    }
+  } catch (...) {
+    reset();
+    throw;
+  }
+  double norm = 0;
+  for (size_t e = 0; e < E; e++) { sum[e] /= n; norm += sum[e] * sum[e]; }
+  norm = std::sqrt(norm);
+  if (!std::isfinite(norm)) fail("embed: non-finite hidden state (corrupt weights or activation overflow)");
+  pooled_.resize(E);
+  for (size_t e = 0; e < E; e++) pooled_[e] = norm > 0 ? (float)(sum[e] / norm) : 0.f;
+  tel_.peak_bytes = std::max(tel_.peak_bytes, peak_bytes());
+  return pooled_.data();
+}
+
 GenerateResult Engine::generate(const Tokenizer& tok, const std::vector<int32_t>& prompt,
                                 const GenerateParams& p, const TextCallback& on_text) {
   if (prompt.empty()) fail("generate: empty prompt (at least BOS is needed)");

@@ -91,6 +91,10 @@ class Engine {
   // rows stay valid until the next eval_rows().
   const float* eval_rows(const int32_t* ids, int n);
   const float* logits() const { return logits_.data(); }
+  // An embedding of ids (from position 0: the session is reset first and left holding
+  // them): the mean over their positions of the final normed hidden state (output_norm of
+  // the last layer's output), L2-normalised. [n_embd]; valid until the next embed().
+  const float* embed(const int32_t* ids, int n);
   int chunk() const { return chunk_; }
   void truncate(int n_pos) { kv_.truncate(n_pos); }
   void reset() { kv_.truncate(0); }
@@ -125,6 +129,7 @@ class Engine {
   std::vector<float> logits_;  // [n_logits]
   std::vector<float> xn_rows_;     // [rows, n_embd]   eval_rows: every row normed (sized on first use)
   std::vector<float> logit_rows_;  // [rows, n_logits] eval_rows: every row's logits
+  std::vector<float> pooled_;      // [n_embd]         embed: the pooled, normalised row
   Telemetry tel_;
 };
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 
 #include "kernels/common.h"
+#include "text/grammar.h"
+#include "text/json_schema.h"
 
 namespace knot::opt {
 
@@ -18,6 +20,13 @@ constexpr double kMaxTokens = 1 << 20;
 template <class T>
 T as(const json& v) {
   return v.get<T>();
+}
+
+// grammar / json_schema set the one grammar of a run
+void set_grammar(RunOptions& o, std::string gbnf) {
+  if (!o.gen.grammar.empty()) usage_fail("give grammar or json_schema, not both (--grammar or --json-schema)");
+  Grammar::parse(gbnf);  // refused here, naming line, column and rule
+  o.gen.grammar = std::move(gbnf);
 }
 
 }  // namespace
@@ -108,6 +117,20 @@ const OptionSpec kNoSpecial = {KEY("parse_special"), .flag = "--no-special", .ki
   .help = "special-token text in the prompt (<|im_start|>) stays plain text", .value = "false"};
 const OptionSpec kIds = {KEY("ids"), .flag = "--ids", .kind = OptKind::Flag,
   .help = "print only a JSON array of the generated ids", .value = "true"};
+// Grammar-constrained output (text/grammar.h, text/json_schema.h). JSON: the GBNF text, or
+// the schema (its text keeps the property order; an object gives them in key order). The
+// command lines take files (the CLIs read them into these keys).
+const OptionSpec kGrammar = {KEY("grammar"), .kind = OptKind::Text,
+  .set = [](RunOptions& o, const json& v) { set_grammar(o, as<std::string>(v)); }};
+const OptionSpec kJsonSchema = {KEY("json_schema"), .kind = OptKind::Json,
+  .set = [](RunOptions& o, const json& v) {
+    set_grammar(o, v.is_string() ? json_schema_to_gbnf(std::string_view(v.get_ref<const std::string&>()))
+                                 : json_schema_to_gbnf(nlohmann::ordered_json::parse(v.dump())));
+  }};
+const OptionSpec kGrammarFile = {KEY("grammar_file"), .flag = "--grammar", .kind = OptKind::Text, .lo = 1, .metavar = "FILE",
+  .help = "constrain the output to a GBNF grammar (llama.cpp's syntax; root rule `root`)"};
+const OptionSpec kJsonSchemaFile = {KEY("json_schema_file"), .flag = "--json-schema", .kind = OptKind::Text, .lo = 1,
+  .metavar = "FILE", .help = "constrain the output to JSON that validates against a JSON Schema"};
 #undef KEY
 // clang-format on
 
@@ -118,7 +141,7 @@ const CommandSpec& generate_command() {
       "generate", "MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]", "MODEL", kModelHelp, nullptr,
       {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
        &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos, &kLookup,
-       &kReference, &kNoSpecial, &kIds},
+       &kGrammarFile, &kJsonSchemaFile, &kReference, &kNoSpecial, &kIds},
       nullptr};
   return c;
 }
@@ -126,7 +149,8 @@ const CommandSpec& generate_command() {
 const std::vector<const OptionSpec*>& session_option_rows() {
   static const std::vector<const OptionSpec*> rows = {
       &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN, &kPresencePenalty,
-      &kFrequencyPenalty, &kLogprobs, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos, &kLookup, &kReference};
+      &kFrequencyPenalty, &kLogprobs, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos, &kLookup, &kGrammar,
+      &kJsonSchema, &kReference};
   return rows;
 }
 

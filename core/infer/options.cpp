@@ -147,6 +147,9 @@ void check_json_value(const OptionSpec& o, const json& v) {
     case OptKind::Text:
       if (!v.is_string()) wrong("a string");
       break;
+    case OptKind::Json:
+      if (!v.is_string() && !v.is_object() && !v.is_boolean()) wrong("a string, an object or a boolean");
+      break;
   }
 }
 

@@ -45,6 +45,7 @@ enum class OptKind {
   Text,  // any string
   List,  // any string, repeatable: a JSON array
   Ints,  // comma-separated integers, each in [lo, hi]: a JSON array ("4,4,4" -> [4,4,4])
+  Json,  // JSON only: a string, an object or a boolean (the setter reads it: a JSON Schema)
 };
 
 // What an option sets: the engine / sampling / generation options of one run.

@@ -42,7 +42,37 @@ static bool cpu_has_avx2() {
   }();
   return ok;
 }
+// AVX-512 F/BW/VL + VNNI (the compiler's check includes OS ZMM state support).
+static bool cpu_has_avx512vnni() {
+  static const bool ok = cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return ok;
+}
+// AVX-VNNI: CPUID leaf 7 subleaf 1 EAX bit 4 (GCC 12's __builtin_cpu_supports("avxvnni")
+// reports 0 on CPUs that have it), on top of AVX2 (which covers OS YMM support).
+static bool cpu_has_avxvnni() {
+  static const bool ok = [] {
+    if (!cpu_has_avx2()) return false;
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;
+  }();
+  return ok;
+}
 #endif
+
+int usable_simd_tables(NamedKernels out[4]) {
+  int n = 0;
+#if defined(KNOT_WASM_RELAXED)
+  out[n++] = {kDotWasmRelaxed.name, &kDotWasmRelaxed};
+#elif defined(__wasm_simd128__)
+  out[n++] = {kDotWasm.name, &kDotWasm};
+#elif defined(KNOT_HAVE_AVX2_TU)
+  if (cpu_has_avx512vnni()) out[n++] = {kDotAvx512Vnni.name, &kDotAvx512Vnni};
+  if (cpu_has_avxvnni()) out[n++] = {kDotAvxVnni.name, &kDotAvxVnni};
+  if (cpu_has_avx2()) out[n++] = {kDotAvx2.name, &kDotAvx2};
+#endif
+  return n;
+}
 
 bool simd_compiled() {
 #if defined(__wasm_simd128__)
@@ -54,6 +84,8 @@ bool simd_compiled() {
 #endif
 }
 
+const char* simd_kernels_name() { return dot_kernels(Kernel::Simd).name; }
+
 static const DotKernels* g_simd_override = nullptr;
 
 void set_simd_kernels_for_test(const DotKernels* k) { g_simd_override = k; }
@@ -61,9 +93,13 @@ void set_simd_kernels_for_test(const DotKernels* k) { g_simd_override = k; }
 const DotKernels& dot_kernels(Kernel k) {
   if (k == Kernel::Simd) {
     if (g_simd_override) return *g_simd_override;
-#if defined(__wasm_simd128__)
+#if defined(KNOT_WASM_RELAXED)
+    return kDotWasmRelaxed;
+#elif defined(__wasm_simd128__)
     return kDotWasm;
 #elif defined(KNOT_HAVE_AVX2_TU)
+    if (cpu_has_avx512vnni()) return kDotAvx512Vnni;
+    if (cpu_has_avxvnni()) return kDotAvxVnni;
     if (cpu_has_avx2()) return kDotAvx2;
 #endif
   }
@@ -228,6 +264,7 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
   const dot_fn dot = pick_mm_dot(dot_kernels(k), wtype);
   if (!dot) fail(std::string("no matmul kernel for weight type ") + dtype_name(wtype));
   const mm_fn mm = pick_mm_batch(dot_kernels(k), wtype);
+  const int64_t mm_min = dot_kernels(k).mm_min_tokens;
   const int64_t ROW_TILE = 16;  // weight rows kept in cache while every token tile passes
   for (int64_t c0 = 0; c0 < ntok; c0 += TOK_CHUNK) {
     const int64_t nc = std::min(TOK_CHUNK, ntok - c0);
@@ -239,7 +276,7 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
         quantize_act_row(dot_kernels(k), af, X + (c0 + t) * cols, (uint8_t*)qa.get() + (size_t)t * ab, cols);
       acts_base = (const uint8_t*)qa.get();
     }
-    if (mm && nc >= 2 && cols % 256 == 0) {  // batched kernel: all tokens of the chunk at once
+    if (mm && nc >= mm_min && cols % 256 == 0) {  // batched kernel: all tokens of the chunk at once
       mm(cols, Wb + (size_t)row_begin * rb, rb, nout, acts_base, ab, nc, Y + c0 * nout, nout);
       continue;
     }

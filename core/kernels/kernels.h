@@ -27,6 +27,9 @@ enum class Kernel { Reference, Scalar, Simd };
 
 const char* kernel_name(Kernel k);
 bool simd_compiled();  // true when a SIMD path is built in (AVX2 natively, simd128 in wasm)
+// The back end Kernel::Simd runs here: "avx512vnni", "avx2", "wasm-simd128",
+// "wasm-relaxed-simd"; "scalar" when it falls back.
+const char* simd_kernels_name();
 
 // Format the activations must be in for vec_dot with weights of type wtype.
 DType vec_dot_type(DType wtype);

@@ -464,6 +464,7 @@ KNOT_NT_DISPATCH(dot_q8_0_q16_avx2, q8_0_q16_avx2)
 // quantizers.
 static constexpr DotKernels make_avx2_table() {
   DotKernels k;
+  k.name = "avx2";
   k.dot[type_index(DType::F32)] = dot_f32_avx2;
   k.dot[type_index(DType::F16)] = dot_f16_avx2;
   k.dot[type_index(DType::BF16)] = dot_bf16_avx2;

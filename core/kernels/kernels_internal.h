@@ -55,10 +55,12 @@ typedef void (*act_q_fn)(const float* x, void* dst, int64_t n);
 //   mm[t]        batched prefill kernel (may be nullptr: matmul_rows tiles the dot)
 //   quant_act[f] SIMD activation quantizer of format f (may be nullptr: scalar one)
 struct DotKernels {
+  const char* name = "scalar";  // back end, for reports ("avx2", "wasm-simd128", ...)
   dot_fn dot[kDTypeSlots] = {};
   dot_fn dot_q16[kDTypeSlots] = {};
   mm_fn mm[kDTypeSlots] = {};
   act_q_fn quant_act[kActFormats] = {};
+  int mm_min_tokens = 2;  // matmul_rows uses mm[] for chunks of at least this many tokens
 };
 
 inline mm_fn pick_mm_batch(const DotKernels& k, DType t) {
@@ -86,11 +88,30 @@ extern const DotKernels kDotGeneric;
 #if defined(__x86_64__) || defined(__i386__)
 #define KNOT_HAVE_AVX2_TU 1
 extern const DotKernels kDotAvx2;
+// AVX-512 F/BW/VL + AVX512-VNNI kernels (kernels_avx512.cpp); only valid when the CPU has them.
+extern const DotKernels kDotAvx512Vnni;
+// AVX-VNNI (256-bit VEX) kernels (kernels_avxvnni.cpp); only valid when the CPU has them.
+extern const DotKernels kDotAvxVnni;
 #endif
 // wasm simd128 kernels (kernels_wasm.cpp).
 #if defined(__wasm_simd128__)
 extern const DotKernels kDotWasm;
 #endif
+// wasm relaxed-SIMD kernels (kernels_wasm_relaxed.cpp, clang-19 -mrelaxed-simd); only in
+// the relaxed module, whose kernels.cpp is compiled with -DKNOT_WASM_RELAXED.
+#if defined(KNOT_WASM_RELAXED) || defined(__wasm_relaxed_simd__)
+extern const DotKernels kDotWasmRelaxed;
+// io: int8 a[16], uint8 b[16] (0..127), int32 c[4] -> c = relaxed_dot_i8x16_i7x16_add(a, b, c).
+void relaxed_dot_probe(uint8_t* io);
+#endif
+
+// Every SIMD table this machine can run, best first (natively: AVX-512 VNNI, AVX-VNNI, AVX2; wasm:
+// the module's one). Tests iterate it so each variant is checked against the scalar one.
+struct NamedKernels {
+  const char* name;
+  const DotKernels* table;
+};
+int usable_simd_tables(NamedKernels out[4]);
 
 // The table Kernel k runs on this machine (Simd falls back to kDotGeneric). kernels.cpp.
 const DotKernels& dot_kernels(Kernel k);

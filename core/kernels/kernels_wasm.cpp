@@ -658,6 +658,7 @@ KNOT_NT_DISPATCH(dot_q8_0_q16_wasm, q8_0_q16_wasm)
 
 static constexpr DotKernels make_wasm_table() {
   DotKernels k;
+  k.name = "wasm-simd128";
   k.dot[type_index(DType::F32)] = dot_f32_wasm;
   k.dot[type_index(DType::F16)] = dot_f16_wasm;
   k.dot[type_index(DType::BF16)] = dot_bf16_wasm;

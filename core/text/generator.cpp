@@ -30,6 +30,73 @@ Generator::Generator(const Tokenizer& tok, const GenerateParams& p, int n_vocab,
   if (p.n_predict < 0) fail("generator: n_predict must be >= 0, got " + std::to_string(p.n_predict));
   if (n_ctx < 0) fail("generator: n_ctx must be >= 0, got " + std::to_string(n_ctx));
   for (const auto& s : p_.stop) max_stop_ = std::max(max_stop_, s.size());
+  if (!p_.grammar.empty()) {
+    matcher_.emplace(Grammar::parse(p_.grammar));
+    const int nv = std::min(n_vocab, tok.n_vocab());
+    pieces_.resize(n_vocab);
+    eog_.assign(n_vocab, 0);
+    for (int i = 0; i < nv; i++) {
+      pieces_[i] = tok.token_to_piece(i);
+      eog_[i] = tok.is_eog(i);
+    }
+    for (int i = 0; i < nv; i++)
+      if (!eog_[i] && !pieces_[i].empty()) by_bytes_.push_back(i);
+    std::sort(by_bytes_.begin(), by_bytes_.end(), [&](int32_t a, int32_t b) { return pieces_[a] < pieces_[b]; });
+    lcp_.resize(by_bytes_.size(), 0);
+    for (size_t i = 1; i < by_bytes_.size(); i++) {
+      const std::string &a = pieces_[by_bytes_[i - 1]], &b = pieces_[by_bytes_[i]];
+      size_t l = 0;
+      while (l < a.size() && l < b.size() && a[l] == b[l]) l++;
+      lcp_[i] = (uint32_t)l;
+    }
+    filter_.allowed = [this](int32_t id) { return allowed(id); };
+    filter_.mask = [this](std::vector<uint8_t>& m) { allowed_mask(m); };
+  }
+}
+
+void Generator::allowed_mask(std::vector<uint8_t>& mask) const {
+  mask.assign(pieces_.size(), matcher_ ? 0 : 1);
+  if (!matcher_) return;
+  const bool end = matcher_->can_end();
+  for (size_t i = 0; i < eog_.size(); i++)
+    if (eog_[i]) mask[i] = end;
+  walk_.resize(1);
+  walk_[0] = matcher_->state();
+  size_t valid = 0;                 // walk_[0..valid]: states for the previous piece's prefixes
+  size_t dead = SIZE_MAX;           // the previous piece's prefix of this length is refused
+  for (size_t i = 0; i < by_bytes_.size(); i++) {
+    const std::string& p = pieces_[by_bytes_[i]];
+    const size_t l = lcp_[i];
+    if (dead != SIZE_MAX && l >= dead) continue;  // starts with the refused prefix
+    dead = SIZE_MAX;
+    size_t d = std::min(l, valid);
+    for (; d < p.size(); d++) {
+      if (walk_.size() < d + 2) walk_.resize(d + 2);
+      if (!matcher_->step_byte(walk_[d], (uint8_t)p[d], walk_[d + 1])) {
+        dead = d + 1;
+        break;
+      }
+    }
+    valid = dead == SIZE_MAX ? p.size() : dead - 1;
+    if (dead == SIZE_MAX) mask[by_bytes_[i]] = 1;
+  }
+}
+
+bool Generator::allowed(int32_t id) const {
+  if (!matcher_) return true;
+  if (id < 0 || id >= (int32_t)pieces_.size()) return false;
+  if (eog_[id]) return matcher_->can_end();
+  const std::string& piece = pieces_[id];
+  if (piece.empty()) return false;
+  if (!first_fresh_) {
+    for (int b = 0; b < 256; b++) {
+      const char c = (char)b;
+      first_ok_[b] = matcher_->can_accept(std::string_view(&c, 1));
+    }
+    first_fresh_ = true;
+  }
+  if (!first_ok_[(uint8_t)piece[0]]) return false;
+  return piece.size() == 1 || matcher_->can_accept(piece);
 }
 
 void Generator::start(const int32_t* prompt, int n) {
@@ -37,6 +104,7 @@ void Generator::start(const int32_t* prompt, int n) {
   if (n_ctx_ > 0 && n > n_ctx_)
     fail("prompt has " + std::to_string(n) + " tokens but the context holds " + std::to_string(n_ctx_));
   sampler_.reset();
+  if (matcher_) matcher_->reset(), first_fresh_ = false;
   for (int i = 0; i < n; i++) sampler_.accept(prompt[i]);
   dec_.emplace(tok_);
   n_prompt_ = n;
@@ -60,19 +128,34 @@ void Generator::extend_prompt(const int32_t* ids, int n) {
 GenStep Generator::step(const float* logits, int n) {
   if (!started_) fail("generator: call start() before step()");
   if (done_) fail("generator: generation already finished (" + reason_ + ")");
-  return after_sample(sampler_.sample(logits, n));
+  if (!matcher_) return after_sample(sampler_.sample(logits, n));
+  const int32_t id = sampler_.sample(logits, n, filter_);
+  if (id < 0)
+    fail("grammar: no token of the vocabulary can continue the output after " + std::to_string(ids_.size()) +
+         " generated tokens (text so far: \"" + text_ + "\")");
+  return after_sample(id);
 }
 
 GenStep Generator::step(const SliceTopK& merged) {
   if (!started_) fail("generator: call start() before step()");
   if (done_) fail("generator: generation already finished (" + reason_ + ")");
-  return after_sample(sampler_.sample_topk(merged));
+  if (!matcher_) return after_sample(sampler_.sample_topk(merged));
+  const int32_t id = sampler_.sample_topk(merged, filter_);
+  if (id < 0) {
+    GenStep s;
+    s.need_wider = true;
+    return s;
+  }
+  return after_sample(id);
 }
 
 GenStep Generator::step_draft(const float* logits, int n, int32_t draft, bool* accepted) {
   if (!started_) fail("generator: call start() before step_draft()");
   if (done_) fail("generator: generation already finished (" + reason_ + ")");
-  const Sampler::Draft d = sampler_.sample_draft(logits, n, draft);
+  const Sampler::Draft d = sampler_.sample_draft(logits, n, draft, matcher_ ? &filter_ : nullptr);
+  if (d.id < 0)
+    fail("grammar: no token of the vocabulary can continue the output after " + std::to_string(ids_.size()) +
+         " generated tokens (text so far: \"" + text_ + "\")");
   *accepted = d.accepted;
   return after_sample(d.id);
 }
@@ -102,9 +185,14 @@ GenStep Generator::after_sample(int32_t id) {
   s.id = id;
   sampler_.accept(id);
   ids_.push_back(id);
-  if (!p_.ignore_eos && tok_.is_eog(id)) {
+  if ((!p_.ignore_eos || matcher_) && tok_.is_eog(id)) {
     finish(s, "eog");
   } else {
+    if (matcher_) {
+      if (!matcher_->accept(pieces_[id]))
+        fail("grammar: token " + std::to_string(id) + " does not continue the grammar");  // the filter allowed it
+      first_fresh_ = false;
+    }
     text_ += dec_->push(id);
     // Earliest completed stop string. Text before emitted_ - max_stop cannot start one:
     // anything that might was held back.
@@ -124,7 +212,8 @@ GenStep Generator::after_sample(int32_t id) {
       release(s, text_.size() - stop_holdback(text_, p_.stop));
       // Positions in the KV so far: the prompt plus every sampled token but this one.
       const int64_t n_pos = (int64_t)n_prompt_ + (int64_t)ids_.size() - 1;
-      if ((int)ids_.size() >= p_.n_predict) finish(s, "length");
+      if (matcher_ && matcher_->is_complete()) finish(s, "grammar");
+      else if ((int)ids_.size() >= p_.n_predict) finish(s, "length");
       else if (n_ctx_ > 0 && n_pos >= n_ctx_) finish(s, "context");
     }
   }

@@ -17,12 +17,24 @@
 // (n_predict tokens sampled), "context" (the next position would not fit n_ctx), or
 // whatever the caller passes to stop() (e.g. "callback" when the reader went away).
 // On eog/length/context the decoder's held-back bytes are flushed into the last text.
+//
+// Grammar (GenerateParams::grammar, GBNF text: text/grammar.h; json_schema.h compiles a
+// JSON Schema to one): only tokens whose bytes continue the grammar are sampled
+// (Sampler::sample(..., allowed): the others count as logit -inf), an end-of-generation
+// token only where the grammar can end (and it then ends generation, ignore_eos or not;
+// a token with no text, e.g. a control token, never). Once the output is complete and
+// nothing can follow, generation ends with reason "grammar". From the full logits a
+// position where no token of the vocabulary can continue is an error; from a merged top-k
+// holding no allowed token the step returns need_wider: nothing is sampled or consumed,
+// and the caller steps again for the same position with a wider top-k or the full logits.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/vocab.h"
 
@@ -34,6 +46,7 @@ struct GenerateParams {
   std::vector<std::string> stop;  // stop strings (not emitted)
   bool ignore_eos = false;        // keep going past end-of-generation tokens
   int lookup = 0;                 // speculative decoding: draft up to this many tokens by prompt lookup (0: off)
+  std::string grammar;            // GBNF text constraining the output; empty: none
 };
 
 struct GenStep {
@@ -41,12 +54,15 @@ struct GenStep {
   std::string text;      // complete UTF-8 released by this step (may be empty)
   bool done = false;
   std::string reason;    // "" while running, else the stop reason
+  // Top-k step with a grammar: no listed token is allowed; nothing happened (id -1).
+  bool need_wider = false;
 };
 
 class Generator {
  public:
   // n_vocab: sampleable ids [0, n_vocab) (tensor padding rows excluded); n_ctx: positions
-  // the caller's KV cache holds (0: no limit). tok must outlive the Generator.
+  // the caller's KV cache holds (0: no limit). tok must outlive the Generator. A grammar
+  // that does not parse throws knot::UsageError (grammar.h).
   Generator(const Tokenizer& tok, const GenerateParams& p, int n_vocab, int n_ctx = 0);
 
   // A new sequence: the prompt's ids feed the repetition penalty. Resets the sampler
@@ -71,6 +87,14 @@ class Generator {
   std::string text() const { return text_.substr(0, emitted_); }  // all text released so far
   int n_generated() const { return (int)ids_.size(); }
   const GenerateParams& params() const { return p_; }
+  // The grammar's matcher (nullptr without one): what it has matched so far.
+  const GrammarMatcher* grammar() const { return matcher_ ? &*matcher_ : nullptr; }
+  // Would the grammar take token id next? (true without a grammar)
+  bool allowed(int32_t id) const;
+  // allowed() for every id < n_vocab at once: mask[id] = 0/1 (a walk over the vocabulary
+  // sorted by bytes, so shared prefixes are matched once and a refused prefix skips every
+  // token that starts with it).
+  void allowed_mask(std::vector<uint8_t>& mask) const;
 
  private:
   GenStep after_sample(int32_t id);
@@ -89,6 +113,18 @@ class Generator {
   std::vector<int32_t> ids_;
   bool started_ = false, done_ = false;
   std::string reason_;
+  // grammar
+  std::optional<GrammarMatcher> matcher_;
+  std::vector<std::string> pieces_;  // [n_vocab] token bytes, as the decoder emits them
+  std::vector<uint8_t> eog_;         // [n_vocab]
+  std::vector<int32_t> by_bytes_;    // ids of non-empty, non-EOG pieces sorted by bytes
+  std::vector<uint32_t> lcp_;        // [i]: bytes piece(by_bytes_[i]) shares with the one before
+  mutable std::vector<GrammarMatcher::State> walk_;  // allowed_mask(): state after d bytes
+  TokenFilter filter_;
+  // first_ok_[b]: a piece starting with byte b may be allowed (for the matcher's state
+  // when first_fresh_ is set; a quick refusal for most of a 152k vocabulary)
+  mutable bool first_ok_[256] = {};
+  mutable bool first_fresh_ = false;
 };
 
 }  // namespace knot

@@ -98,6 +98,84 @@ int32_t Sampler::sample(const float* logits, int n) {
   return sample_cand(true);
 }
 
+int32_t Sampler::sample(const float* logits, int n, const TokenFilter& allowed) {
+  if (!allowed) return sample(logits, n);
+  if (logits == nullptr || n < n_vocab_)
+    fail("sampler: got " + std::to_string(n) + " logits, vocab has " + std::to_string(n_vocab_));
+  cand_.resize(n_vocab_);
+  for (int32_t i = 0; i < n_vocab_; i++) cand_[i] = {logits[i], i};
+  return sample_cand(true, nullptr, &allowed);
+}
+
+int32_t Sampler::sample_topk(const SliceTopK& t, const TokenFilter& allowed) {
+  if (!allowed) return sample_topk(t);
+  if (t.ids.size() != t.logits.size())
+    fail("sampler: top-k list has " + std::to_string(t.ids.size()) + " ids but " + std::to_string(t.logits.size()) +
+         " logits");
+  cand_.clear();
+  for (size_t i = 0; i < t.ids.size(); i++)
+    if (t.ids[i] >= 0 && t.ids[i] < n_vocab_) cand_.push_back({t.logits[i], t.ids[i]});
+  std::sort(cand_.begin(), cand_.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  for (size_t i = 1; i < cand_.size(); i++)
+    if (cand_[i].second == cand_[i - 1].second) fail("sampler: top-k list holds id " + std::to_string(cand_[i].second) + " twice");
+  if (cand_.empty()) return -1;
+  return sample_cand(false, nullptr, &allowed);
+}
+
+bool Sampler::filter_cand(const TokenFilter& f, bool* sorted) {
+  *sorted = false;
+  const bool greedy = p_.temperature <= 0.f;
+  const bool lazy = greedy || p_.top_k > 0 || (p_.top_p >= 1.0f && p_.min_p > 0.f);
+  const bool full_vocab = cand_.size() == (size_t)n_vocab_;
+  auto keep_allowed = [&](size_t from) {  // order-preserving compaction of cand_[from..]
+    size_t keep = from;
+    if (f.mask && full_vocab && cand_.size() - from > 1024) {
+      mask_.clear();
+      f.mask(mask_);
+      if (mask_.size() < (size_t)n_vocab_) fail("sampler: token filter mask has " + std::to_string(mask_.size()) + " entries, vocab " + std::to_string(n_vocab_));
+      for (size_t i = from; i < cand_.size(); i++)
+        if (mask_[cand_[i].second]) cand_[keep++] = cand_[i];
+    } else {
+      for (size_t i = from; i < cand_.size(); i++)
+        if (f.allowed(cand_[i].second)) cand_[keep++] = cand_[i];
+    }
+    cand_.resize(keep);
+  };
+  if (!lazy) {
+    keep_allowed(0);
+    return !cand_.empty();
+  }
+  // In `better` order: the best kAsk candidates asked one by one; if that does not settle
+  // it, the rest filtered at once (mask), sorted, and taken in order.
+  constexpr size_t kAsk = 1024;
+  const size_t want = greedy ? 1 : p_.top_k > 0 ? (size_t)p_.top_k : SIZE_MAX;
+  std::vector<std::pair<float, int32_t>> kept;
+  bool settled = false;
+  auto take = [&](const std::pair<float, int32_t>& c, bool ask) {  // false: stop
+    if (c.first == -std::numeric_limits<float>::infinity()) return false;  // and all after it
+    // min-p (top-k off, top-p off): once a token is below min_p of the best allowed one,
+    // so is every one after it
+    if (want == SIZE_MAX && !kept.empty() && det_exp((double)c.first - (double)kept[0].first) < (double)p_.min_p) return false;
+    if (!ask || f.allowed(c.second)) kept.push_back(c);
+    return kept.size() < want;
+  };
+  const size_t head = std::min(kAsk, cand_.size());
+  if (head < cand_.size()) std::nth_element(cand_.begin(), cand_.begin() + (long)head, cand_.end(), better);
+  std::sort(cand_.begin(), cand_.begin() + (long)head, better);
+  size_t i = 0;
+  for (; i < head; i++)
+    if (!take(cand_[i], true)) { settled = true; break; }
+  if (!settled && head < cand_.size()) {
+    keep_allowed(head);
+    std::sort(cand_.begin() + (long)head, cand_.end(), better);
+    for (size_t j = head; j < cand_.size(); j++)
+      if (!take(cand_[j], false)) break;
+  }
+  cand_.swap(kept);
+  *sorted = true;
+  return !cand_.empty();
+}
+
 int32_t Sampler::sample_candidates(const int32_t* ids, const float* logits, int n) {
   if (n < 0 || (n > 0 && (ids == nullptr || logits == nullptr)))
     fail("sampler: bad candidate list (n=" + std::to_string(n) + ")");
@@ -167,9 +245,9 @@ void Sampler::top_p_unsorted(double target, float max_logit, float min_logit, co
   cand_.swap(kept);
 }
 
-int32_t Sampler::sample_cand(bool full_vocab, const SliceTopK* whole) {
+int32_t Sampler::sample_cand(bool full_vocab, const SliceTopK* whole, const TokenFilter* allowed) {
   int32_t best_id = -1;
-  if (!filter(full_vocab, whole, &best_id)) return best_id;
+  if (!filter(full_vocab, whole, &best_id, allowed)) return best_id;
   // Draw (in the current order, which is deterministic).
   const double u = uniform01(rng_state_) * w_sum_;
   double cum = 0;
@@ -180,13 +258,13 @@ int32_t Sampler::sample_cand(bool full_vocab, const SliceTopK* whole) {
   return cand_.back().second;  // u rounded up to sum
 }
 
-Sampler::Draft Sampler::sample_draft(const float* logits, int n, int32_t draft) {
+Sampler::Draft Sampler::sample_draft(const float* logits, int n, int32_t draft, const TokenFilter* allowed) {
   if (logits == nullptr || n < n_vocab_)
     fail("sampler: got " + std::to_string(n) + " logits, vocab has " + std::to_string(n_vocab_));
   cand_.resize(n_vocab_);
   for (int32_t i = 0; i < n_vocab_; i++) cand_[i] = {logits[i], i};
   int32_t best_id = -1;
-  if (!filter(true, nullptr, &best_id)) return {best_id, best_id == draft};  // greedy: the argmax, kept if it is the draft
+  if (!filter(true, nullptr, &best_id, allowed)) return {best_id, best_id == draft};  // greedy: the argmax, kept if it is the draft
   // The draft came from a deterministic proposal (q = 1 at the draft): keep it with
   // probability p(draft) = min(1, p/q), else draw from max(0, p - q) normalised, which is p
   // without the draft. Either way the token is distributed as p.
@@ -207,7 +285,7 @@ Sampler::Draft Sampler::sample_draft(const float* logits, int n, int32_t draft) 
   return {last >= 0 ? last : draft, last < 0};  // u rounded up to the rest; or the draft was the only candidate
 }
 
-bool Sampler::filter(bool full_vocab, const SliceTopK* whole, int32_t* best_out) {
+bool Sampler::filter(bool full_vocab, const SliceTopK* whole, int32_t* best_out, const TokenFilter* allowed) {
   for (const auto& c : cand_)
     if (std::isnan(c.first)) fail("sampler: logit of token " + std::to_string(c.second) + " is NaN");
 
@@ -240,6 +318,12 @@ bool Sampler::filter(bool full_vocab, const SliceTopK* whole, int32_t* best_out)
     }
   }
 
+  bool sorted = false;  // cand_ in `better` order (else in input order)
+  if (allowed && !filter_cand(*allowed, &sorted)) {
+    *best_out = -1;  // no candidate is allowed
+    return false;
+  }
+
   // Argmax by a scan (lowest id on ties). The list may be the whole vocab (150k), so
   // the filters below sort only as much as they need.
   size_t best = 0;
@@ -252,9 +336,8 @@ bool Sampler::filter(bool full_vocab, const SliceTopK* whole, int32_t* best_out)
   if (p_.temperature <= 0.f) return false;  // greedy
   if (max_logit == std::numeric_limits<float>::infinity()) return false;
 
-  bool sorted = false;  // cand_ in `better` order (else in input order)
   const size_t n_all = whole ? (size_t)n_vocab_ : cand_.size();  // tokens the list stands for
-  if (p_.top_k > 0 && (size_t)p_.top_k < n_all) {
+  if (!sorted && p_.top_k > 0 && (size_t)p_.top_k < n_all) {
     const size_t k = std::min((size_t)p_.top_k, cand_.size());
     std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), better);
     cand_.resize(k);

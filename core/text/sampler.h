@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,15 @@ struct SamplerParams {
   uint64_t seed = 0;
 };
 
+// Which tokens may be sampled (e.g. a grammar's). allowed: one token (empty: every
+// token). mask (optional): every token at once, mask[id] = allowed, for ids < n_vocab —
+// when it is cheaper than asking each (a grammar walks its vocabulary as a trie).
+struct TokenFilter {
+  std::function<bool(int32_t id)> allowed;
+  std::function<void(std::vector<uint8_t>& mask)> mask;
+  explicit operator bool() const { return (bool)allowed; }
+};
+
 class Sampler {
  public:
   Sampler(const SamplerParams& p, int n_vocab);
@@ -69,7 +79,25 @@ class Sampler {
     int32_t id;
     bool accepted;
   };
-  Draft sample_draft(const float* logits, int n, int32_t draft);
+  // With a token filter (a grammar's): the draft and the draw from the allowed tokens only
+  // (a draft the filter refuses is never kept).
+  Draft sample_draft(const float* logits, int n, int32_t draft, const TokenFilter* allowed = nullptr);
+  // The same, over the tokens `allowed` accepts only: the others are as if their logit
+  // were -inf (penalties apply first, then the filter, then top-k / top-p / min-p /
+  // temperature over what is left). Returns -1, drawing nothing, when no candidate is
+  // allowed. The filter is asked lazily, in candidate order (logit desc, id asc), as far
+  // as the chain needs: greedy stops at the first allowed token, top-k at the k-th,
+  // min-p (with top-p off) at the first allowed token below its cut; after 1024 asked
+  // without getting there, the filter's mask (when it has one) answers for the rest.
+  // Only top-k off with top-p on (or min-p off) needs every candidate (the mask, else
+  // each asked). The allowed candidates are then in that order for the draw (in list
+  // order when every candidate was needed).
+  // For a top-k list the filtered list's own mass is used (lse/min are not: they include
+  // tokens the filter refuses), so it equals sample(logits, n, allowed) when the list
+  // holds every allowed token that the full pass keeps (e.g. at least top_k allowed
+  // ones, or the one allowed argmax when greedy).
+  int32_t sample(const float* logits, int n, const TokenFilter& allowed);
+  int32_t sample_topk(const SliceTopK& t, const TokenFilter& allowed);
   const SamplerParams& params() const { return p_; }
 
  private:
@@ -80,11 +108,16 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> cand_;
   // Filters cand_ and draws. full_vocab: cand_[id].second == id. whole: cand_ is a shard
   // top-k (in id order) standing for the whole vocab of that lse / min.
-  int32_t sample_cand(bool full_vocab, const SliceTopK* whole = nullptr);
+  int32_t sample_cand(bool full_vocab, const SliceTopK* whole = nullptr, const TokenFilter* allowed = nullptr);
   // The pipeline up to the draw: penalties, argmax (*best), top-k, top-p, min-p, then
   // w_ / w_sum_ = the temperature softmax weights of cand_. False when the result is the
-  // argmax without a draw (greedy, or an infinite max logit).
-  bool filter(bool full_vocab, const SliceTopK* whole, int32_t* best);
+  // argmax without a draw (greedy, or an infinite max logit), or *best = -1 when the
+  // token filter allows no candidate.
+  bool filter(bool full_vocab, const SliceTopK* whole, int32_t* best, const TokenFilter* allowed = nullptr);
+  // Keeps the allowed candidates (see sample(..., allowed)); false when none is. Sets
+  // *sorted when cand_ is left in `better` order and already cut to top_k.
+  bool filter_cand(const TokenFilter& allowed, bool* sorted);
+  std::vector<uint8_t> mask_;
   std::vector<double> w_;
   double w_sum_ = 0;
   void top_p_unsorted(double target, float max_logit, float min_logit, const std::vector<double>& w);

@@ -2,7 +2,9 @@
 // into core/text/generator.h (tests/golden/record.mjs -> outputs.json): every shared model
 // x sampler path (greedy, reference, top-k/top-p/min-p defaults, top-p alone, min-p alone,
 // repetition penalty + stop strings, ignore-eos up to the context limit) must give the same
-// ids and the same text bytes, streamed and returned.
+// ids and the same text bytes, streamed and returned. A regression guard only: the
+// recording is our own build's output, not a correctness reference; correctness is checked
+// against the float64 reference and llama.cpp (reference-outputs.json, infer_greedy.cpp).
 #include <fstream>
 
 #include "infer_util.h"
@@ -38,7 +40,7 @@ void apply_args(const std::vector<std::string>& a, knot::EngineOptions& eo, knot
   }
 }
 
-TEST(InferGolden, GenerateOutputsUnchangedOnSharedModels) {
+TEST(InferGolden, RegressionGuardRecordedOutputsUnchangedOnSharedModels) {
   std::ifstream f(knot_test::source_dir() + "/tests/golden/outputs.json");
   ASSERT_TRUE(f.good()) << "tests/golden/outputs.json missing";
   const nlohmann::json g = nlohmann::json::parse(f);
@@ -63,7 +65,8 @@ TEST(InferGolden, GenerateOutputsUnchangedOnSharedModels) {
     EXPECT_EQ(streamed, r.text) << what;
     n++;
   }
-  EXPECT_GE(n, 42);
+  EXPECT_GE(g["cases"].size(), 42u);
+  EXPECT_EQ(n, static_cast<int>(g["cases"].size())) << "every recorded case checked";
 }
 
 }  // namespace

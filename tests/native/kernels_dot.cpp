@@ -441,3 +441,50 @@ TEST(KernelsDot, BenchHelpersReturnPositiveRates) {
   EXPECT_GT(kernel_bench_matvec(DType::Q4_K, 64, 1024, Kernel::Simd, 0.01), 0.0);
   EXPECT_GT(kernel_bench_dequant_dot(DType::Q6_K, 64, 1024, 0.01), 0.0);
 }
+
+// Every SIMD variant this CPU can run (AVX-512 VNNI, AVX-VNNI, AVX2 here; usable_simd_tables),
+// not only the one dot_kernels() picks: each forced in turn must pass the selftest and
+// give the scalar kernels' outputs bit for bit on every block type (the type-traits
+// table), for decode (1 token, the AVX-512 16-row kernels) and prefill token counts,
+// row slices starting anywhere and tails of fewer than 16 rows.
+TEST(KernelsDot, EveryUsableSimdVariantMatchesScalar) {
+  NamedKernels tables[4];
+  const int n = usable_simd_tables(tables);
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512vnni")) {
+    ASSERT_GE(n, 2);
+    EXPECT_STREQ(tables[0].name, "avx512vnni");
+    EXPECT_STREQ(simd_kernels_name(), "avx512vnni");  // the best one is the default
+  }
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (simd_compiled() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4))) {  // AVX-VNNI
+    bool listed = false;
+    for (int v = 0; v < n; v++) listed = listed || std::strcmp(tables[v].name, "avxvnni") == 0;
+    EXPECT_TRUE(listed) << "AVX-VNNI CPU but no avxvnni table";
+  }
+#endif
+  const int64_t cols = 1024;
+  for (int v = 0; v < n; v++) {
+    set_simd_kernels_for_test(tables[v].table);
+    std::string report;
+    EXPECT_EQ(kernel_selftest(7, &report), 0) << tables[v].name << "\n" << report;
+    for (DType t : block_weight_types()) {
+      std::vector<uint8_t> W = quant_matrix(t, 41, cols, 77);
+      for (int64_t ntok : {1, 2, 5, 64}) {
+        std::vector<float> X = gauss((size_t)(ntok * cols), 90 + (uint32_t)ntok, 1.5f);
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 41}, {0, 1}, {3, 20}, {7, 40}}) {
+          const int64_t nr = r1 - r0;
+          std::vector<float> Ys(ntok * nr), Yv(ntok * nr);
+          matmul_rows(t, W.data(), r0, r1, cols, X.data(), ntok, Ys.data(), Kernel::Scalar);
+          matmul_rows(t, W.data(), r0, r1, cols, X.data(), ntok, Yv.data(), Kernel::Simd);
+          for (int64_t i = 0; i < ntok * nr; i++)
+            ASSERT_TRUE(bit_equal(Ys[i], Yv[i])) << tables[v].name << " " << dtype_name(t) << " ntok " << ntok
+                                                 << " rows [" << r0 << "," << r1 << ") at " << i << ": " << Yv[i]
+                                                 << " vs " << Ys[i];
+        }
+      }
+    }
+    set_simd_kernels_for_test(nullptr);
+  }
+}

@@ -341,8 +341,11 @@ test("mesh and plan read the same option table: generate's sampling flags plus i
   // every sampling row of generate appears in mesh's usage, word for word
   for (const flag of ["--n-predict", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", "--ctx",
                       "--chunk", "--stop", "--ignore-eos", "--ids", "--prompt-file"]) {
-    const row = gen.split("\n").find((l) => l.includes(flag)).trim();
-    assert.ok(h.stdout.includes(row.split(/\s{2,}/).slice(1).join(" ").slice(0, 20)), `${flag}: ${row}`);
+    // the option's row: "  [-x, ]--flag ARG   description"
+    const rowOf = (usage) => usage.split("\n").find((l) => /^ {2}(-\w, )?--/.test(l) && l.trim().split(/\s+/).includes(flag))?.trim();
+    const row = rowOf(gen);
+    assert.ok(row, `${flag} in generate's usage`);
+    assert.equal(rowOf(h.stdout), row, `${flag}: the whole row, not its first 20 characters`);
   }
   for (const flag of ["--plan FILE", "--stations L,L,...", "--shards N", "--vocab C,C,...", "--slices N", "--fluid", "--link ws|http"])
     assert.ok(h.stdout.includes(flag), flag);

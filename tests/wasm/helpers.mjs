@@ -1,5 +1,5 @@
 // helpers.mjs — shared by tests/wasm/*.test.mjs (not a test file itself).
-import {existsSync, readFileSync, statSync, createReadStream, mkdtempSync, rmSync} from "node:fs";
+import {existsSync, readFileSync, readdirSync, statSync, createReadStream, mkdtempSync, rmSync} from "node:fs";
 import {createServer} from "node:http";
 import {spawn} from "node:child_process";
 import {tmpdir} from "node:os";
@@ -40,6 +40,12 @@ export function tmpDir(prefix = "knotwork-wasm-") {
 
 const MIME = {".html": "text/html; charset=utf-8", ".mjs": "text/javascript", ".js": "text/javascript",
               ".wasm": "application/wasm", ".json": "application/json"};
+
+/** serveFiles routes for every module of bindings/ (what a page importing the JS API loads). */
+export function bindingsRoutes() {
+  const dir = join(ROOT, "bindings");
+  return Object.fromEntries(readdirSync(dir).filter((f) => f.endsWith(".mjs")).map((f) => [`/bindings/${f}`, join(dir, f)]));
+}
 
 /**
  * Tiny static server on 127.0.0.1 (ephemeral port) with single-range Range support.

@@ -79,3 +79,60 @@ test("serve chat page in Chromium: a message streams a reply with live telemetry
   mkdirSync(join(ROOT, "build"), {recursive: true});
   await page.screenshot({path: join(ROOT, "build/serve-chat.png"), fullPage: true});
 });
+
+test("serve chat page in Chromium: Stop ends the generation and the server's live sessions return to 0", {timeout: 120_000}, async (t) => {
+  // a random-weight vocab of 32000: EOS is rare, so the reply runs to max tokens (~10 s here)
+  const model = sharedModel(t, "llama-2-tiny-random.gguf");
+  if (!model) return;
+  if (!existsSync(CHROMIUM)) {
+    if (process.env.CI) throw new Error(`${CHROMIUM} missing (CI is set: not skipping)`);
+    t.skip(`no chromium at ${CHROMIUM}`);
+    return;
+  }
+  const {chromium} = await import("playwright-core");
+  const srv = await startServe(model, ["--ctx", "2048"]);
+  t.after(() => srv.stop());
+  const health = async () => (await fetch(`${srv.url}/health`)).json();
+  const h0 = await health();
+  assert.equal(h0.sessions, 0);
+  const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-stop-"), {
+    executablePath: CHROMIUM, headless: true,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--no-first-run"],
+  });
+  t.after(() => ctx.close());
+  const page = await ctx.newPage();
+  await page.goto(srv.url + "/");
+  await page.waitForFunction(() => document.querySelector("#model").options.length === 1, null, {timeout: 10_000});
+  assert.equal(await page.isDisabled("#stop"), true, "nothing to stop yet");
+  await page.fill("#max", "2000");
+  await page.fill("#input", "Tell me a story.");
+  await page.press("#input", "Enter");
+  await page.waitForFunction(() => Number(document.querySelector("#tokens").textContent) >= 5, null, {timeout: 30_000});
+  const during = await health();
+  assert.equal(during.sessions, 1, "the generation holds a session");
+  assert.equal(await page.isDisabled("#stop"), false);
+  await page.click("#stop");
+  await page.waitForFunction(() => document.querySelector("#phase").textContent === "stopped", null, {timeout: 10_000});
+  let h;
+  for (let i = 0; i < 200; i++) {
+    h = await health();
+    if (h.sessions === 0) break;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  assert.equal(h.sessions, 0, "the server freed the session");
+  assert.equal(h.served, h0.served, "the generation did not run to its end");
+  const r = await page.evaluate(() => ({n: Number(document.querySelector("#tokens").textContent),
+    reply: document.querySelector(".msg.assistant").textContent, types: window.knotTelemetry.map((e) => e.type),
+    send: document.querySelector("#send").disabled, stop: document.querySelector("#stop").disabled}));
+  assert.ok(r.n >= 5 && r.n < 2000, `${r.n} tokens before the stop`);
+  assert.ok(!r.types.includes("done"), "no summary: stopped, not finished");
+  assert.ok(r.reply.length > 0, "the reply so far stays");
+  assert.deepEqual([r.send, r.stop], [false, true], "ready for the next message");
+  // the next message is answered
+  await page.fill("#max", "8");
+  await page.fill("#input", "And then?");
+  await page.press("#input", "Enter");
+  await page.waitForFunction(() => document.querySelector("#phase").textContent.startsWith("done"), null, {timeout: 30_000});
+  assert.equal((await health()).sessions, 0);
+});

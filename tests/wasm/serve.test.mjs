@@ -61,7 +61,7 @@ async function readSSE(response, onEvent = () => {}) {
 
 let srv, client, keyed, model, templated;
 before(async () => {
-  srv = await startServe(modelPath(MODEL), ["--ctx", "256"]);
+  srv = await startServe(modelPath(MODEL), ["--ctx", "256", "--parallel", "1"]);  // one slot: the queue test below
   client = new OpenAI({baseURL: `${srv.url}/v1`, apiKey: "unused", maxRetries: 0});
   keyed = await startServe(modelPath(MODEL2), ["--api-key", "sekret-key-123", "--name", "qwen-tiny"]);
   model = await kw.openModel(modelPath(MODEL));
@@ -162,6 +162,17 @@ test("serve: logprobs (chat: logprobs + top_logprobs; completions: logprobs N) f
                                                   temperature: 0, logprobs: true, top_logprobs: 3});
   const lp = r.choices[0].logprobs.content;
   assert.equal(lp.length, r.usage.completion_tokens);
+  // one process on the same templated prompt: the same tokens (bytes), logprobs and top 3
+  const utf8 = new TextDecoder(), want = [];
+  const hi = model.tokenize(model.applyChatTemplate([{role: "user", content: "Hi"}]), {addBos: true, parseSpecial: true});
+  for await (const e of model.generate(hi, {maxTokens: 12, temperature: 0, logprobs: 3})) if (e.type === "token") want.push(e);
+  assert.equal(lp.length, want.length);
+  lp.forEach((t, i) => {
+    assert.deepEqual(t.bytes, Array.from(model.tokenBytes(want[i].token)), `token ${i}`);
+    assert.ok(Math.abs(t.logprob - want[i].logprob) < 1e-6, `token ${i}: ${t.logprob} vs ${want[i].logprob}`);
+    assert.deepEqual(t.top_logprobs.map((x) => x.token), want[i].top.map((x) => utf8.decode(model.tokenBytes(x.token))), `token ${i}: top 3`);
+    t.top_logprobs.forEach((x, j) => assert.ok(Math.abs(x.logprob - want[i].top[j].logprob) < 1e-6, `token ${i} top ${j}`));
+  });
   let text = "";
   for (const t of lp) {
     assert.equal(t.top_logprobs.length, 3);
@@ -173,13 +184,23 @@ test("serve: logprobs (chat: logprobs + top_logprobs; completions: logprobs N) f
     assert.deepEqual(t.bytes, Array.from(new TextEncoder().encode(t.token)));
     text += t.token;
   }
-  assert.equal(text.trim(), r.choices[0].message.content.trim());
+  assert.equal(text, r.choices[0].message.content);
   const c = await client.completions.create({model: srv.id, prompt: PROMPT, max_tokens: 8, temperature: 0, logprobs: 2});
   const l = c.choices[0].logprobs;
   assert.equal(l.tokens.length, 8);
   assert.equal(l.token_logprobs.length, 8);
   assert.equal(l.top_logprobs.length, 8);
-  assert.ok(l.top_logprobs.every((o) => Object.keys(o).length >= 1 && Object.keys(o).length <= 2));
+  // {token text: logprob} of the 2 best, as one process computes them (equal texts: the first kept)
+  const wantTop = [];
+  for await (const e of model.generate(PROMPT, {maxTokens: 8, temperature: 0, logprobs: 2})) if (e.type === "token") {
+    const top = {};
+    for (const x of e.top) top[utf8.decode(model.tokenBytes(x.token))] ??= x.logprob;
+    wantTop.push(top);
+  }
+  l.top_logprobs.forEach((o, i) => {
+    assert.deepEqual(Object.keys(o), Object.keys(wantTop[i]), `token ${i}: top_logprobs tokens`);
+    for (const [k, v] of Object.entries(o)) assert.ok(Math.abs(v - wantTop[i][k]) < 1e-6, `token ${i} ${JSON.stringify(k)}: ${v} vs ${wantTop[i][k]}`);
+  });
   assert.equal(l.text_offset[0], 0);
   assert.equal(l.tokens.join(""), c.choices[0].text);
   // streamed: one logprobs entry per chunk
@@ -279,8 +300,13 @@ test("serve: --api-key requires Authorization: Bearer KEY on the API; the chat p
   const j = await none.json();
   assert.equal(j.error.code, "missing_api_key");
   assert.match(j.error.message, /didn't provide an API key/);
-  assert.equal((await fetch(`${keyed.url}/health`)).status, 401);
-  assert.equal((await fetch(`${keyed.url}/health`, {headers: {authorization: "Bearer sekret-key-123"}})).status, 200);
+  // /health answers without the key (a probe), with its details only with the key
+  const open = await fetch(`${keyed.url}/health`);
+  assert.equal(open.status, 200);
+  assert.deepEqual(await open.json(), {status: "ok"});
+  const withKey = await fetch(`${keyed.url}/health`, {headers: {authorization: "Bearer sekret-key-123"}});
+  assert.equal(withKey.status, 200);
+  assert.equal((await withKey.json()).model, "qwen-tiny");
   // a streamed request with a wrong key is refused before any stream starts
   const s = await fetch(`${keyed.url}/v1/chat/completions`, {method: "POST", headers: {authorization: "Bearer x", "content-type": "application/json"},
     body: JSON.stringify({model: "qwen-tiny", messages, stream: true})});
@@ -377,8 +403,10 @@ test("serve: a client that disconnects mid-stream frees its session (KV released
   }
   assert.equal(h.sessions, 0, "the session was freed");
   assert.equal(h.served, h0.served, "the abandoned generation did not run to its end");
-  // (the module's result buffer may have shrunk meanwhile: not above the level before)
-  assert.ok(h.memory.heap <= h0.memory.heap, `wasm heap ${h.memory.heap} after vs ${h0.memory.heap} before the request`);
+  // (the module keeps the last call's result buffer, a few hundred bytes that vary with it:
+  // back at the level before within that; the KV cache alone is megabytes, checked above)
+  const SLACK = 1024;
+  assert.ok(h.memory.heap <= h0.memory.heap + SLACK, `wasm heap ${h.memory.heap} after vs ${h0.memory.heap} before the request`);
   // and the server still serves
   const c = new OpenAI({baseURL: `${long.url}/v1`, apiKey: "x", maxRetries: 0});
   const r = await c.completions.create({model: long.id, prompt: PROMPT, max_tokens: 4, temperature: 0});
@@ -478,22 +506,21 @@ for (const [what, sampling] of [["greedy", {temperature: 0}], ["seeded", {temper
   });
 }
 
-test("serve: two clients alternating never reuse each other's session: each prompt is cold after the other's, and exact", async (t) => {
+test("serve: two clients, concurrent, each reuses its own slot's session only (never the other's), and exact", async (t) => {
   const own = await startServe(modelPath(MODEL), ["--ctx", "256"]);
   t.after(() => own.stop());
   const c = new OpenAI({baseURL: `${own.url}/v1`, apiKey: "x", maxRetries: 0});
   const prompts = ["Lily went to the park with her mom", "The big dog barked at the red ball"];
   const wants = await Promise.all(prompts.map((p) => model.complete(model.tokenize(p, {parseSpecial: true}), {maxTokens: 8, temperature: 0, nCtx: 256})));
-  // concurrent: they queue; each its own text, and neither reuses the other's KV
+  // concurrent, in slots of their own: round 0 cold; round 1 each keeps its own prompt (all but
+  // its last token), never the other's
   for (let round = 0; round < 2; round++) {
     const rs = await Promise.all(prompts.map((prompt) => c.completions.create({model: own.id, prompt, max_tokens: 8, temperature: 0})));
     rs.forEach((r, i) => {
       assert.equal(r.choices[0].text, wants[i].text, `client ${i}, round ${round}`);
-      assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0, `client ${i}, round ${round}: the held session was the other's`);
+      assert.equal(r.usage.prompt_tokens_details.cached_tokens, round ? model.tokenize(prompts[i], {parseSpecial: true}).length - 1 : 0,
+                   `client ${i}, round ${round}`);
     });
   }
-  // the same prompt again right after itself: reused
-  const again = await c.completions.create({model: own.id, prompt: prompts[1], max_tokens: 8, temperature: 0});
-  assert.equal(again.choices[0].text, wants[1].text);
-  assert.equal(again.usage.prompt_tokens_details.cached_tokens, model.tokenize(prompts[1], {parseSpecial: true}).length - 1);
+  assert.equal((await (await fetch(`${own.url}/health`)).json()).slots >= 2, true);
 });

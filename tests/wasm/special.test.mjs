@@ -85,7 +85,7 @@ test("JS API generate(): special-token text parsed by default, parseSpecial: fal
     // the chat template's output generates as the same ids
     const rendered = m.applyChatTemplate([{role: "system", content: "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."},
                                           {role: "user", content: "Summarize the plot of Hamlet in two sentences"}]);
-    assert.ok(rendered.startsWith(CHATML), JSON.stringify(rendered));
+    assert.equal(rendered, CHATML);
   } finally { m.close(); }
 });
 

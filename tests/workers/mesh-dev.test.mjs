@@ -29,6 +29,7 @@ test("scripts/mesh-dev.sh: the mesh under wrangler dev answers one chat completi
   const message = "Tell me a story.";
   const ids = m.tokenize(m.applyChatTemplate([{role: "user", content: message}]), {parseSpecial: true});
   const want = (await m.complete(ids, {maxTokens: 48, temperature: 0})).text;
+  const wantPage = (await m.complete(ids, {maxTokens: 24, temperature: 0})).text;  // the page's max tokens below
   m.close();
 
   const port = await freePort();
@@ -64,6 +65,7 @@ test("scripts/mesh-dev.sh: the mesh under wrangler dev answers one chat completi
     await page.dispatchEvent("#key", "change");
     await page.waitForFunction(() => document.querySelector("#model").options.length === 1, null, {timeout: 20_000});
     await page.fill("#max", "24");
+    await page.fill("#temp", "0");  // greedy: the reply is comparable with one process
     await page.fill("#input", message);
     await page.press("#input", "Enter");
     await page.waitForFunction(() => document.querySelector("#phase").textContent.startsWith("done"), null, {timeout: 90_000});
@@ -71,7 +73,7 @@ test("scripts/mesh-dev.sh: the mesh under wrangler dev answers one chat completi
       reply: document.querySelector(".msg.assistant").textContent, types: window.knotTelemetry.map((e) => e.type)}));
     assert.match(r.topology, /^mesh/);
     assert.match(r.topology, /station\s*st0\s*\[0,3\]\s*ok\s*station\s*st1\s*\[3,5\]\s*ok\s*shard\s*sh0\s*\[0,256\]\s*ok\s*shard\s*sh1\s*\[256,512\]\s*ok/);
-    assert.ok(r.reply.length > 0);
+    assert.equal(r.reply, wantPage, "the page's streamed reply is the single-process text");
     for (const ty of ["accepted", "route", "prefill", "decode", "tokens", "done"]) assert.ok(r.types.includes(ty), `${ty} in ${r.types}`);
     await page.screenshot({path: join(ROOT, "build/mesh-chat.png"), fullPage: true});
   } finally { await ctx.close(); }

@@ -5,11 +5,37 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import {sharedKnot, single, meshFor} from "./helpers.mjs";
 import * as kw from "../../bindings/knotwork.mjs";
+import {createHandler} from "../../bindings/openai.mjs";
+import {localBackend} from "../../bindings/local-backend.mjs";
 
-test("openai client -> entry Worker -> mesh: completions and chat (streamed) equal single-process greedy text", async (t) => {
+// The single-process chat reference: `knotwork serve`'s handler (local backend, one wasm
+// instance) through the same client, non-streamed; the ids from Model.generate on the
+// chat-formatted prompt, as token bytes (what chat logprobs carry).
+async function singleChat(bytes, {messages, maxTokens}) {
+  const m = await kw.openModel(kw.bytesSource(bytes, "single.knot"));
+  try {
+    const handle = createHandler(localBackend(m, {id: "model"}));
+    const client = new OpenAI({baseURL: "http://single/v1", apiKey: "unused", maxRetries: 0,
+                               fetch: async (url, init) => handle(new Request(url, init))});
+    const r = await client.chat.completions.create({model: "model", messages, max_tokens: maxTokens, temperature: 0, logprobs: true});
+    const ids = [], logprobs = [];
+    let pieces = "";
+    const prompt = m.tokenize(m.applyChatTemplate(messages), {addBos: true, parseSpecial: true});
+    for await (const e of m.generate(prompt, {maxTokens, temperature: 0, logprobs: 0}))
+      if (e.type === "token") { ids.push(e.token); logprobs.push(e.logprob); pieces += e.text; }
+    const text = r.choices[0].message.content;
+    assert.ok(ids.length >= 4, `a non-trivial chat continuation (${ids.length} tokens)`);
+    assert.equal(pieces, text, "the single-process handler's chat text is Model.generate's on the template's prompt");
+    return {text, finish: r.choices[0].finish_reason, logprobs, bytes: ids.map((id) => Array.from(m.tokenBytes(id)))};
+  } finally { m.close(); }
+}
+
+test("openai client -> entry Worker -> mesh: completions and chat (streamed: text and token ids) equal single-process greedy output", async (t) => {
   const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
   if (!bytes) return;
   const want = await single(bytes, "Once upon a time", {maxTokens: 16, temperature: 0});
+  const chat = {messages: [{role: "user", content: "Tell me a story"}], maxTokens: 12};
+  const chatWant = await singleChat(bytes, chat);
   const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2}, {port: 0});
   try {
     const client = new OpenAI({baseURL: new URL("/v1", mesh.url).href, apiKey: "unused"});
@@ -18,11 +44,21 @@ test("openai client -> entry Worker -> mesh: completions and chat (streamed) equ
     const c = await client.completions.create({model: "model", prompt: "Once upon a time", max_tokens: 16, temperature: 0});
     assert.equal(c.choices[0].text, want.text);
     assert.equal(c.usage.completion_tokens, want.ids.length);
-    const stream = await client.chat.completions.create({model: "model", messages: [{role: "user", content: "Tell me a story"}],
-                                                         max_tokens: 12, temperature: 0, stream: true});
-    let text = "";
-    for await (const ch of stream) text += ch.choices[0]?.delta?.content ?? "";
-    assert.ok(text.length > 0);
+    const stream = await client.chat.completions.create({model: "model", messages: chat.messages, max_tokens: chat.maxTokens,
+                                                         temperature: 0, stream: true, logprobs: true});
+    let text = "", finish = null;
+    const tokens = [];
+    for await (const ch of stream) {
+      assert.equal(ch.choices.length, 1, JSON.stringify(ch));
+      const [choice] = ch.choices;
+      if (typeof choice.delta.content === "string") text += choice.delta.content;
+      for (const e of choice.logprobs?.content ?? []) tokens.push(e);  // chunks without a token carry logprobs: null
+      if (choice.finish_reason !== null) finish = choice.finish_reason;
+    }
+    assert.equal(text, chatWant.text, "streamed chat text vs the single-process chat output");
+    assert.equal(finish, chatWant.finish);
+    assert.deepEqual(tokens.map((e) => e.bytes), chatWant.bytes, "streamed chat token ids (as their bytes) vs single process");
+    tokens.forEach((e, i) => assert.ok(Math.abs(e.logprob - chatWant.logprobs[i]) < 1e-9, `chat token ${i}: ${e.logprob} vs ${chatWant.logprobs[i]}`));
     await assert.rejects(client.completions.create({model: "model", prompt: "x", max_tokens: 100000}), /maximum context length/);
   } finally { await mesh.close(); }
 });
@@ -72,8 +108,14 @@ test("openai client -> mesh: seeded sampling with presence/frequency penalties a
   const opts = {maxTokens: 16, temperature: 0.8, seed: 11, presencePenalty: 0.7, frequencyPenalty: 0.3, logprobs: 2};
   const m = await kw.openModel(kw.bytesSource(bytes, "single.knot"));
   const want = [];
+  const utf8 = new TextDecoder();
   try {
-    for await (const e of m.generate(m.tokenize("Once upon a time"), opts)) if (e.type === "token") want.push(e);
+    for await (const e of m.generate(m.tokenize("Once upon a time"), opts)) if (e.type === "token") {
+      // the legacy completions' top_logprobs: {token text: logprob}, the first of equal texts kept
+      const top = {};
+      for (const x of e.top) top[utf8.decode(m.tokenBytes(x.token))] ??= x.logprob;
+      want.push({...e, topByText: top});
+    }
   } finally { m.close(); }
   const mesh = await meshFor(bytes, {stations: [2, 3], shards: 3}, {port: 0});
   try {
@@ -84,9 +126,11 @@ test("openai client -> mesh: seeded sampling with presence/frequency penalties a
     const lp = c.choices[0].logprobs;
     assert.equal(lp.token_logprobs.length, want.length);
     lp.token_logprobs.forEach((x, i) => assert.ok(Math.abs(x - want[i].logprob) < 1e-9, `token ${i}: ${x} vs ${want[i].logprob}`));
+    assert.equal(lp.top_logprobs.length, want.length);
     lp.top_logprobs.forEach((top, i) => {
-      assert.ok(Object.keys(top).length >= 1, `token ${i}: top_logprobs`);
-      for (const v of Object.values(top)) assert.ok(want[i].top.some((x) => Math.abs(x.logprob - v) < 1e-9), `token ${i}: top ${v}`);
+      assert.deepEqual(Object.keys(top), Object.keys(want[i].topByText), `token ${i}: top_logprobs tokens`);
+      for (const [k, v] of Object.entries(top))
+        assert.ok(Math.abs(v - want[i].topByText[k]) < 1e-9, `token ${i}: top ${JSON.stringify(k)} ${v} vs ${want[i].topByText[k]}`);
     });
   } finally { await mesh.close(); }
 });

@@ -1,5 +1,8 @@
 // backend.mjs — the backend of the OpenAI handler (bindings/openai.mjs) over the mesh:
-// /v1/models, /health and generate(req). A request is tokenized and checked here, once;
+// /v1/models, /health, generate(req), and llama-server's tokenize, detokenize,
+// apply-template, props and metrics over the coordinator's text model (no weights).
+// Embeddings are refused (501): they need every layer's hidden states, which only the
+// stations compute, and the stations have no pooled-hidden-state call yet. A request is tokenized and checked here, once;
 // its ids generate in a SessionDO (session.mjs), whose events (bindings/events.mjs) pass
 // on unrenamed after `accepted`; an error event is thrown.
 import {ApiError} from "../../bindings/openai.mjs";
@@ -25,7 +28,25 @@ export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {})
                nLayer: c.n_layer, nEmbd: c.n_embd, nVocab: c.n_vocab, format: "knot", mode: "mesh", topology: topo}}];
     },
     async health() { return {model: id, topology: topo, isolates: await isolateStats(env)}; },
-    tokenBytes(_model, tok) { return model?.tokenBytes(tok) ?? new Uint8Array(); },
+    tokenBytes(_model, tok, o) { return model?.tokenBytes(tok, o) ?? new Uint8Array(); },
+    async tokenize(content, {addSpecial, parseSpecial}) { return (await text()).tokenize(content, {addBos: addSpecial, parseSpecial}); },
+    async detokenize(ids) {
+      const m = await text(), V = m.info.config.n_vocab;
+      const bad = ids.find((x) => x >= V);
+      if (bad !== undefined) throw new ApiError(400, `token id ${bad} is outside the vocabulary (${V} tokens)`, {param: "tokens"});
+      return m.detokenize(ids);
+    },
+    async applyTemplate(messages) { return (await text()).applyChatTemplate(messages, {template: env.CHAT_TEMPLATE ?? ""}); },
+    async props() {
+      const m = await text(), c = m.info.config, tk = m.info.tokenizer ?? {};
+      const tmpl = m.chatTemplate();
+      const tokenText = (i) => (i >= 0 ? new TextDecoder().decode(m.tokenBytes(i, {special: true})) : null);
+      return {id, modelPath: t.knot, nCtx: defaultContext(c), slots: null, topology: topo,
+              chatTemplate: env.CHAT_TEMPLATE ? {name: env.CHAT_TEMPLATE, text: tmpl.text} : tmpl,
+              bos: tokenText(tk.bos_id), eos: tokenText(tk.eos_id),
+              knotwork: {arch: c.arch, nLayer: c.n_layer, nEmbd: c.n_embd, nVocab: c.n_vocab, format: "knot", mode: "mesh"}};
+    },
+    embedUnsupported: "the mesh's coordinator holds no layers; pooled hidden states would need a call on the stations that returns the final layer's rows (not implemented)",
     async *generate(req) {
       const m = await text(), c = m.info.config;
       const nCtx = defaultContext(c);

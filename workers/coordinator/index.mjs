@@ -12,7 +12,9 @@
 //          linkMode) is a 400 naming it, before anything streams
 //        GET /v1/mesh/topology, GET /v1/mesh/stats (every isolate's memory)
 //        the OpenAI-compatible API (bindings/openai.mjs) over meshBackend(env): /v1/models,
-//        /v1/chat/completions, /v1/completions, /health, / (chat page)
+//        /v1/chat/completions, /v1/completions, /health, / (chat page), and llama-server's
+//        /tokenize, /detokenize, /apply-template, /props, /metrics (this isolate's counters);
+//        /v1/embeddings is a 501 naming why (backend.mjs)
 // With API_KEY set, /v1/mesh/ routes need it as a Bearer token (the OpenAI routes too:
 // openai.mjs checks them).
 /**
@@ -43,6 +45,16 @@ import {isolateStats} from "./stats.mjs";
 export {SessionDO} from "./session.mjs";
 export {PrefixDO} from "./prefixes.mjs";
 
+const OPENAI_ROUTES = new Set(["/", "/health", "/tokenize", "/detokenize", "/apply-template", "/props", "/metrics"]);
+
+// One OpenAI handler (and its /metrics counters) per isolate and env.
+const handlers = new WeakMap();
+function handlerOf(env) {
+  let h = handlers.get(env);
+  if (!h) handlers.set(env, h = createHandler(meshBackend(env), {apiKey: env.API_KEY}));
+  return h;
+}
+
 export default {
   /** @param {Request} req @param {Env} env */
   async fetch(req, env) {
@@ -57,8 +69,8 @@ export default {
         const checked = await checkGenerateBody(await textModel(env), body, env.CHAT_TEMPLATE ?? "");
         return new Response(await sessionStream(env, checked), {headers: {"content-type": "application/x-ndjson"}});
       }
-      if (url.pathname === "/" || url.pathname === "/health" || url.pathname.startsWith("/v1/"))
-        return createHandler(meshBackend(env), {apiKey: env.API_KEY})(req);
+      if (OPENAI_ROUTES.has(url.pathname.replace(/\/+$/, "") || "/") || url.pathname.startsWith("/v1/"))
+        return handlerOf(env)(req);
       throw new HttpError(404, `no route ${req.method} ${url.pathname}`);
     } catch (e) { return errorResponse(e); }
   },

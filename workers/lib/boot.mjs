@@ -2,7 +2,7 @@
 // the wasm module, started once, and a boot cache of one value per config key. A station
 // (station/index.mjs) and a vocab shard (cobordism/index.mjs) boot alike: the .knot opened
 // from R2 by its header, then the tensors that worker holds (modelBoot).
-import wasmModule from "../../build/wasm/knotwork.wasm";
+import {wasmModules as wasmModule} from "./wasm.mjs";
 import {init} from "../../bindings/knotwork.mjs";
 import {openParts} from "../../bindings/mesh.mjs";
 import {r2Source} from "./r2.mjs";

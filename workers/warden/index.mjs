@@ -18,6 +18,9 @@
 // blocking the answer), L3 R2 range reads verified by the .knot chunk hashes. Cache writes
 // after the answer go through ctx.waitUntil.
 // RPC methods: rows(identity, ids) -> f32 [ids.length, n_embd]; stats().
+// POST /debug/hold-l2-writes {hold?: true|false, maxMs?} (TEST_HOOKS only, HTTP): L2 puts
+// wait until released (or maxMs, default 60 s), so the tests observe the answer leaving
+// before the cache write lands -> {hold, held: puts waiting}.
 //
 // Both objects also answer the same calls over HTTP (fetch), for tests only (TEST_HOOKS,
 // through this script's /do/ route): there each error keeps its status (400 no identity,
@@ -183,6 +186,14 @@ export class CobordismWardenDO extends DurableObject {
     super(ctx, env);
     this.l1 = new Lru(Number(env.ROWS_L1_BUDGET ?? 256 * MiB));
     this.counts = {l1: 0, l2: 0, l3: 0, l2Rejected: 0};
+    this.l2Hold = null;  // TEST_HOOKS: {promise, release, held} while L2 puts are held
+  }
+
+  l2Put(key, value) {
+    const hold = this.l2Hold;
+    if (!hold) return this.env.ROWS_KV.put(key, value, {expirationTtl: 24 * 3600});
+    hold.held++;
+    return hold.promise.then(() => this.env.ROWS_KV.put(key, value, {expirationTtl: 24 * 3600}));
   }
 
   /** RPC: what this warden holds and has served. */
@@ -231,8 +242,7 @@ export class CobordismWardenDO extends DurableObject {
       const row = await dequantizeRow(type, this.l1.get(tok).bytes, E);
       out.set(row, i * E);
       // the good row replaces a deleted bad one only after the delete (no reordering)
-      if (this.env.ROWS_KV) writes.push((deleting.get(kvKey) ?? Promise.resolve()).then(() =>
-        this.env.ROWS_KV.put(kvKey, row.buffer.slice(0), {expirationTtl: 24 * 3600})));
+      if (this.env.ROWS_KV) writes.push((deleting.get(kvKey) ?? Promise.resolve()).then(() => this.l2Put(kvKey, row.buffer.slice(0))));
     }
     this.ctx.waitUntil(Promise.all(writes));  // after the answer; never lost at teardown
     return out;
@@ -245,6 +255,17 @@ export class CobordismWardenDO extends DurableObject {
     try {
       const body = req.method === "POST" ? await req.json().catch(() => ({})) : {};
       if (url.pathname === "/stats") return Response.json(await this.stats());
+      if (url.pathname === "/debug/hold-l2-writes" && this.env.TEST_HOOKS) {
+        const held = this.l2Hold?.held ?? 0;
+        if (body.hold === true && !this.l2Hold) {
+          let release;
+          const promise = new Promise((r) => { release = r; });
+          const hold = this.l2Hold = {promise, release, held: 0};
+          // never held forever: a warden that awaited its puts would otherwise hang the test
+          setTimeout(() => { if (this.l2Hold === hold) { hold.release(); this.l2Hold = null; } }, Number(body.maxMs ?? 60_000));
+        } else if (body.hold === false && this.l2Hold) { this.l2Hold.release(); this.l2Hold = null; }
+        return Response.json({ok: true, hold: !!this.l2Hold, held});
+      }
       if (url.pathname !== "/rows") throw new HttpError(404, `cobordism warden: no route ${url.pathname}`);
       return new Response(await this.rows(body.identity, body.ids));
     } catch (e) { return errorResponse(e); }

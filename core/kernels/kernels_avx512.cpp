@@ -1,0 +1,361 @@
+// kernels_avx512.cpp — AVX-512 (F/BW/VL) + AVX512-VNNI kernels (Kernel::Simd natively on
+// CPUs that report all four; kernels.cpp checks). Compiled with -mavx512f -mavx512bw
+// -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c (CMakeLists.txt). The table is kDotAvx2
+// with these slots replaced:
+//   Q4_0 / Q8_0 x Q16_0: one batched kernel for decode AND prefill (mm, also for a single
+//     token): 16 weight rows at a time, one row per 32-bit lane. Per 32-weight block and
+//     row, vpdpwssd of the int16-widened weights with the int16 activations (exact), a
+//     16 -> 1 transpose-add tree puts the 16 rows' block sums into one vector, and the
+//     per-block float combine runs on the 16 lanes with exactly block_accum's operations
+//     in block order (contraction off) — so every row equals the scalar dot bit for bit.
+//   Q4_K / Q6_K x Q8_K: 512-bit dot kernels (NT <= 4 tokens share each weight decode):
+//     vpmaddubsw (u8 weights x s8 activations, pairs <= 2*63*128, no saturation) then
+//     vpdpwssd with the sub-block scales; integer block sums exact, block_accum* in scalar.
+// Float weights, Q5_K and the Q8_0-activation vec_dot stay on the AVX2 kernels.
+#if defined(__x86_64__) || defined(__i386__)
+
+#include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
+
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's avx512fintrin.h trips its own -Wmaybe-uninitialized (_mm512_undefined_*, GCC PR105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/kernels_internal.h"
+
+namespace knot {
+
+namespace {
+
+inline int32_t hsum512(__m512i v) { return _mm512_reduce_add_epi32(v); }
+
+inline int32_t hsum256(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Lane r of the result = sum of the 16 lanes of v[r] (exact integer adds).
+inline __m512i reduce16(const __m512i v[16]) {
+  __m512i a[8], b[4];
+  for (int k = 0; k < 8; k++)  // per 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3]
+    a[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+  for (int k = 0; k < 4; k++)  // per 128-bit lane L: [S_L(v4k), S_L(v4k+1), S_L(v4k+2), S_L(v4k+3)]
+    b[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_epi64(a[2 * k], a[2 * k + 1]));
+  const __m512i d01 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512i d23 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[2], b[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm512_shuffle_i32x4(b[2], b[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(d01, d23, _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_i32x4(d01, d23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// ---- Q4_0 / Q8_0 weights x Q16_0 activations, 16 rows per pass (lanes = rows)
+
+struct RowsQ8_0 {
+  static constexpr size_t BLOCK = sizeof(block_q8_0);
+  static __m512i weights(const uint8_t* blk) {  // 32 int16 in element order
+    return _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)(blk + 2)));
+  }
+};
+struct RowsQ4_0 {
+  static constexpr size_t BLOCK = sizeof(block_q4_0);
+  static __m512i weights(const uint8_t* blk) {
+    const __m128i q = _mm_loadu_si128((const __m128i*)(blk + 2));
+    const __m128i m4 = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, m4), k8);                     // elems 0..15
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), k8);  // 16..31
+    return _mm512_cvtepi8_epi16(_mm256_set_m128i(hi, lo));
+  }
+};
+
+template <class F>
+void mm_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+               int64_t nt, float* Y, int64_t ldy) {
+  const int64_t nb = n / QK8_0;
+  for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+    const int nr = (int)std::min<int64_t>(16, nrows - r0);
+    const uint8_t* row[16];
+    alignas(64) int32_t offs[16];
+    for (int r = 0; r < 16; r++) {  // rows past the end repeat the last one; not stored
+      row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;
+      offs[r] = (int32_t)(row[r] - row[0]);
+    }
+    const __m512i voff = _mm512_load_si512(offs);
+    for (int64_t t = 0; t < nt; t++) {
+      const block_q16_0* a = (const block_q16_0*)(act + (size_t)t * ab);
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t i = 0; i < nb; i++) {  // hot loop: one block of 16 rows
+        const __m512i av = _mm512_loadu_si512((const void*)a[i].qs);
+        __m512i s[16];
+        for (int r = 0; r < 16; r++)
+          s[r] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), F::weights(row[r] + (size_t)i * F::BLOCK), av);
+        const __m512i sumi = reduce16(s);
+        // the 16 rows' fp16 block scales (low half of a 4-byte gather at each block)
+        const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + (size_t)i * F::BLOCK), 1);
+        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+        const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(a[i].d));                // block_accum, lanewise:
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)));     // acc + (dw*da)*sumi
+      }
+      alignas(64) float o[16];
+      _mm512_store_ps(o, acc);
+      for (int r = 0; r < nr; r++) Y[t * ldy + r0 + r] = o[r];
+    }
+  }
+}
+
+// Prefill (2+ tokens): the 16 rows' blocks are repacked once per call into pair-major
+// int16 (for weight pair p of a block, one zmm holding that pair of all 16 rows), then
+// each token tile accumulates one block's sums for all 16 rows with 16 vpdpwssd against a
+// broadcast activation pair — no horizontal reduction. Same integer block sums and the
+// same lanewise block_accum as mm_rows16, so the same bits.
+
+// 16 x 16 dword transpose: out[p] lane r = in[r] lane p.
+inline void transpose16(const __m512i in[16], __m512i out[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {  // u[4i+j], 128-bit lane L: rows 4i..4i+3 of column 4L+j
+    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; j++) {  // 4 x 4 transpose of 128-bit lanes of u[j], u[4+j], u[8+j], u[12+j]
+    const __m512i x0 = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i x1 = _mm512_shuffle_i32x4(u[j], u[4 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], _MM_SHUFFLE(3, 2, 3, 2));
+    out[0 + j] = _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(2, 0, 2, 0));
+    out[4 + j] = _mm512_shuffle_i32x4(x0, y0, _MM_SHUFFLE(3, 1, 3, 1));
+    out[8 + j] = _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(2, 0, 2, 0));
+    out[12 + j] = _mm512_shuffle_i32x4(x1, y1, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+struct PackScratch {
+  std::vector<__m512i> w;  // [nb][16 pairs] 16 rows' weight pairs
+  std::vector<__m512> d;   // [nb] 16 rows' weight scales
+};
+thread_local PackScratch g_pack;
+
+template <int TT>
+inline void gemm_tile(const __m512i* pw, const __m512* pd, int64_t nb, const block_q16_0* const* a, __m512* acc) {
+  for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {  // hot loop: one block, 16 rows x TT tokens
+    __m512i s[TT];
+    for (int t = 0; t < TT; t++) s[t] = _mm512_setzero_si512();
+    const __m512i* w = pw + 16 * i;
+    for (int p = 0; p < 16; p++) {
+      const __m512i wv = _mm512_load_si512((const void*)(w + p));
+      for (int t = 0; t < TT; t++) {
+        int32_t pair;
+        std::memcpy(&pair, a[t][i].qs + 2 * p, 4);
+        s[t] = _mm512_dpwssd_epi32(s[t], wv, _mm512_set1_epi32(pair));
+      }
+    }
+    for (int t = 0; t < TT; t++) {
+      const __m512 d = _mm512_mul_ps(pd[i], _mm512_set1_ps(a[t][i].d));      // block_accum, lanewise:
+      acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(d, _mm512_cvtepi32_ps(s[t])));  // acc + (dw*da)*sumi
+    }
+  }
+}
+
+template <class F>
+void mm_gemm16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+               int64_t nt, float* Y, int64_t ldy) {
+  if (nt < 2) return mm_rows16<F>(n, W, rb, nrows, act, ab, nt, Y, ldy);
+  const int64_t nb = n / QK8_0;
+  PackScratch& ps = g_pack;
+  ps.w.resize((size_t)(nb * 16));
+  ps.d.resize((size_t)nb);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+    const int nr = (int)std::min<int64_t>(16, nrows - r0);
+    const uint8_t* row[16];
+    alignas(64) int32_t offs[16];
+    for (int r = 0; r < 16; r++) {  // rows past the end repeat the last one; not stored
+      row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;
+      offs[r] = (int32_t)(row[r] - row[0]);
+    }
+    const __m512i voff = _mm512_load_si512(offs);
+    for (int64_t i = 0; i < nb; i++) {  // repack: rows' int16 pairs -> pair-major
+      __m512i rw[16];
+      for (int r = 0; r < 16; r++) rw[r] = F::weights(row[r] + (size_t)i * F::BLOCK);
+      transpose16(rw, &ps.w[(size_t)(16 * i)]);
+      const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + (size_t)i * F::BLOCK), 1);
+      ps.d[(size_t)i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+    }
+    for (int64_t t0 = 0; t0 < nt; t0 += 4) {
+      const int tt = (int)std::min<int64_t>(4, nt - t0);
+      const block_q16_0* a[4];
+      for (int t = 0; t < tt; t++) a[t] = (const block_q16_0*)(act + (size_t)(t0 + t) * ab);
+      __m512 acc[4];
+      switch (tt) {
+        case 1: gemm_tile<1>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 2: gemm_tile<2>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 3: gemm_tile<3>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        default: gemm_tile<4>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+      }
+      for (int t = 0; t < tt; t++) {
+        alignas(64) float o[16];
+        _mm512_store_ps(o, acc[t]);
+        for (int r = 0; r < nr; r++) Y[(t0 + t) * ldy + r0 + r] = o[r];
+      }
+    }
+  }
+}
+
+void mm_q8_0_avx512(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_gemm16<RowsQ8_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+void mm_q4_0_avx512(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_gemm16<RowsQ4_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+
+// ---- K-quants x Q8_K
+
+// Q4_K: per 64-weight chunk c (sub-blocks 2c: low nibbles, 2c+1: high nibbles of the
+// same 32 bytes) one zmm [low nibbles | high nibbles] against the 64 contiguous
+// activations; vpmaddubsw pairs, then vpdpwssd with [sc[2c] x16 | sc[2c+1] x16].
+// Scales and mins of the 8 sub-blocks as i16 lanes [sc0..sc7, m0..m7] (32-bit mask
+// decode of the 12 packed bytes, same packing as k4_scale_min).
+inline __m256i k4_scales16(const uint8_t* s) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t sc_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
+  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+  return _mm256_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)m_lo, (int)m_hi));
+}
+
+template <int NT>
+void q4_K_avx512(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q4_K* x = (const block_q4_K*)w;
+  const int64_t nb = n / QK_K;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // 0 low half, 4 high
+  // i16 lane l of chunk c's products: sub-block 2c (l < 16) or 2c+1; mins as pairs vs bsums
+  __m512i sidx[4];
+  for (int c = 0; c < 4; c++)
+    sidx[c] = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)), _mm256_set1_epi16((short)(2 * c + 1)), 1);
+  const __m256i midx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  for (int64_t i = 0; i < nb; i++) {
+    const __m256i scm = k4_scales16(x[i].scales);
+    const __m512i scm512 = _mm512_castsi256_si512(scm);
+    const __m256i mp = _mm256_permutexvar_epi16(midx, scm);  // m0,m0,m1,m1,..,m7,m7
+    __m512i isum[NT];
+    for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
+    for (int c = 0; c < 4; c++) {  // hot loop
+      const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(x[i].qs + 32 * c)));
+      const __m512i wv = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
+      const __m512i sv = _mm512_permutexvar_epi16(sidx[c], scm512);
+      for (int t = 0; t < NT; t++) {
+        const int8_t* a = ((const block_q8_K*)act[t])[i].qs + 64 * c;
+        const __m512i p = _mm512_maddubs_epi16(wv, _mm512_loadu_si512((const void*)a));
+        isum[t] = _mm512_dpwssd_epi32(isum[t], p, sv);
+      }
+    }
+    const float dw = half_to_float(x[i].d), dminw = half_to_float(x[i].dmin);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_K* ab = (const block_q8_K*)act[t] + i;
+      const int32_t summs = hsum256(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)ab->bsums), mp));
+      acc[t] = block_accum_kmin(acc[t], dw, dminw, ab->d, hsum512(isum[t]), summs);
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+// Q6_K: per half h, v01 = sub-blocks 8h+0..3 (elements 0..63), v23 = 8h+4..7 (64..127),
+// unsigned q (0..63); subtract 32 * sum_j sc[j] * bsums[j] once per block.
+template <int NT>
+void q6_K_avx512(int64_t n, const void* w, const void* const* act, float* out) {
+  const block_q6_K* x = (const block_q6_K*)w;
+  const int64_t nb = n / QK_K;
+  float acc[NT];
+  for (int t = 0; t < NT; t++) acc[t] = 0.f;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i sh_v01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);  // left
+  const __m512i sh_v23 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);  // right
+  // i16 lane l of v01/v23 (pairs of weights 2l, 2l+1) belongs to sub-block l/8 (+4 for v23)
+  alignas(64) int16_t idx01[32], idx23[32];
+  for (int l = 0; l < 32; l++) idx01[l] = (int16_t)(l / 8), idx23[l] = (int16_t)(4 + l / 8);
+  const __m512i i01 = _mm512_load_si512(idx01), i23 = _mm512_load_si512(idx23);
+  for (int64_t i = 0; i < nb; i++) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x[i].scales));
+    __m512i isum[NT];
+    for (int t = 0; t < NT; t++) isum[t] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {  // hot loop: 128 weights
+      const __m512i q = _mm512_loadu_si512((const void*)(x[i].ql + 64 * h));
+      const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(x[i].qh + 32 * h)));
+      const __m512i v01 = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(_mm512_sllv_epi16(hb, sh_v01), m30));
+      const __m512i v23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                                          _mm512_and_si512(_mm512_srlv_epi16(hb, sh_v23), m30));
+      const __m512i sch = _mm512_castsi256_si512(sc16);
+      const __m512i idx_h = _mm512_set1_epi16((short)(8 * h));
+      const __m512i s01 = _mm512_permutexvar_epi16(_mm512_add_epi16(i01, idx_h), sch);
+      const __m512i s23 = _mm512_permutexvar_epi16(_mm512_add_epi16(i23, idx_h), sch);
+      for (int t = 0; t < NT; t++) {
+        const int8_t* a = ((const block_q8_K*)act[t])[i].qs + 128 * h;
+        const __m512i p01 = _mm512_maddubs_epi16(v01, _mm512_loadu_si512((const void*)a));
+        const __m512i p23 = _mm512_maddubs_epi16(v23, _mm512_loadu_si512((const void*)(a + 64)));
+        isum[t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(isum[t], p01, s01), p23, s23);
+      }
+    }
+    const float dw = half_to_float(x[i].d);
+    for (int t = 0; t < NT; t++) {
+      const block_q8_K* a = (const block_q8_K*)act[t] + i;
+      const int32_t off = hsum256(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)a->bsums), sc16));
+      acc[t] = block_accum(acc[t], dw, a->d, hsum512(isum[t]) - 32 * off);
+    }
+  }
+  for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+#define KNOT_NT_DISPATCH(name, tmpl)                                                     \
+  void name(int64_t n, const void* w, const void* const* act, int nt, float* out) {      \
+    switch (nt) {                                                                        \
+      case 1: tmpl<1>(n, w, act, out); break;                                            \
+      case 2: tmpl<2>(n, w, act, out); break;                                            \
+      case 3: tmpl<3>(n, w, act, out); break;                                            \
+      default: tmpl<4>(n, w, act, out); break;                                           \
+    }                                                                                    \
+  }
+
+KNOT_NT_DISPATCH(dot_q4_K_avx512, q4_K_avx512)
+KNOT_NT_DISPATCH(dot_q6_K_avx512, q6_K_avx512)
+
+DotKernels make_avx512_table() {
+  DotKernels k = kDotAvx2;  // constant-initialized in kernels_avx2.cpp
+  k.name = "avx512vnni";
+  k.dot[type_index(DType::Q4_K)] = dot_q4_K_avx512;
+  k.dot[type_index(DType::Q6_K)] = dot_q6_K_avx512;
+  k.mm[type_index(DType::Q4_0)] = mm_q4_0_avx512;
+  k.mm[type_index(DType::Q8_0)] = mm_q8_0_avx512;
+  k.mm_min_tokens = 1;  // the 16-row kernels are the decode (one token) path too
+  return k;
+}
+
+}  // namespace
+
+const DotKernels kDotAvx512Vnni = make_avx512_table();
+
+}  // namespace knot
+
+#endif  // x86

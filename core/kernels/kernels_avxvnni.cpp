@@ -1,0 +1,115 @@
+// kernels_avxvnni.cpp — AVX-VNNI (VEX, 256-bit: Alder Lake and later cores without
+// AVX-512) kernels for Kernel::Simd natively; chosen at run time when the CPU has AVX2 +
+// AVX-VNNI but not AVX-512 VNNI (kernels.cpp). Compiled with -mavxvnni -mavx2 -mfma
+// -mf16c (CMakeLists.txt). The table is kDotAvx2 with one slot pair replaced:
+//   Q4_0 / Q8_0 x Q16_0: the batched kernel for decode AND prefill (mm, also for one
+//     token): 8 weight rows at a time, one row per 32-bit lane; per 32-weight block and
+//     row two vpdpwssd of the int16-widened weights with the int16 activations (exact), a
+//     hadd tree puts the 8 rows' block sums into one vector, and block_accum runs on the
+//     8 lanes in block order (contraction off): every row equals the scalar dot bit for bit.
+// Same scheme as the 16-row AVX-512 kernel in kernels_avx512.cpp, at half the width.
+#if defined(__x86_64__) || defined(__i386__)
+
+#include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/kernels_internal.h"
+
+namespace knot {
+
+namespace {
+
+// Lane r of the result = sum of the 8 lanes of v[r] (exact integer adds).
+inline __m256i reduce8(const __m256i v[8]) {
+  const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i y = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  // x: per 128-bit half L, [S_L(v0), S_L(v1), S_L(v2), S_L(v3)]; y the same for v4..v7
+  return _mm256_add_epi32(_mm256_permute2x128_si256(x, y, 0x20), _mm256_permute2x128_si256(x, y, 0x31));
+}
+
+struct RowsQ8_0 {
+  static constexpr size_t BLOCK = sizeof(block_q8_0);
+  static void weights(const uint8_t* blk, __m256i& lo, __m256i& hi) {
+    lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(blk + 2)));
+    hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(blk + 18)));
+  }
+};
+struct RowsQ4_0 {
+  static constexpr size_t BLOCK = sizeof(block_q4_0);
+  static void weights(const uint8_t* blk, __m256i& lo, __m256i& hi) {
+    const __m128i q = _mm_loadu_si128((const __m128i*)(blk + 2));
+    const __m128i m4 = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
+    lo = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(q, m4), k8));                     // elems 0..15
+    hi = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), k8));  // 16..31
+  }
+};
+
+template <class F>
+void mm_rows8(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+              int64_t nt, float* Y, int64_t ldy) {
+  const int64_t nb = n / QK8_0;
+  const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
+    const int nr = (int)std::min<int64_t>(8, nrows - r0);
+    const uint8_t* row[8];
+    alignas(32) int32_t offs[8];
+    for (int r = 0; r < 8; r++) {  // rows past the end repeat the last one; not stored
+      row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;
+      offs[r] = (int32_t)(row[r] - row[0]);
+    }
+    const __m256i voff = _mm256_load_si256((const __m256i*)offs);
+    for (int64_t t = 0; t < nt; t++) {
+      const block_q16_0* a = (const block_q16_0*)(act + (size_t)t * ab);
+      __m256 acc = _mm256_setzero_ps();
+      for (int64_t i = 0; i < nb; i++) {  // hot loop: one block of 8 rows
+        const __m256i a_lo = _mm256_loadu_si256((const __m256i*)a[i].qs);
+        const __m256i a_hi = _mm256_loadu_si256((const __m256i*)(a[i].qs + 16));
+        __m256i s[8];
+        for (int r = 0; r < 8; r++) {
+          __m256i w_lo, w_hi;
+          F::weights(row[r] + (size_t)i * F::BLOCK, w_lo, w_hi);
+          s[r] = _mm256_dpwssd_avx_epi32(_mm256_dpwssd_avx_epi32(_mm256_setzero_si256(), w_lo, a_lo), w_hi, a_hi);
+        }
+        const __m256i sumi = reduce8(s);
+        // the 8 rows' fp16 block scales (low half of a 4-byte gather at each block)
+        const __m256i d32 = _mm256_and_si256(
+            _mm256_i32gather_epi32((const int*)(row[0] + (size_t)i * F::BLOCK), voff, 1), lo16);
+        const __m256i d16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(d32, d32), 0x08);  // 8 halves low
+        const __m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(d16));
+        const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(a[i].d));             // block_accum, lanewise:
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi)));  // acc + (dw*da)*sumi
+      }
+      alignas(32) float o[8];
+      _mm256_store_ps(o, acc);
+      for (int r = 0; r < nr; r++) Y[t * ldy + r0 + r] = o[r];
+    }
+  }
+}
+
+void mm_q8_0_avxvnni(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_rows8<RowsQ8_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+void mm_q4_0_avxvnni(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_rows8<RowsQ4_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+
+DotKernels make_avxvnni_table() {
+  DotKernels k = kDotAvx2;  // constant-initialized in kernels_avx2.cpp
+  k.name = "avxvnni";
+  k.mm[type_index(DType::Q4_0)] = mm_q4_0_avxvnni;
+  k.mm[type_index(DType::Q8_0)] = mm_q8_0_avxvnni;
+  k.mm_min_tokens = 1;  // the 8-row kernels are the decode (one token) path too
+  return k;
+}
+
+}  // namespace
+
+const DotKernels kDotAvxVnni = make_avxvnni_table();
+
+}  // namespace knot
+
+#endif  // x86
