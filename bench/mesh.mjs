@@ -45,7 +45,8 @@ const single = singleRuns.slice(1);
 
 const config = (await kw.parseKnotHeader(kw.bytesSource(bytes, "bench.knot"))).config;
 const topology = topologyFromCounts(config, {knot: "model.knot", stations, shards});
-const mesh = await startMesh({knotBytes: bytes, topology, linkMode});
+// prefix reuse off: every run prefills the whole prompt (the figures below count its hops)
+const mesh = await startMesh({knotBytes: bytes, topology, linkMode, prefixCache: {kvTokens: 0}});
 const meshRuns = [];
 try {
   for (let r = 0; r < 4; r++) {

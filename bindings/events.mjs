@@ -25,9 +25,10 @@
  *   prompt tokens fed so far of total
  * @typedef {{type: "telemetry", event: string, [field: string]: any}} TelemetryEvent
  *   event "route": {sid, stations, members, shards, knot, nCtx, logits: "full"|"top-k+lse", k?};
- *   "prefill_started": {tokens, mode?}; "prefill_progress": {done, total} (the mesh: sent as
- *   each chunk leaves the exit, not when the prefill ends);
- *   "prefill_completed": {tokens, ms, mode?, maxInFlight?} (mode "pipelined" | "sequential":
+ *   "prefill_started": {tokens, cached?, mode?}; "prefill_progress": {done, total} (the mesh:
+ *   sent as each chunk leaves the exit, not when the prefill ends); "prefill_completed":
+ *   {tokens, cached?, ms, mode?, maxInFlight?} (tokens, done, total: the prompt tokens fed;
+ *   cached: those a held session already had, not fed again; mode "pipelined" | "sequential":
  *   the mesh's prefill; maxInFlight: chunks in the stations at once); "decode_started":
  *   {lookup?, drafting?};
  *   "reprefill": {reason, tokens}; "abstain": {phase, shard, slice: [v0, v1], reason,
@@ -41,13 +42,14 @@
  *   text: the complete UTF-8 this token released ("" while a character or a possible stop
  *   string is pending); logprob / top (the raw distribution's) when logprobs was asked
  * @typedef {{type: "summary", ids: number[], text: string, reason: "eog"|"stop"|"length"|"context",
- *            promptIds: number[], nPrompt: number, nGenerated: number, nDecoded: number, nCtx: number,
+ *            promptIds: number[], nPrompt: number, cachedTokens?: number, nGenerated: number, nDecoded: number, nCtx: number,
  *            prefillMs: number, decodeMs: number, prefillTokS: number, decodeTokS: number,
  *            mode: string, engine?: object, memory?: object, prefill?: "pipelined"|"sequential", passes?: number,
  *            speculative?: {lookup: number, drafted: number, accepted: number, acceptance: number, verifyPasses?: number},
  *            hops?: number, subrequests?: number, maxConnections?: number, messages?: number,
  *            abstains?: number, reprefills?: number, rowsPrefetched?: number, flaggedTokens?: number[],
  *            shardK?: number|"full", coordinatorMemory?: object}} SummaryEvent
+ *   cachedTokens: prompt tokens reused from a held session (its KV already held them);
  *   engine / memory: a single process's (Model.generate); speculative (lookup > 0): both
  *   (the mesh adds verifyPasses: passes that carried drafts); prefill, passes (decode
  *   passes through the stations), hops ... coordinatorMemory: the mesh's

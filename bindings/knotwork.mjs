@@ -10,6 +10,10 @@
 import {loadWasm, KnotworkError} from "./loader.mjs";
 import {bytesSource, fileSource, urlSource, countingSource, blobSource, cachedUrlSource} from "./sources.mjs";
 import {coreOptions} from "./options.mjs";
+import {reusable} from "./prefix.mjs";
+
+// The engine options of a session (kw_session_new's; kw_session_renew keeps them).
+const ENGINE_KEYS = ["mode", "n_ctx", "chunk", "kv_budget"];
 
 export {bytesSource, fileSource, urlSource, countingSource, blobSource, cachedUrlSource, KnotworkError};
 
@@ -429,6 +433,12 @@ export class Model {
    * come before the first piece and after each one.
    * kvBudget: bytes the KV cache may take (--kv-budget; a context that needs more is an
    * error naming both numbers).
+   * slot: a Model.slot() — prefix reuse across calls (llama-server's cache_prompt): a
+   * generation that completes leaves its session (KV and the ids it holds) in the slot, and
+   * the next one with the same engine options keeps the positions bindings/prefix.mjs
+   * reusable() allows and feeds only the rest (summary.cachedTokens; the prefill events'
+   * total counts the tokens fed). The ids are the same as a fresh session's. A generation
+   * that fails or is abandoned frees the session and leaves the slot empty.
    * signal: an AbortSignal; once aborted, the generator frees its session and throws the
    * signal's reason (an AbortError by default) before the next step (between prompt pieces
    * during the prefill), so at most one more forward pass runs.
@@ -441,7 +451,7 @@ export class Model {
    *          prefillProgress?: number,
    *          stop?: string[], reference?: boolean, ignoreEos?: boolean, nCtx?: number,
    *          chunk?: number, kvBudget?: number, addBos?: boolean, parseSpecial?: boolean,
-   *          signal?: AbortSignal, options?: object}} [opts]  options: the core's option keys (n_predict, top_k,
+   *          slot?: object, signal?: AbortSignal, options?: object}} [opts]  options: the core's option keys (n_predict, top_k,
    *          ... as parseCommandLine() returns them), applied over the named ones
    */
   async *generate(prompt, opts = {}) {
@@ -453,23 +463,41 @@ export class Model {
       : Array.from(prompt);
     const o = coreOptions(opts);
     const mem0 = readMemoryStats(w);
-    const sess = w.withString(JSON.stringify(o), (p, n) =>
-      withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
+    const slot = opts.slot, engineKey = JSON.stringify(ENGINE_KEYS.map((k) => o[k] ?? null));
+    if (slot && slot.model !== this) throw new Error("generate: the slot is another model's (model.slot())");
+    let sess = 0, keep = 0, kept = false, chunk, mode;
+    if (slot?.handle) {  // the slot is this generation's now: reused, or freed before a new session takes its memory
+      keep = slot.engine === engineKey ? reusable(slot.ids, ids) : 0;
+      if (keep) ({handle: sess, chunk, mode} = slot);
+      else w.exports.kw_session_free(slot.handle);
+      Object.assign(slot, {handle: 0, ids: []});
+    }
+    if (!sess) {
+      sess = w.withString(JSON.stringify(o), (p, n) => withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
+      ({chunk, mode} = w.resultJSON());
+    }
     try {
-      const {chunk, mode} = w.resultJSON();
-      const a = Int32Array.from(ids);
+      const a = Int32Array.from(ids), fed = a.length - keep;
+      const sampling = JSON.stringify(Object.fromEntries(Object.entries(o).filter(([k]) => !ENGINE_KEYS.includes(k))));
       // prompt pieces: whole chunks, so the forward passes are the same as in one call
-      const piece = opts.prefillProgress > 0 ? Math.max(1, Math.round(opts.prefillProgress / chunk)) * chunk : a.length;
+      const piece = opts.prefillProgress > 0 ? Math.max(1, Math.round(opts.prefillProgress / chunk)) * chunk : fed;
       const t0 = performance.now();
-      for (let at = 0; at < a.length || at === 0; at += piece) {
-        if (at > 0) signal?.throwIfAborted();
-        if (opts.prefillProgress > 0) yield {type: "prefill", done: at, total: a.length, elapsedMs: performance.now() - t0};
-        const part = a.subarray(at, Math.min(a.length, at + piece));
+      const cached = keep ? {cached: keep} : {};
+      for (let at = keep; at < a.length || at === 0; at += piece) {
+        if (at > keep) signal?.throwIfAborted();
+        if (opts.prefillProgress > 0) yield {type: "prefill", done: at - keep, total: fed, elapsedMs: performance.now() - t0, ...cached};
+        const end = Math.min(a.length, at + piece);
+        if (at === keep && keep) {  // a held session: keep [0, keep), feed the first piece
+          const p = w.copyIn(new Uint8Array(a.buffer, 0, end * 4));
+          try { w.withString(sampling, (q, n) => w.call("kw_session_renew", sess, q, n, p, end, keep)); } finally { w.free(p); }
+          continue;
+        }
+        const part = a.subarray(at, end);
         const p = w.copyIn(new Uint8Array(part.buffer, part.byteOffset, part.byteLength));
         try { w.call(at === 0 ? "kw_session_prefill" : "kw_session_prefill_more", sess, p, part.length); } finally { w.free(p); }
       }
       const prefillMs = performance.now() - t0;
-      if (opts.prefillProgress > 0) yield {type: "prefill", done: a.length, total: a.length, elapsedMs: prefillMs};
+      if (opts.prefillProgress > 0) yield {type: "prefill", done: fed, total: fed, elapsedMs: prefillMs, ...cached};
       const out = [];
       let decodeMs = 0, nDecoded = 0, reason = o.n_predict === 0 ? "length" : "", text = "", drafted = 0, accepted = 0;
       while (!reason) {
@@ -501,15 +529,29 @@ export class Model {
       const mem = readMemoryStats(w);
       w.call("kw_session_telemetry", sess);
       const engine = w.resultJSON();
+      if (slot) {  // the positions the KV holds: the prompt and the generated tokens fed
+        kept = true;
+        Object.assign(slot, {handle: sess, ids: ids.concat(out).slice(0, engine.n_pos), engine: engineKey, chunk, mode});
+      }
       yield {type: "summary", engine, nCtx: engine.n_ctx, ids: out, text, reason, promptIds: ids, nPrompt: ids.length,
-             nGenerated: out.length, nDecoded, prefillMs, decodeMs,
-             prefillTokS: ids.length / (prefillMs / 1000),
+             cachedTokens: keep, nGenerated: out.length, nDecoded, prefillMs, decodeMs,
+             prefillTokS: (ids.length - keep) / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0,
              mode, memory: {...mem, atStart: mem0.linear},
              ...(o.lookup > 0 ? {speculative: {lookup: o.lookup, drafted, accepted, acceptance: drafted ? accepted / drafted : 0}} : {})};
     } finally {
-      w.exports.kw_session_free(sess);
+      if (!kept) w.exports.kw_session_free(sess);
     }
+  }
+
+  /**
+   * A slot for generate({slot}): holds the session of the last generation that completed
+   * (its KV and the ids it holds) for the next one to reuse; free() releases it.
+   */
+  slot() {
+    const w = this.w;
+    return {model: this, handle: 0, ids: [], engine: "", chunk: 0, mode: "",
+            free() { if (this.handle && this.model.handle) w.exports.kw_session_free(this.handle); this.handle = 0; this.ids = []; }};
   }
 
   /**

@@ -13,10 +13,14 @@
 // queue}); a request that gets a slot says which ({event: "slot", slot, slots}). Every
 // await between tokens yields a macrotask so the server keeps answering (/health,
 // disconnects) while generations run. Model.generate's events pass on as they are
-// (bindings/events.mjs), after `accepted`. The session of a request is freed when its generation ends, fails or
-// is abandoned (the consumer's return(), or the request's AbortSignal).
+// (bindings/events.mjs), after `accepted`. Prefix reuse (llama-server's cache_prompt): the
+// session of the last request that completed in a slot stays held there (Model.slot), a
+// request takes the free slot whose held ids keep the most of its prompt (bindings/prefix.mjs),
+// and feeds only the rest (usage.prompt_tokens_details.cached_tokens). A request that fails or
+// is abandoned (the consumer's return(), or the request's AbortSignal) frees its session.
 import {ApiError} from "./openai.mjs";
 import {memoryStats} from "./knotwork.mjs";
+import {reusable} from "./prefix.mjs";
 
 const LINEAR_CAP = 128 * 1024 * 1024;  // the module's maximum memory (docs/memory.md)
 
@@ -70,6 +74,13 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
   let active = 0, served = 0;
   const free = Array.from({length: slots}, (_, i) => slots - 1 - i);  // free slot numbers, lowest last
   const waiting = [];  // FIFO of {grant(slot)}
+  const held = Array.from({length: slots}, () => model.slot());  // per slot: the last completed session
+  // the free slot whose held session keeps the most of `ids` (ties: the lowest number)
+  const take = (ids) => {
+    let at = free.length - 1, best = 0;
+    free.forEach((s, i) => { const k = reusable(held[s].ids, ids); if (k > best || (k === best && i > at)) { best = k; at = i; } });
+    return free.splice(at, 1)[0];
+  };
   const release = (slot) => {
     const next = waiting.shift();
     if (next) next.grant(slot);
@@ -111,7 +122,8 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
     async models() { return [card]; },
 
     async health() {
-      return {model: id, sessions: active, queued: waiting.length, slots, served, memory: await memoryStats(), topology};
+      return {model: id, sessions: active, queued: waiting.length, slots, served, heldPositions: held.reduce((a, h) => a + h.ids.length, 0),
+              memory: await memoryStats(), topology};
     },
 
     tokenBytes(_model, tokenId, o) { return model.tokenBytes(tokenId, o); },
@@ -164,7 +176,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
       // a slot, in arrival order
       const ahead = active + waiting.length;  // running or waiting before this one
       let mine = null, slot = null;
-      const got = free.length ? Promise.resolve(free.pop()) : new Promise((grant) => { mine = {grant}; waiting.push(mine); });
+      const got = free.length ? Promise.resolve(take(ids)) : new Promise((grant) => { mine = {grant}; waiting.push(mine); });
       try {
         if (mine) yield {type: "telemetry", event: "queue", ahead, position: waiting.indexOf(mine) + 1, slots};
         slot = await got;
@@ -173,7 +185,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
         try {
           yield {type: "telemetry", event: "slot", slot, slots};
           await tick();  // the "accepted" bytes leave before the prefill blocks this thread
-          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), nCtx: ctx, chunk, reference, prefillProgress});
+          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), nCtx: ctx, chunk, reference, prefillProgress, slot: held[slot]});
           for await (const ev of gen) {
             yield ev;  // Model.generate's events as they are (bindings/events.mjs)
             await tick();

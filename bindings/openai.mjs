@@ -40,7 +40,8 @@
 //       {type: "token", token, text, logprob?, top?: [{token: id, logprob}], telemetry?: {memory?}}
 //           text: the complete UTF-8 this token released ("" while a character or a
 //           possible stop string is pending); logprob/top when req.logprobs >= 0
-//       {type: "summary", reason: "eog"|"stop"|"length"|"context", nPrompt, nGenerated,
+//       {type: "summary", reason: "eog"|"stop"|"length"|"context", nPrompt, cachedTokens?
+//        (prompt tokens reused from a held session: usage.prompt_tokens_details.cached_tokens), nGenerated,
 //        prefillMs, decodeMs, prefillTokS, decodeTokS, ...}   LAST
 //       any other {type: NAME, ...} is shown as telemetry as it is
 //     A consumer that stops early (client gone) calls the iterator's return(): the backend
@@ -65,7 +66,8 @@
 // comments, so an OpenAI client sees exactly OpenAI's chunks; the chat page reads them.
 // The first one ({"type":"accepted", ...}) leaves before the prefill starts. Shapes:
 //   {type:"accepted", model, promptTokens, nCtx, maxTokens, ...backend fields}
-//   {type:"prefill", done, total, elapsedMs}       started (done 0), progress, completed
+//   {type:"prefill", done, total, elapsedMs, cached?}   started (done 0), progress, completed; total:
+//                                                  the tokens fed, cached: those a held session had
 //   {type:"decode", phase:"started"}
 //   {type:"tokens", n, tokS, elapsedMs, memory?}   tokens so far, rolling tok/s (last 16),
 //                                                  memory {linear, heap} when the backend says
@@ -195,6 +197,10 @@ export function parseRequest(body, kind) {
     if (Array.isArray(p) && p.length === 1 && (typeof p[0] === "string" || Array.isArray(p[0]))) p = p[0];
     if (typeof p === "string") req.prompt = p;
     else if (Array.isArray(p) && p.length > 0 && p.every((x) => Number.isInteger(x) && x >= 0)) req.prompt = p;
+    else if (Array.isArray(p) && p.length > 0 && p.every((x) => typeof x === "number")) {
+      const i = p.findIndex((x) => !(Number.isInteger(x) && x >= 0));
+      throw bad(`'prompt'[${i}] must be a token id (an integer >= 0), got ${p[i]}`, "prompt");
+    }
     else if (Array.isArray(p) && p.length > 1) throw bad("a batch of prompts is not supported: send one prompt per request", "prompt", "unsupported_parameter");
     else throw bad("'prompt' must be a string or an array of token ids", "prompt");
   }
@@ -270,7 +276,7 @@ function addCompletionLogprob(acc, backend, model, ev, offset) {
 // Telemetry events ({type: "telemetry", event: NAME, ...}, bindings/events.mjs) -> this
 // stream's vocabulary (header). Unlisted names pass through as {type: NAME, ...}.
 const TELEMETRY = {
-  prefill_started: (e) => ({type: "prefill", done: 0, total: e.tokens}),
+  prefill_started: (e) => ({type: "prefill", done: 0, total: e.tokens, ...(e.cached ? {cached: e.cached} : {})}),
   prefill_progress: (e) => ({type: "prefill", done: e.done, total: e.total}),
   prefill_completed: (e) => ({type: "prefill", done: e.tokens, total: e.tokens, elapsedMs: e.ms}),
   decode_started: () => null,  // the handler says so at the first token
@@ -286,7 +292,9 @@ export function normalizeTelemetry(ev) {
   return TELEMETRY[name] ? TELEMETRY[name](rest) : {...rest, type: name};
 }
 
-const usageOf = (s) => ({prompt_tokens: s.nPrompt, completion_tokens: s.nGenerated, total_tokens: s.nPrompt + s.nGenerated});
+// prompt_tokens_details.cached_tokens: the prompt tokens a held session already had (not fed again)
+const usageOf = (s) => ({prompt_tokens: s.nPrompt, completion_tokens: s.nGenerated, total_tokens: s.nPrompt + s.nGenerated,
+                         prompt_tokens_details: {cached_tokens: s.cachedTokens ?? 0}});
 
 // What the stream's `done` telemetry and a response's `knotwork` field say of a summary:
 // timings, a single process's peaks, a mesh's hops and links (absent fields stay absent).

@@ -19,6 +19,8 @@
 //   wardenBudget                     the layer warden's cache budget in bytes (WARDEN_BUDGET)
 //   chatTemplate                     CHAT_TEMPLATE of the coordinator (a template name, e.g. "chatml")
 //   testHooks [false]                TEST_HOOKS=1 on every script (fault and debug routes)
+//   prefixCache [{}]                 PREFIX_CACHE of the coordinator {kvTokens?, ttlMs?, similarity?}: the held
+//                                    sessions reused by prompt prefix (workers/coordinator/prefixes.mjs)
 // An unknown option or a bad value is refused naming it.
 import {init} from "../bindings/knotwork.mjs";
 

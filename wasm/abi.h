@@ -101,6 +101,10 @@ int kw_session_prefill(int32_t s, const int32_t* ids, uint32_t n);
 // Continue the prefill with more prompt ids (before the first step): the same result as
 // one kw_session_prefill of the whole prompt when pieces end on multiples of the chunk.
 int kw_session_prefill_more(int32_t s, const int32_t* ids, uint32_t n);
+// A new generation keeping KV positions [0, n_keep) (ids [0, n_keep) are their tokens:
+// prefix reuse): sampling opts as kw_session_new's (engine options refused), ids [n_keep, n)
+// fed, then as kw_session_prefill of ids [0, n).
+int kw_session_renew(int32_t s, const char* opts, uint32_t opts_len, const int32_t* ids, uint32_t n, uint32_t n_keep);
 // One token: result = JSON line {"id", "done", "reason", "text_len"[, "logprob", "top"]}
 // + '\n' + text bytes.
 int kw_session_step(int32_t s);

@@ -8,6 +8,7 @@
 //   kw_session_prefill(s, ids, n)                  resets, runs the prompt
 //   kw_session_prefill_more(s, ids, n)             continues it (prompt fed in pieces,
 //                                                  so a host can report progress)
+//   kw_session_renew(s, opts, ids, n, n_keep)       a new generation keeping KV [0, n_keep)
 //   kw_session_step(s)                              samples one token, runs it
 //       result: JSON {"id", "done", "reason", "text_len"} + '\n' + text bytes
 //   kw_session_eval(s, ids, n)                      raw: append ids, result = f32 logits
@@ -205,6 +206,38 @@ int kw_session_prefill(int32_t h, const int32_t* ids, uint32_t n) {
     s.prompt.assign(ids, ids + n);
     s.loop.emplace(*s.engine, *s.gen, s.params.lookup);
     s.loop->begin(s.prompt, s.engine->eval(ids, (int)n));
+    s.prefilled = true;
+  });
+}
+
+// A new generation on a session that keeps its KV positions [0, n_keep): the caller's ids
+// [0, n_keep) are those positions' tokens (the previous prompt and generated tokens: prefix
+// reuse). Sampling options as kw_session_new's (engine options are the session's: refused);
+// the positions from n_keep are dropped, ids [n_keep, n) are fed, and the generation starts
+// as kw_session_prefill's over the whole prompt ids [0, n) (penalties see all of it).
+KW_EXPORT(kw_session_renew)
+int kw_session_renew(int32_t h, const char* opts, uint32_t opts_len, const int32_t* ids, uint32_t n, uint32_t n_keep) {
+  return guard([&] {
+    Session& s = session(h, "kw_session_renew");
+    json j = options_object(opts, opts_len, "kw_session_renew");
+    for (const char* k : {"mode", "n_ctx", "chunk", "kv_budget"})
+      if (j.contains(k)) knot::fail(std::string("kw_session_renew: ") + k + " is the session's (set by kw_session_new)");
+    if (n_keep >= n) knot::fail("kw_session_renew: keeps " + std::to_string(n_keep) + " of " + std::to_string(n) + " prompt ids; at least one must be fed");
+    if ((int64_t)n_keep > s.engine->n_pos())
+      knot::fail("kw_session_renew: keeps " + std::to_string(n_keep) + " positions, the session holds " + std::to_string(s.engine->n_pos()));
+    if ((int64_t)n > s.engine->n_ctx())
+      knot::fail("kw_session_renew: prompt has " + std::to_string(n) + " tokens but the context holds " + std::to_string(s.engine->n_ctx()));
+    knot::RunOptions run;
+    knot::apply_options(j, run);
+    s.params = run.gen;
+    s.logprobs = run.logprobs;
+    s.engine->truncate((int)n_keep);
+    s.prefilled = false;
+    s.gen.emplace(*s.m->tok, s.params, s.engine->n_logits(), s.engine->n_ctx());
+    s.gen->start(ids, (int)n);
+    s.prompt.assign(ids, ids + n);
+    s.loop.emplace(*s.engine, *s.gen, s.params.lookup);
+    s.loop->begin(s.prompt, s.engine->eval(ids + n_keep, (int)(n - n_keep)));
     s.prefilled = true;
   });
 }

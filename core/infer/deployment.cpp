@@ -197,7 +197,7 @@ ojson migration(std::initializer_list<const char*> classes, bool sqlite = false)
 
 std::string describe_script(const ojson& s) {
   const std::string kind = s["kind"];
-  if (kind == "coordinator") return "the mesh's entry: coordinator Worker + per-session Durable Object";
+  if (kind == "coordinator") return "the mesh's entry: coordinator Worker + per-session Durable Object + the prefix index";
   if (kind == "warden") return "layer and cobordism wardens (caches in front of R2)";
   if (kind == "station") {
     const auto& m = s["vars"]["STATION"];
@@ -283,6 +283,19 @@ DeployOptions deploy_options_from_json(const ojson& j) {
     else if (k == "wardenBudget") o.warden_budget = count();
     else if (k == "chatTemplate") o.chat_template = text();
     else if (k == "testHooks") o.test_hooks = flag();
+    else if (k == "prefixCache") {
+      if (!v.is_object()) fail("deployment: prefixCache must be an object, got " + v.dump());
+      for (auto p = v.begin(); p != v.end(); ++p) {
+        const std::string& f = p.key();
+        const ojson& x = p.value();
+        if (f == "kvTokens" || f == "ttlMs") {
+          if (!x.is_number_integer() || x.get<int64_t>() < 0) fail("deployment: prefixCache." + f + " must be an integer >= 0, got " + x.dump());
+        } else if (f == "similarity") {
+          if (!x.is_number() || x.get<double>() < 0 || x.get<double>() > 1) fail("deployment: prefixCache.similarity must be a number in [0, 1], got " + x.dump());
+        } else fail("deployment: unknown option prefixCache." + f);
+      }
+      o.prefix_cache = v;
+    }
     else fail("deployment: unknown option " + k);
   }
   return o;
@@ -332,11 +345,14 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
   ojson co = make_script(kCoordinator, "workers/coordinator/index.mjs", "coordinator", o);
   co["vars"] = {{"TOPOLOGY", t}, {"LINK_MODE", o.link_mode}};
   if (!o.timeouts.empty()) co["vars"]["TIMEOUTS"] = o.timeouts;
+  if (!o.prefix_cache.empty()) co["vars"]["PREFIX_CACHE"] = o.prefix_cache;
   co["vars"].update(hooks);
   if (!o.chat_template.empty()) co["vars"]["CHAT_TEMPLATE"] = o.chat_template;
   co["services"] = link_bindings("M", l.coordinator);
-  co["durable_objects"] = ojson::array({{{"name", "SESSION"}, {"class_name", "SessionDO"}}});
+  co["durable_objects"] = ojson::array({{{"name", "SESSION"}, {"class_name", "SessionDO"}},
+                                        {{"name", "PREFIXES"}, {"class_name", "PrefixDO"}}});
   co["migrations"] = migration({"SessionDO"});
+  co["migrations"].push_back({{"tag", "v2"}, {"new_classes", ojson::array({"PrefixDO"})}});
   scripts.push_back(co);
 
   const bool chain = t.value("chain", false);

@@ -4,7 +4,7 @@
 // [{layers, role, resident, members: [{name, heads?, cols?}]}], shards: [{name, vocab,
 // softcap?}], shardGroups?, chain?, context?, chunk?}) and options become the Worker scripts
 // that run it, one per isolate: the coordinator (the entry, the only public route, with the
-// per-session SessionDO), one script per station member and per vocab shard (two of them never
+// per-session SessionDO and the PrefixDO index of held sessions), one script per station member and per vocab shard (two of them never
 // share an isolate's 128 MB), and the warden (layer and cobordism caches in front of R2):
 //
 //   description = {compatibility_date, compatibility_flags, scripts: [script]}, coordinator first
@@ -22,7 +22,7 @@
 // Renderings: wrangler.jsonc files here (native `knot plan --wrangler`, and through kw_deploy
 // deploy/wrangler.mjs); Miniflare worker options in deploy/miniflare.mjs (JS: Miniflare is a
 // Node library). Both carry exactly the description's vars and bindings
-// (tests/workers/renderings.test.mjs). The names (knot-<member>, M_/L_/F_<name>, SessionDO,
+// (tests/workers/renderings.test.mjs). The names (knot-<member>, M_/L_/F_<name>, SessionDO, PrefixDO,
 // StationDO, LayerWardenDO, CobordismWardenDO, MODELS, ROWS_KV, the vars) are what the workers
 // read. Links follow workers/lib/topology.mjs (links, fitLinks): at most 6 per holder.
 // No stdio (compiled into the wasm module).
@@ -46,10 +46,11 @@ struct DeployOptions {
   int64_t warden_budget = 0;                   // WARDEN_BUDGET bytes (0: the worker's default)
   std::string chat_template;                   // CHAT_TEMPLATE of the coordinator ("": none)
   bool test_hooks = false;                     // TEST_HOOKS=1 on every script
+  nlohmann::ordered_json prefix_cache = nlohmann::ordered_json::object();  // PREFIX_CACHE {kvTokens?, ttlMs?, similarity?}
 };
 
 // From the JS option names {bucket, compatibilityDate, warden, linkMode, timeouts, ttlMs,
-// wardenBudget, chatTemplate, testHooks}; an unknown key or a bad value fails naming it.
+// wardenBudget, chatTemplate, testHooks, prefixCache}; an unknown key or a bad value fails naming it.
 DeployOptions deploy_options_from_json(const nlohmann::ordered_json& j);
 
 // The R2 object key of a model by default: its file name, .gguf -> .knot.

@@ -61,6 +61,10 @@ TEST(Deployment, StationsAndShardsLinkedFromTheCoordinator) {
   EXPECT_EQ(co["vars"]["TOPOLOGY"], t);
   EXPECT_EQ(co["vars"]["LINK_MODE"], "ws");
   EXPECT_FALSE(co["vars"].contains("TIMEOUTS"));
+  EXPECT_FALSE(co["vars"].contains("PREFIX_CACHE"));
+  EXPECT_EQ(co["durable_objects"].dump(),
+            R"([{"name":"SESSION","class_name":"SessionDO"},{"name":"PREFIXES","class_name":"PrefixDO"}])");
+  EXPECT_EQ(co["migrations"].dump(), R"([{"tag":"v1","new_classes":["SessionDO"]},{"tag":"v2","new_classes":["PrefixDO"]}])");
   const auto& st = script(d, "knot-st1")["vars"]["STATION"];
   EXPECT_EQ(st.dump(), R"({"name":"st1","knot":"m.knot","layers":[3,6],"role":"exit","resident":true})");
   EXPECT_EQ(script(d, "knot-st1")["durable_objects"].size(), 1u);  // no warden unless asked

@@ -96,7 +96,8 @@ test("serve: greedy completions, streamed and not, are token-exact with `knotwor
   assert.equal(r.choices.length, 1);
   assert.equal(r.choices[0].text, want);
   assert.equal(r.choices[0].finish_reason, "length");
-  assert.deepEqual(r.usage, {prompt_tokens: ref.promptTokenIds.length, completion_tokens: 32, total_tokens: ref.promptTokenIds.length + 32});
+  assert.equal(r.usage.total_tokens, ref.promptTokenIds.length + 32);
+  assert.deepEqual([r.usage.prompt_tokens, r.usage.completion_tokens], [ref.promptTokenIds.length, 32]);
   // the prompt as token ids gives the same
   const ids = await client.completions.create({model: srv.id, prompt: ref.promptTokenIds, max_tokens: 32, temperature: 0});
   assert.equal(ids.choices[0].text, want);
@@ -410,7 +411,10 @@ test("serve: a client that disconnects mid-stream frees its session (KV released
   const c = new OpenAI({baseURL: `${long.url}/v1`, apiKey: "x", maxRetries: 0});
   const r = await c.completions.create({model: long.id, prompt: PROMPT, max_tokens: 4, temperature: 0});
   assert.equal(r.usage.completion_tokens, 4);
-  assert.ok((await health()).memory.heap <= h0.memory.heap + SLACK);
+  // that request's session stays held for prefix reuse: at most one session's memory
+  const held = await health();
+  assert.equal(held.heldPositions, model.tokenize(PROMPT, {parseSpecial: true}).length + 3);
+  assert.ok(held.memory.heap <= during.memory.heap, `wasm heap ${held.memory.heap} with one session held vs ${during.memory.heap} with one running`);
 });
 
 test("bindings: generate() with prefill progress gives the same ids; logprobs are the log-softmax of the logits", async () => {
@@ -455,4 +459,68 @@ test("serve: concurrent requests queue (and say so in their telemetry) and both 
   assert.deepEqual(queue(evB).map((q) => q.ahead), [1], "B waited behind A and said so");
   const tB = evB.filter((e) => e.kind === "telemetry").map((e) => e.value.type);
   assert.ok(tB.indexOf("queue") < tB.indexOf("prefill"));
+});
+
+// What the backend feeds for a chat (local-backend.mjs promptIds).
+const chatIdsOf = (messages) => model.tokenize(model.applyChatTemplate(messages), {addBos: true, parseSpecial: true});
+const commonPrefix = (a, b) => { let i = 0; while (i < a.length && i < b.length && a[i] === b[i]) i++; return i; };
+
+for (const [what, sampling] of [["greedy", {temperature: 0}], ["seeded", {temperature: 0.8, seed: 11}]]) {
+  test(`serve: a chat's turn 2 prefills only its new tokens and equals a cold run (${what}); a prompt diverging at token 0 or 1 reuses nothing`, async (t) => {
+    const own = await startServe(modelPath(MODEL), ["--ctx", "256"]);
+    t.after(() => own.stop());
+    const c = new OpenAI({baseURL: `${own.url}/v1`, apiKey: "x", maxRetries: 0});
+    const opts = {maxTokens: 12, nCtx: 256, topP: 1, ...sampling};  // top_p 1: OpenAI's default, as serve sends it
+    const turn1 = [{role: "user", content: "Tell me a story about a cat."}];
+    const ids1 = chatIdsOf(turn1);
+    const want1 = await model.complete(ids1, opts);
+    const turn2 = [...turn1, {role: "assistant", content: want1.text}, {role: "user", content: "And then what happened?"}];
+    const ids2 = chatIdsOf(turn2);
+    const want2 = await model.complete(ids2, opts);
+    // the session holds the prompt and every generated token but the last
+    const cached = Math.min(commonPrefix(ids1.concat(want1.ids.slice(0, -1)), ids2), ids2.length - 1);
+    assert.ok(cached > ids1.length / 2, `the turns share ${cached} of ${ids2.length} ids`);
+    const r1 = await c.chat.completions.create({model: own.id, messages: turn1, max_tokens: 12, ...sampling});
+    assert.equal(r1.choices[0].message.content, want1.text);
+    assert.equal(r1.usage.prompt_tokens_details.cached_tokens, 0, "turn 1 is cold");
+    const res = await fetch(`${own.url}/v1/chat/completions`, {method: "POST", headers: {"content-type": "application/json"},
+      body: JSON.stringify({model: own.id, messages: turn2, max_tokens: 12, stream: true, stream_options: {include_usage: true}, ...sampling})});
+    const events = await readSSE(res);
+    const data = events.filter((e) => e.kind === "data" && e.value !== "[DONE]").map((e) => e.value);
+    assert.equal(data.map((d) => d.choices[0]?.delta?.content ?? "").join(""), want2.text, "turn 2 equals a cold run of its whole prompt");
+    const usage = data.find((d) => d.usage).usage;
+    assert.equal(usage.prompt_tokens, ids2.length);
+    assert.equal(usage.prompt_tokens_details.cached_tokens, cached, "cached = the common prefix");
+    const prefill = events.filter((e) => e.kind === "telemetry" && e.value.type === "prefill").map((e) => e.value);
+    assert.ok(prefill.length >= 2 && prefill.every((e) => e.total === ids2.length - cached && e.cached === cached), JSON.stringify(prefill));
+    assert.equal(prefill.at(-1).done, ids2.length - cached, "only the new tokens were fed");
+    // prompts (token ids) diverging from the held one at token 0, and at token 1 (only the BOS shared)
+    for (const at of [0, 1]) {
+      const idsO = ids2.slice();
+      idsO[at] = (idsO[at] + 1) % 256;
+      const wantO = await model.complete(idsO, {...opts, maxTokens: 6});
+      const rO = await c.completions.create({model: own.id, prompt: idsO, max_tokens: 6, ...sampling});
+      assert.equal(rO.choices[0].text, wantO.text);
+      assert.equal(rO.usage.prompt_tokens_details.cached_tokens, 0, `diverging at token ${at}: nothing reused`);
+    }
+  });
+}
+
+test("serve: two clients, concurrent, each reuses its own slot's session only (never the other's), and exact", async (t) => {
+  const own = await startServe(modelPath(MODEL), ["--ctx", "256"]);
+  t.after(() => own.stop());
+  const c = new OpenAI({baseURL: `${own.url}/v1`, apiKey: "x", maxRetries: 0});
+  const prompts = ["Lily went to the park with her mom", "The big dog barked at the red ball"];
+  const wants = await Promise.all(prompts.map((p) => model.complete(model.tokenize(p, {parseSpecial: true}), {maxTokens: 8, temperature: 0, nCtx: 256})));
+  // concurrent, in slots of their own: round 0 cold; round 1 each keeps its own prompt (all but
+  // its last token), never the other's
+  for (let round = 0; round < 2; round++) {
+    const rs = await Promise.all(prompts.map((prompt) => c.completions.create({model: own.id, prompt, max_tokens: 8, temperature: 0})));
+    rs.forEach((r, i) => {
+      assert.equal(r.choices[0].text, wants[i].text, `client ${i}, round ${round}`);
+      assert.equal(r.usage.prompt_tokens_details.cached_tokens, round ? model.tokenize(prompts[i], {parseSpecial: true}).length - 1 : 0,
+                   `client ${i}, round ${round}`);
+    });
+  }
+  assert.equal((await (await fetch(`${own.url}/health`)).json()).slots >= 2, true);
 });

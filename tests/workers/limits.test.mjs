@@ -70,11 +70,16 @@ test("measured: a session's subrequests and connections per token under workerd 
     // every hub held exactly its followers' links
     const st = await mesh.stats();
     for (const g of mesh.topology.shardGroups) assert.equal(st[g[0]].followerLinks.maxConnections, g.length - 1, JSON.stringify(st[g[0]]));
-    // http links: the count grows per token; 4096 tokens would break the 10,000 cap
-    const h = await mesh.run({ids: want.promptIds, options: {maxTokens: 24, temperature: 0, ignoreEos: true}, linkMode: "http"});
+  } finally { await mesh.close(); }
+  // http links (the deployment's LINK_MODE; a request cannot choose it): the count grows per
+  // token; 4096 tokens would break the 10,000 cap
+  const httpMesh = await meshFor(bytes, {stations: [2, 3], shards: 8}, {linkMode: "http"});
+  try {
+    const perToken = linkBudget(httpMesh.topology).perToken;
+    const h = await httpMesh.run({ids: want.promptIds, options: {maxTokens: 24, temperature: 0, ignoreEos: true}});
     assert.deepEqual(h.summary?.ids, want.ids);
     const perTok = h.summary.subrequests / (h.summary.nDecoded + 1);
     assert.ok(perTok >= perToken - 1, `http: ${perTok} subrequests per token`);
     assert.ok(perTok * 4096 > LIMITS.subrequests);
-  } finally { await mesh.close(); }
+  } finally { await httpMesh.close(); }
 });

@@ -21,7 +21,8 @@ import {KNOT_BIN, ROOT, tmpDir} from "../wasm/helpers.mjs";
 process.env.WRANGLER_SEND_METRICS = "false";
 const SMALL = {n_layer: 5, n_embd: 256, n_head: 32, n_head_kv: 16, head_dim: 8, n_ff: 256, n_vocab: 512};
 const ALL_OPTIONS = {warden: true, testHooks: true, linkMode: "http", timeouts: {stationMs: 1500, shardMs: 400}, ttlMs: 300,
-                     wardenBudget: 4 << 20, chatTemplate: "chatml", bucket: "other-models", compatibilityDate: "2026-05-01"};
+                     wardenBudget: 4 << 20, chatTemplate: "chatml", bucket: "other-models", compatibilityDate: "2026-05-01",
+                     prefixCache: {kvTokens: 4096, ttlMs: 1000, similarity: 0.25}};
 
 const TOPOLOGIES = {
   "2 stations + 2 shards": () => topologyFromCounts(SMALL, {knot: "m.knot", stations: [2, 3], shards: 2}),
@@ -64,7 +65,9 @@ for (const [name, make] of Object.entries(TOPOLOGIES)) {
     // the options reached the scripts that read them (so the comparison above covered them)
     const by = Object.fromEntries(mf.map((w) => [w.name, w]));
     const coord = by["knot-coordinator"].bindings;
-    assert.deepEqual([coord.LINK_MODE, coord.CHAT_TEMPLATE, coord.TIMEOUTS, coord.TEST_HOOKS], ["http", "chatml", ALL_OPTIONS.timeouts, "1"]);
+    assert.deepEqual([coord.LINK_MODE, coord.CHAT_TEMPLATE, coord.TIMEOUTS, coord.TEST_HOOKS, coord.PREFIX_CACHE],
+                     ["http", "chatml", ALL_OPTIONS.timeouts, "1", ALL_OPTIONS.prefixCache]);
+    assert.deepEqual(by["knot-coordinator"].durableObjects, {SESSION: "SessionDO", PREFIXES: "PrefixDO"});
     assert.deepEqual(coord.TOPOLOGY, JSON.parse(JSON.stringify(t)));
     const l = links(t);
     assert.deepEqual(Object.keys(by["knot-coordinator"].serviceBindings), l.coordinator.map((n) => `M_${n}`));
@@ -124,6 +127,8 @@ test("the description refuses an unknown option, a bad value and a plan that doe
   await assert.rejects(describeDeployment(t, {ttl: 5}), /deployment: unknown option ttl/);
   await assert.rejects(describeDeployment(t, {linkMode: "udp"}), /deployment: linkMode must be "ws" or "http", not "udp"/);
   await assert.rejects(describeDeployment(t, {ttlMs: "soon"}), /deployment: ttlMs must be an integer >= 0, got "soon"/);
+  await assert.rejects(describeDeployment(t, {prefixCache: {kvTokens: -1}}), /deployment: prefixCache.kvTokens must be an integer >= 0, got -1/);
+  await assert.rejects(describeDeployment(t, {prefixCache: {slots: 2}}), /deployment: unknown option prefixCache.slots/);
   const p = {model: {...SMALL, name: "m.gguf"}, stations: [{id: "a", layers: [0, 2], mode: "resident"}, {id: "b", layers: [3, 5], mode: "resident"}],
              shards: [{id: "s", vocab: [0, 512]}]};
   await assert.rejects(deploymentOf({plan: p}), /topology: station layers \[3,5\] do not continue from layer 2/);

@@ -9,6 +9,7 @@ import {ApiError} from "../../bindings/openai.mjs";
 import {defaultContext, requestOptions} from "../../bindings/options.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {sessionEvents} from "./session.mjs";
+import {checkOptions} from "./request.mjs";
 import {textModel, promptIds} from "./prompt.mjs";
 import {isolateStats} from "./stats.mjs";
 
@@ -62,8 +63,10 @@ export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {})
         throw new ApiError(400, `This model's maximum context length is ${nCtx} tokens; the request needs ${ids.length + (req.maxTokens ?? 1)}.`,
                            {param: req.maxTokens !== undefined ? "max_tokens" : param, code: "context_length_exceeded"});
       const seed = req.seed ?? Math.floor(Math.random() * 2 ** 32);
-      yield {type: "accepted", promptTokens: ids.length, nCtx, arch: c.arch, mode: "mesh", seed, topology: topo};
       const options = {...requestOptions(req, {maxTokens: req.maxTokens ?? nCtx - ids.length, seed}), nCtx};
+      for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k];
+      try { await checkOptions(m, options, {prefix: ""}); } catch (e) { throw new ApiError(400, e.message, {param: null}); }
+      yield {type: "accepted", promptTokens: ids.length, nCtx, arch: c.arch, mode: "mesh", seed, topology: topo};
       for await (const e of sessionEvents(env, {ids, options})) {
         if (e.type === "error") throw new Error(`mesh: ${e.error}`);
         yield e;

@@ -2,10 +2,14 @@
 // the only publicly routable script. Its parts: session.mjs (SessionDO: each generation
 // runs in the session Durable Object its session id names), mesh.mjs (MeshCoordinator: the
 // generation loop), backend.mjs (the OpenAI API's backend over the mesh), prompt.mjs (the
-// tokenizer, once per isolate), stats.mjs (every isolate's memory).
+// tokenizer, once per isolate), request.mjs (what a public request may ask), prefixes.mjs
+// (PrefixDO: the held sessions of a route, reused by prompt prefix), stats.mjs (every
+// isolate's memory).
 //
-// HTTP:  POST /v1/mesh/generate {prompt | ids | messages, options, session?}
-//          -> NDJSON events (bindings/events.mjs: telemetry, token, summary | error)
+// HTTP:  POST /v1/mesh/generate {prompt | ids | messages, options}
+//          -> NDJSON events (bindings/events.mjs: telemetry, token, summary | error); a bad
+//          field (request.mjs: ids, options, and the internal knobs session, timeouts,
+//          linkMode) is a 400 naming it, before anything streams
 //        GET /v1/mesh/topology, GET /v1/mesh/stats (every isolate's memory)
 //        the OpenAI-compatible API (bindings/openai.mjs) over meshBackend(env): /v1/models,
 //        /v1/chat/completions, /v1/completions, /health, / (chat page), and llama-server's
@@ -18,6 +22,8 @@
  * @property {string|object} TOPOLOGY  JSON (lib/topology.mjs shape)
  * @property {R2Bucket} MODELS  the .knot files
  * @property {DurableObjectNamespace<import("./session.mjs").SessionDO>} SESSION
+ * @property {DurableObjectNamespace<import("./prefixes.mjs").PrefixDO>} PREFIXES  one per model and route
+ * @property {string|{kvTokens?: number, ttlMs?: number, similarity?: number}} [PREFIX_CACHE]  JSON (prefixes.mjs)
  * @property {string} [LINK_MODE]  "ws" (default) | "http"
  * @property {string|{shardMs?: number, stationMs?: number}} [TIMEOUTS]  JSON
  * @property {string} [API_KEY]  required as Bearer token when set
@@ -31,10 +37,13 @@ import {createHandler} from "../../bindings/openai.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {HttpError, errorResponse} from "../lib/errors.mjs";
 import {sessionStream} from "./session.mjs";
+import {textModel} from "./prompt.mjs";
+import {checkGenerateBody} from "./request.mjs";
 import {meshBackend} from "./backend.mjs";
 import {isolateStats} from "./stats.mjs";
 
 export {SessionDO} from "./session.mjs";
+export {PrefixDO} from "./prefixes.mjs";
 
 const OPENAI_ROUTES = new Set(["/", "/health", "/tokenize", "/detokenize", "/apply-template", "/props", "/metrics"]);
 
@@ -57,7 +66,8 @@ export default {
       if (url.pathname === "/v1/mesh/stats") return Response.json(await isolateStats(env));
       if (url.pathname === "/v1/mesh/generate" && req.method === "POST") {
         const body = await req.json().catch(() => { throw new HttpError(400, "body is not JSON"); });
-        return new Response(sessionStream(env, body), {headers: {"content-type": "application/x-ndjson"}});
+        const checked = await checkGenerateBody(await textModel(env), body, env.CHAT_TEMPLATE ?? "");
+        return new Response(await sessionStream(env, checked), {headers: {"content-type": "application/x-ndjson"}});
       }
       if (OPENAI_ROUTES.has(url.pathname.replace(/\/+$/, "") || "/") || url.pathname.startsWith("/v1/"))
         return handlerOf(env)(req);

@@ -72,7 +72,12 @@ export class MeshCoordinator {
    * Stream a completion: {type: "telemetry", event, ...} events, {type: "token", token, text,
    * telemetry} per token, then {type: "summary", ...} (the schema of bindings/events.mjs).
    * prompt: token ids (use text.tokenize / applyChatTemplate first). opts: Model.generate's sampling options (logprobs: n adds each
-   * token's raw logprob and top n, from the merged top-k or the full logits) plus chunk, sid, nCtx.
+   * token's raw logprob and top n, from the merged top-k or the full logits) plus chunk, sid, nCtx,
+   * and for a session held across requests (session.mjs, prefixes.mjs): cached (the stations
+   * of session `sid` hold prompt positions [0, cached): only the rest is fed, from position
+   * cached, and the stations rewind to it first: docs/protocol.md) and keep (a generation that
+   * completes leaves the session at its stations, and this.held is the ids they hold; one that
+   * fails or is stopped ends it there, and this.held stays null).
    */
   async *generate(ids, opts = {}) {
     const t = this.topology;
@@ -92,21 +97,24 @@ export class MeshCoordinator {
     const gen = await Generator.open(this.text, {...opts, lookup: undefined, nCtx});
     const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
     const first = shardK(gen.params, ids, logprobs);
-    const state = {sid, reqId: 1, nCtx, fed: [], link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0,
+    const cached = Math.max(0, Math.min(opts.cached ?? 0, ids.length - 1));
+    const state = {sid, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0,
                    nextRow: null, rowsPrefetched: 0, pipelined: prefill === "pipelined", inFlight: 0};
     const chunk = opts.chunk ?? 64;
     const t0 = Date.now();
     const out = [];
-    let text = "", reason = "", prefillMs = 0, decodeMs = 0, nDecoded = 0;
+    let text = "", reason = "", prefillMs = 0, decodeMs = 0, nDecoded = 0, kept = false;
+    this.held = null;
     try {
       ev({event: "route", sid, stations: t.stations.length, members: t.stations.reduce((a, s) => a + s.members.length, 0),
           shards: t.shards.length, knot: t.knot, nCtx, logits: first.full ? "full" : "top-k+lse", k: first.full ? undefined : first.k});
-      ev({event: "prefill_started", tokens: ids.length, mode: prefill});
+      const fresh = ids.slice(cached);  // prefix reuse: the stations hold [0, cached) already
+      ev({event: "prefill_started", tokens: fresh.length, cached, mode: prefill});
       gen.start(ids);
       // every phase runs under live(): its events leave as they happen, not when it ends
-      let xn = yield* live(q, this.#feed(state, ids, 0, chunk, (done) => ev({event: "prefill_progress", done, total: ids.length})));
+      let xn = yield* live(q, this.#feed(state, fresh, cached, chunk, (done) => ev({event: "prefill_progress", done, total: fresh.length})));
       prefillMs = Date.now() - t0;
-      ev({event: "prefill_completed", tokens: ids.length, ms: prefillMs, mode: prefill, maxInFlight: state.inFlight});
+      ev({event: "prefill_completed", tokens: fresh.length, cached, ms: prefillMs, mode: prefill, maxInFlight: state.inFlight});
       let next = yield* live(q, this.#lmHead(state, xn, shardK(gen.params, ids, logprobs)));
       ev({event: "decode_started", ...(lookup ? {lookup, drafting: !first.full} : {})});
       // A pass: rows[i] is the lm-head answer for the position of batch[i]; rows[i] verifies
@@ -155,20 +163,33 @@ export class MeshCoordinator {
         passTokens++;
       }
       yield* q.drain();
-      yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length, nGenerated: out.length, nDecoded,
-             nCtx, shardK: state.maxK || "full", prefillMs, decodeMs, prefillTokS: ids.length / (prefillMs / 1000),
+      if (opts.keep) kept = true, this.held = state.fed.slice();
+      yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length, cachedTokens: cached, nGenerated: out.length, nDecoded,
+             nCtx, shardK: state.maxK || "full", prefillMs, decodeMs, prefillTokS: (ids.length - cached) / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", prefill, passes: passTokens, hops: state.hops,
              ...(lookup ? {speculative: {lookup, drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
                                          verifyPasses: spec.passes}} : {}),
              reprefills: state.reprefills, abstains: state.abstains, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
     } finally {
       gen.free();
-      // explicit end: stations free the session's KV (best effort; the TTL covers the rest);
-      // in a chain the first leader passes it on
-      await Promise.all(t.stations.flatMap((s) => s.members.map((m) => links.get(m.name)?.request(
-        encodeFrame({kind: "end", sid, reqId: state.reqId++, width: 0, flags: t.chain ? FLAG.chain : 0}), t.chain ? 5000 : 1000).catch(() => {}))));
+      if (!kept) await this.#end(sid, links, state);
       for (const l of links.values()) l.close();
     }
+  }
+
+  /** End session `sid` at every station (a held session the prefix index evicted). */
+  async end(sid) {
+    const t = this.topology, links = new Map(), state = {reqId: 1};
+    for (const m of t.chain ? [t.stations[0].members[0]] : t.stations.flatMap((s) => s.members)) links.set(m.name, this.connect(m.name, sid));
+    try { await this.#end(sid, links, state); } finally { for (const l of links.values()) l.close(); }
+  }
+
+  // explicit end: stations free the session's KV (best effort; the TTL covers the rest); in a
+  // chain the first leader passes it on
+  async #end(sid, links, state) {
+    const t = this.topology;
+    await Promise.all(t.stations.flatMap((s) => s.members.map((m) => links.get(m.name)?.request(
+      encodeFrame({kind: "end", sid, reqId: state.reqId++, width: 0, flags: t.chain ? FLAG.chain : 0}), t.chain ? 5000 : 1000).catch(() => {}))));
   }
 
   // Feed ids at positions [pos, pos + n) in chunks; returns the normed last row (allRows:

@@ -3,11 +3,18 @@
 // stations and shards for the session's lifetime (one subrequest per link instead of one
 // per hop: docs/limits.md).
 //
-// RPC: generate(body, send) — body {ids | messages | prompt (tokenized here only when no
-//   ids: prompt.mjs), options (Model.generate's), session, timeouts?, linkMode?}; send(e)
-//   receives the events of MeshCoordinator.generate (mesh.mjs; the schema of
-//   bindings/events.mjs) as they are, the summary with coordinatorMemory added; a failure
-//   is a last {type: "error", error, status} event.
+// A session outlives its request: the entry asks the route's PrefixDO (prefixes.mjs) for a
+// session whose stations already hold a prefix of the prompt (cached tokens), and the
+// generation feeds only the rest; when it ends, the stations keep the session's KV and the
+// index holds its ids (prompt + generated, all but the last token, which was never fed). A
+// generation that fails or whose consumer left ends the session at every station instead.
+//
+// RPC: generate(body, send) — body {ids (checked: request.mjs), options (checked), sid,
+//   cached}; the timeouts and the link mode are configuration (TIMEOUTS, LINK_MODE), never
+//   a request's. send(e) receives the events of MeshCoordinator.generate (mesh.mjs; the
+//   schema of bindings/events.mjs) as they are, the summary with coordinatorMemory added;
+//   a failure is a last {type: "error", error, status} event.
+//   end(sid) — the session's stations free its KV (the index evicted it).
 // Callers: sessionStream (NDJSON for POST /v1/mesh/generate) and sessionEvents (the OpenAI
 // backend, backend.mjs) below.
 // Events go through a callback, not a ReadableStream returned by the RPC method: under
@@ -16,10 +23,24 @@
 // and the stations' KV alive; a refused callback ends it at once.
 import {DurableObject} from "cloudflare:workers";
 import {memoryStats} from "../../bindings/knotwork.mjs";
+import {defaultContext} from "../../bindings/options.mjs";
 import {Link, Counter} from "../lib/link.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {MeshCoordinator} from "./mesh.mjs";
-import {textModel, promptIds} from "./prompt.mjs";
+import {textModel} from "./prompt.mjs";
+import {routeKey} from "./prefixes.mjs";
+
+// The generation loop over the deployment's topology, timeouts and link mode (text: the
+// tokenizer; none is needed to end a session).
+function coordinator(env, text = null, counter = new Counter()) {
+  const topology = jsonBinding(env.TOPOLOGY, "TOPOLOGY");
+  const timeouts = jsonBinding(env.TIMEOUTS ?? "{}", "TIMEOUTS");
+  const mode = env.LINK_MODE ?? "ws";
+  return new MeshCoordinator({topology, text, counter, timeouts,
+    connect: (name, sid) => new Link(name, env[`M_${name}`], {mode, counter, sid})});
+}
+
+const index = (env) => env.PREFIXES.get(env.PREFIXES.idFromName(routeKey(jsonBinding(env.TOPOLOGY, "TOPOLOGY"))));
 
 export class SessionDO extends DurableObject {
   /**
@@ -27,38 +48,42 @@ export class SessionDO extends DurableObject {
    * is awaited, so a caller that refuses one (its client left) ends the generation, which
    * frees the session at every station. Resolves when the generation ended; a failure is a
    * last {type: "error", error, status} event.
-   * @param {object} body  @param {(e: object) => Promise<void>} send
+   * @param {{ids: number[], options: object, sid: string, cached: number}} body  @param {(e: object) => Promise<void>} send
    */
   async generate(body, send) {
     const env = /** @type {import("./index.mjs").Env} */ (this.env);
+    let held = null;
     try {
-      const topology = jsonBinding(env.TOPOLOGY, "TOPOLOGY");
-      const counter = new Counter();
-      const timeouts = {...jsonBinding(env.TIMEOUTS ?? "{}", "TIMEOUTS"), ...(body.timeouts ?? {})};
-      const mode = body.linkMode ?? env.LINK_MODE ?? "ws";
-      const model = await textModel(env);
-      const coord = new MeshCoordinator({topology, text: model, counter, timeouts,
-        connect: (name, sid) => new Link(name, env[`M_${name}`], {mode, counter, sid})});
-      const ids = promptIds(model, body, env.CHAT_TEMPLATE ?? "");
-      for await (const e of coord.generate(ids, {...(body.options ?? {}), sid: body.session})) {
-        if (e.type === "summary") e.coordinatorMemory = await memoryStats();
-        await send(e);
-      }
+      const coord = coordinator(env, await textModel(env));
+      try {
+        for await (const e of coord.generate(body.ids, {...body.options, sid: body.sid, cached: body.cached ?? 0, keep: true})) {
+          if (e.type === "summary") e.coordinatorMemory = await memoryStats();
+          await send(e);
+        }
+      } finally { held = coord.held; }
     } catch (e) {
       await Promise.resolve(send({type: "error", error: e.message, status: e.status ?? 500})).catch(() => {});
+    } finally {
+      await index(env).release(body.sid, held).catch(() => {});
     }
+  }
+
+  /** RPC (the prefix index): end session `sid` at every station. */
+  async end(sid) {
+    await coordinator(this.env).end(sid);
   }
 }
 
-// The SessionDO of body.session (a new session when absent) and the body it is sent.
-function session(env, body) {
-  const name = body.session ?? crypto.randomUUID();
-  return {stub: env.SESSION.get(env.SESSION.idFromName(name)), body: {...body, session: name}};
+// A session for checked {ids, options}: the route's index picks a held one (cached > 0) or a new one.
+async function session(env, body) {
+  const nCtx = body.options.nCtx ?? defaultContext((await textModel(env)).info.config);
+  const {sid, cached} = await index(env).acquire(body.ids, nCtx);
+  return {stub: env.SESSION.get(env.SESSION.idFromName(sid)), body: {ids: body.ids, options: {...body.options, nCtx}, sid, cached}};
 }
 
 /** The events of one generation as NDJSON, one event a line (POST /v1/mesh/generate). */
-export function sessionStream(env, body) {
-  const s = session(env, body);
+export async function sessionStream(env, body) {
+  const s = await session(env, body);
   const {readable, writable} = new TransformStream();
   const writer = writable.getWriter(), enc = new TextEncoder();
   s.stub.generate(s.body, (e) => writer.write(enc.encode(JSON.stringify(e) + "\n")))
@@ -71,7 +96,7 @@ export function sessionStream(env, body) {
  * each to be taken, and a consumer that stops early refuses the next, which ends it.
  */
 export async function* sessionEvents(env, body) {
-  const s = session(env, body);
+  const s = await session(env, body);
   const queue = [];  // {event, taken, refused}
   let ended = false, wake = () => {}, left = false;
   const send = (event) => new Promise((taken, refused) => {
