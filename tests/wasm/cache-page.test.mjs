@@ -9,7 +9,7 @@ import {existsSync, writeFileSync} from "node:fs";
 import {join} from "node:path";
 
 import * as kw from "../../bindings/knotwork.mjs";
-import {ROOT, WASM_PATH, sharedModel, serveFiles, tmpDir} from "./helpers.mjs";
+import {ROOT, WASM_PATH, bindingsRoutes, sharedModel, serveFiles, tmpDir} from "./helpers.mjs";
 
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 
@@ -29,7 +29,7 @@ test("Chromium: the .knot is cached; a reload makes no request for it; a corrupt
   g.close();
   const routes = {"/tests/wasm/cache-page.html": join(ROOT, "tests/wasm/cache-page.html"), "/build/wasm/knotwork.wasm": WASM_PATH,
                   "/models/m.knot": knotPath, "/models/m.gguf": gguf};
-  for (const f of ["knotwork", "loader", "sources", "options"]) routes[`/bindings/${f}.mjs`] = join(ROOT, `bindings/${f}.mjs`);
+  Object.assign(routes, bindingsRoutes());
   const server = await serveFiles(routes);
   t.after(() => server.close());
   const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-cache-"), {

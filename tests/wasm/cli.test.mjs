@@ -342,7 +342,8 @@ test("mesh and plan read the same option table: generate's sampling flags plus i
   for (const flag of ["--n-predict", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", "--ctx",
                       "--chunk", "--stop", "--ignore-eos", "--ids", "--prompt-file"]) {
     // the option's row: "  [-x, ]--flag ARG   description"
-    const rowOf = (usage) => usage.split("\n").find((l) => /^ {2}(-\w, )?--/.test(l) && l.trim().split(/\s+/).includes(flag))?.trim();
+    // (words compared, not the padding: each command aligns its column to its own longest flag)
+    const rowOf = (usage) => usage.split("\n").find((l) => /^ {2}(-\w, )?--/.test(l) && l.trim().split(/\s+/).includes(flag))?.trim().replace(/\s+/g, " ");
     const row = rowOf(gen);
     assert.ok(row, `${flag} in generate's usage`);
     assert.equal(rowOf(h.stdout), row, `${flag}: the whole row, not its first 20 characters`);

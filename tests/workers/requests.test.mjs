@@ -38,6 +38,8 @@ test("bad ids, chunk, options and internal fields are a 400 naming the field; co
       [{...ok, options: {ignoreEos: "yes"}}, /^options\.ignoreEos must be a boolean/],
       [{...ok, options: {logprobs: 21}}, /^options\.logprobs must be in \[0, 20\]/],
       [{...ok, options: {nCtx: 100000}}, /^options\.nCtx must be in \[1, 2048\]/],
+      [{...ok, options: {prefill: "parallel"}}, /^options\.prefill must be "pipelined" or "sequential", got "parallel"$/],
+      [{...ok, options: {lookup: 65}}, /^options\.lookup must be in \[0, 64\], got 65$/],
       [{...ok, options: {warp: 9}}, /^options\.warp is not an option/],
       [{...ok, options: {options: 3}}, /^options\.options must be an object of the core's option keys/],
       [{...ok, options: {options: {top_k: -5}}}, /^options: .*top_k/],

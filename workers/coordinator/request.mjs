@@ -22,12 +22,14 @@ import {promptIds} from "./prompt.mjs";
 
 const bad = (msg) => new HttpError(400, msg);
 
-// option -> [type, min, max]; types: int, num, bool, stop (a string or an array of strings)
+// option -> [type, min, max]; types: int, num, bool, stop (a string or an array of strings),
+// choice (one of the listed strings)
 const OPTION_TYPES = Object.freeze({
   maxTokens: ["int", 0, 1 << 20], temperature: ["num", 0, 100], topK: ["int", 0, 1 << 24], topP: ["num", 0, 1],
   minP: ["num", 0, 1], repeatPenalty: ["num", Number.MIN_VALUE, 100], repeatLastN: ["int", -1, 1 << 20],
   presencePenalty: ["num", -2, 2], frequencyPenalty: ["num", -2, 2], seed: ["int", 0, Number.MAX_SAFE_INTEGER], stop: ["stop"],
   ignoreEos: ["bool"], lookup: ["int", 0, 64], logprobs: ["int", 0, 20], chunk: ["int", 1, "nCtx"], nCtx: ["int", 1, "the default context"],
+  prefill: ["choice", ["pipelined", "sequential"]],  // the mesh's prefill (docs/protocol.md)
   options: ["object"],  // the core's sampling keys as they are (knotwork mesh -t/--top-k ...): the core checks them
 });
 const BODY_FIELDS = new Set(["ids", "messages", "prompt", "options"]);
@@ -42,6 +44,10 @@ function checkValue(name, v, [type, min, max]) {
   if (type === "core") return;
   if (type === "object") {
     if (typeof v !== "object" || Array.isArray(v)) throw bad(`${name} must be an object of the core's option keys, got ${JSON.stringify(v)}`);
+    return;
+  }
+  if (type === "choice") {
+    if (!min.includes(v)) throw bad(`${name} must be ${min.map((c) => JSON.stringify(c)).join(" or ")}, got ${JSON.stringify(v)}`);
     return;
   }
   if (type === "bool") { if (typeof v !== "boolean") throw bad(`${name} must be a boolean, got ${JSON.stringify(v)}`); return; }
