@@ -100,9 +100,17 @@ async function generateWithRestart(mesh, ids, options, station, n, wipe) {
 const stationStats = async (mesh, name, sid) => (await (await mesh.worker(`knot-${name}`)).fetch(`http://x/stats${sid ? `?sid=${sid}` : ""}`)).json();
 
 // After the generation: every member's snapshot of the session is gone (the end frames).
+// The session ended (the prefix index ends it after its request when reuse is off, with end
+// frames it does not wait for): every station's snapshot and KV for it are gone. Polled until
+// the end frames have landed (at most 100 x 50 ms), then asserted.
 async function assertStorageEmpty(mesh, sid, what) {
   for (const m of mesh.topology.stations.flatMap((s) => s.members.map((x) => x.name))) {
-    const u = (await stationStats(mesh, m, sid)).session;
+    let u;
+    for (let i = 0; i < 100; i++) {
+      u = (await stationStats(mesh, m, sid)).session;
+      if (u.stored.sessions === 0 && u.live.length === 0) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
     assert.deepEqual(u.stored, {sessions: 0, blocks: 0, bytes: 0}, `${what}: ${m} storage after the session`);
     assert.deepEqual(u.live, [], `${what}: ${m} holds no KV`);
   }
@@ -114,7 +122,8 @@ test("a station's Durable Object restarted mid-session restores the session from
   const opts = {maxTokens: 20, temperature: 0};
   const want = await single(bytes, "Once upon a time", opts);
   for (const linkMode of ["ws", "http"]) {
-    const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2}, {testHooks: true, linkMode});
+    // prefix reuse off: the session ends with its request (the snapshot must go with it)
+    const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2}, {testHooks: true, linkMode, prefixCache: {kvTokens: 0}});
     try {
       const before = await stationStats(mesh, "st1");
       let r = await generateWithRestart(mesh, want.promptIds, opts, "st1", 6, false);
@@ -143,7 +152,8 @@ test("in a station chain: a mid station restarted restores from its snapshot (sa
   if (!bytes) return;
   const opts = {maxTokens: 16, temperature: 0};
   const want = await single(bytes, "Once upon a time", opts);
-  const mesh = await meshFor(bytes, {stations: [1, 2, 2], shards: 2, chain: true}, {testHooks: true, timeouts: {stationMs: 1500}});
+  const mesh = await meshFor(bytes, {stations: [1, 2, 2], shards: 2, chain: true},
+                             {testHooks: true, timeouts: {stationMs: 1500}, prefixCache: {kvTokens: 0}});
   try {
     const before = await stationStats(mesh, "st1");
     let r = await generateWithRestart(mesh, want.promptIds, opts, "st1", 5, false);
