@@ -24,6 +24,15 @@ async function frames(mesh, name, sid) {
   return (await (await w.fetch("http://x/stats")).json()).stats.frameLog.filter((f) => f.sid === sid);
 }
 
+// The stations hold no session: the last run's end frames (sent without waiting, reuse off)
+// have landed, so they are not counted by a gate set for the next run.
+async function quiet(mesh) {
+  for (const name of ["st0", "st1"]) {
+    const w = await mesh.worker(`knot-${name}`);
+    await until(`${name} idle`, async () => (await (await w.fetch("http://x/stats")).json()).stats.liveSessions === 0);
+  }
+}
+
 async function until(what, fn, ms = 20_000) {
   const t0 = Date.now();
   for (;;) {
@@ -33,14 +42,19 @@ async function until(what, fn, ms = 20_000) {
   }
 }
 
+// Prefix reuse off: each run prefills the whole prompt (the same prompt runs several times
+// here; with reuse the later runs would feed only its last token).
+const NO_REUSE = {prefixCache: {kvTokens: 0}};
+
 test("prefill progress is live: chunk k's event arrives while the exit holds chunk k + 1 (pipelined and sequential)", async (t) => {
   const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
   if (!bytes) return;
-  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2}, {testHooks: true});
+  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2}, {testHooks: true, ...NO_REUSE});
   try {
     for (const prefill of ["pipelined", "sequential"]) {
       // the exit (st1) computes its first frame, then holds each next one until released
       // here; a held frame the test never releases goes on by itself after 4 s, noted "timeout"
+      await quiet(mesh);
       await debug(mesh, "st1", "fault", {gate: {after: 1, ms: 4000}});
       const seen = [];
       let total = 0;
@@ -70,9 +84,10 @@ test("prefill progress is live: chunk k's event arrives while the exit holds chu
 test("pipelined prefill overlaps stations: chunk c + 1 reaches station 0 while the exit holds chunk c", async (t) => {
   const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
   if (!bytes) return;
-  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2}, {testHooks: true});
+  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2}, {testHooks: true, ...NO_REUSE});
   try {
     for (const prefill of ["pipelined", "sequential"]) {
+      await quiet(mesh);
       await debug(mesh, "st1", "fault", {gate: {after: 1, ms: 3000}});  // the exit holds chunk 1 (positions 6..11)
       let sid = null, overlapped = null;
       for await (const e of mesh.generate({prompt: STORY, options: {maxTokens: 2, temperature: 0, chunk: 6, prefill}})) {
@@ -82,8 +97,13 @@ test("pipelined prefill overlaps stations: chunk c + 1 reaches station 0 while t
           // while the exit holds chunk 1, does chunk 2 (position 12) reach station 0?
           const t0 = Date.now();
           for (;;) {
-            if ((await frames(mesh, "st0", sid)).some((f) => f.pos === 12)) { overlapped = true; break; }
-            if ((await debug(mesh, "st1", "log")).log.length) { overlapped = false; break; }  // the hold ended first
+            // the hold ended first (the log has its entry): no overlap; chunk 2 at station 0 counts
+            // only if the exit still holds chunk 1 after it was seen
+            if ((await debug(mesh, "st1", "log")).log.length) { overlapped = false; break; }
+            if ((await frames(mesh, "st0", sid)).some((f) => f.pos === 12)) {
+              overlapped = (await debug(mesh, "st1", "log")).log.length === 0;
+              break;
+            }
             if (Date.now() - t0 > 20_000) break;
             await new Promise((r) => setTimeout(r, 20));
           }
@@ -104,7 +124,7 @@ test("pipelined prefill overlaps stations: chunk c + 1 reaches station 0 while t
 async function sameAllWays(t, bytes, counts, prompt, options) {
   const want = await single(bytes, prompt, options);
   assert.ok(want.ids.length >= 4, "a non-trivial continuation");
-  const mesh = await meshFor(bytes, counts);
+  const mesh = await meshFor(bytes, counts, NO_REUSE);
   try {
     for (const prefill of ["pipelined", "sequential"]) {
       const r = await mesh.run({ids: want.promptIds, options: {...options, prefill}});
@@ -145,7 +165,8 @@ test("prefill option: anything but pipelined / sequential is an error naming it"
   if (!bytes) return;
   const mesh = await meshFor(bytes, {stations: [5], shards: 1});
   try {
-    const r = await mesh.run({prompt: "Once", options: {prefill: "parallel"}});
-    assert.match(r.error?.error ?? "", /prefill must be "pipelined" or "sequential", got "parallel"/);
+    // refused where the request enters, before anything streams (tests/workers/requests.test.mjs)
+    await assert.rejects(mesh.run({prompt: "Once", options: {prefill: "parallel"}}),
+                         /HTTP 400: .*options\.prefill must be \\"pipelined\\" or \\"sequential\\", got \\"parallel\\"/);
   } finally { await mesh.close(); }
 });

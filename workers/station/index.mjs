@@ -352,21 +352,24 @@ export class StationDO extends DurableObject {
 
   /** One frame in, its answer frame out (bytes). */
   async handle(bytes) {
-    const st = await bootStation(this.env, this.ctx, startsSession(bytes));
-    const fault = await applyFault(this.env);
-    if (fault) throw fault;
-    const f = decodeFrame(bytes, {width: st.c.n_embd, kinds: Object.keys(this.#byKind)});
-    stats.frames++;
     // One frame computes at a time, in arrival order: a pipelined coordinator (or the
     // station before this one in a chain) may send the next chunk before this one is done,
-    // and a fluid station's loads are I/O. A chain frame gives its turn up before it goes
-    // down the chain (io.done), so the next chunk computes here meanwhile.
+    // and a fluid station's loads are I/O. The turn is taken before the boot (a session's
+    // first frame checks the R2 etag there: a later frame must not overtake it).
+    // A chain frame gives its turn up before it goes down the chain (io.done), so the next
+    // chunk computes here meanwhile.
+    // (A test fault's hold or hang applies as the frame arrives, before its turn.)
+    const fault = await applyFault(this.env);
+    if (fault) throw fault;
     const prev = this.turn;
-    let done, t0 = 0;
+    let done, t0 = 0, f = null;
     this.turn = new Promise((r) => { done = r; });
-    await prev;
-    const io = {env: this.env, ctx: this.ctx, done: () => { if (t0 && f.kind !== "end") logFrame(f, t0); t0 = 0; done(); }};
+    const io = {env: this.env, ctx: this.ctx, done: () => { if (t0 && f && f.kind !== "end") logFrame(f, t0); t0 = 0; done(); }};
     try {
+      await prev;
+      const st = await bootStation(this.env, this.ctx, startsSession(bytes));
+      f = decodeFrame(bytes, {width: st.c.n_embd, kinds: Object.keys(this.#byKind)});
+      stats.frames++;
       t0 = Date.now();
       this.#sweep(t0);
       return await this.#byKind[f.kind](st, f, io);
