@@ -107,7 +107,8 @@ test("lookup option: out of range is an error naming it", async (t) => {
   if (!bytes) return;
   const mesh = await meshFor(bytes, {stations: [5], shards: 1});
   try {
-    const r = await mesh.run({prompt: "Once", options: {lookup: -1}});
-    assert.match(r.error?.error ?? "", /lookup must be an integer in \[0, 64\], got -1/);
+    // refused where the request enters, before anything streams (tests/workers/requests.test.mjs)
+    await assert.rejects(mesh.run({prompt: "Once", options: {lookup: -1}}), /HTTP 400: .*options\.lookup must be in \[0, 64\], got -1/);
+    await assert.rejects(mesh.run({prompt: "Once", options: {lookup: 1.5}}), /HTTP 400: .*options\.lookup must be an integer, got 1\.5/);
   } finally { await mesh.close(); }
 });
