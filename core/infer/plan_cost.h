@@ -35,8 +35,8 @@
 namespace knot {
 
 struct CostModel {
-  double decode_bytes_per_ms = 2.6e6;        // weight bytes a station's mat-vec streams per ms (one token)
-  double prefill_token_bytes_per_ms = 1.4e7; // weight bytes x tokens per ms of a prefill chunk (mat-mat)
+  double decode_bytes_per_ms = 2.04e6;       // weight bytes a station's mat-vec streams per ms (one token)
+  double prefill_token_bytes_per_ms = 5.98e6;// weight bytes x tokens per ms of a prefill chunk (mat-mat)
   double hop_ms = 0.3;                       // one sequential round trip between isolates
   double fetch_bytes_per_ms = 2.0e5;         // fluid stations: weight bytes loaded per ms (warden / R2; assumed)
   int prompt_tokens = 2000;                  // the prompt of ttft_s; decode is estimated after it
