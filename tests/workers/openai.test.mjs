@@ -97,7 +97,12 @@ test("a client that disconnects mid-stream frees the session on every station (K
       const frames = after[n].stats.frames - before[n].stats.frames;
       assert.ok(frames < 100, `${n}: the generation stopped after the disconnect (${frames} frames, not ~400)`);
       assert.equal(after[n].stats.liveSessions, 1, `${n}: session freed after the disconnect (the held one stays)`);
-      assert.equal(after[n].memory.heap, before[n].memory.heap, `${n}: wasm heap back to its level before the request`);
+      // Back to its level: what remains may differ only by the module's result buffer (the
+      // last call's output, e.g. a KV snapshot's rows) and dlmalloc's usable-size slack — a few
+      // KiB — never by a session's KV cache (2048 positions x 2 x 16 KV heads x head_dim 8 x 2
+      // bytes x 2 or 3 layers = 2-3 MiB here), which a leak would leave behind.
+      const grew = after[n].memory.heap - before[n].memory.heap;
+      assert.ok(Math.abs(grew) < 16 * 1024, `${n}: wasm heap back to its level before the request (${grew} bytes apart)`);
     }
   } finally { await mesh.close(); }
 });
