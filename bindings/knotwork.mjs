@@ -383,12 +383,17 @@ export class Model {
    * start, unless `template` picks one. serve's OpenAI handler and the mesh coordinator use
    * this default. generate() parses the role markers of the result as special tokens (its
    * default for text prompts).
+   * `vars`: template variables besides messages (e.g. {tools: [...]}, {enable_thinking: false}),
+   * for the file's own Jinja template only (a built-in format: KnotworkError).
    * @param {{role: string, content: string}[]} messages
    */
-  applyChatTemplate(messages, {addGenerationPrompt = true, template = ""} = {}) {
+  applyChatTemplate(messages, {addGenerationPrompt = true, template = "", vars} = {}) {
     const w = this.w;
     w.withString(JSON.stringify(messages), (p, n) =>
-      w.withString(template, (tp, tn) => w.call("kw_chat_apply", this.#h(), p, n, addGenerationPrompt ? 1 : 0, tp, tn)));
+      w.withString(template, (tp, tn) => vars === undefined
+        ? w.call("kw_chat_apply", this.#h(), p, n, addGenerationPrompt ? 1 : 0, tp, tn)
+        : w.withString(JSON.stringify(vars), (vp, vn) =>
+          w.call("kw_chat_apply_vars", this.#h(), p, n, addGenerationPrompt ? 1 : 0, tp, tn, vp, vn))));
     return w.resultText();
   }
 

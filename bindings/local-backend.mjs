@@ -37,6 +37,8 @@ export async function slotsThatFit(model, {nCtx, chunk, reference = false, margi
   return Math.max(1, Math.floor((LINEAR_CAP - before - margin) / per));
 }
 import {defaultContext, requestOptions} from "./options.mjs";
+import {Generator} from "./generator.mjs";
+import {toolPrompt} from "./tools.mjs";
 
 const tick = globalThis.setImmediate
   ? () => new Promise((r) => setImmediate(r))
@@ -87,11 +89,13 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
     else { free.push(slot); free.sort((a, b) => b - a); }
   };
 
-  function promptIds(req) {
+  // call: filled with a request with tools' {syntax, prefix, jsonSchema?} (bindings/tools.mjs)
+  function promptIds(req, call = {}) {
     let ids;
     try {
       if (req.kind === "chat") {
-        const text = model.applyChatTemplate(req.messages, {template: chatTemplate});
+        const text = req.tools ? Object.assign(call, toolPrompt(model, req.messages, req.tools, chatTemplate)).text
+          : model.applyChatTemplate(req.messages, {template: chatTemplate});
         ids = model.tokenize(text, {addBos: true, parseSpecial: true});
       } else if (typeof req.prompt === "string") {
         ids = model.tokenize(req.prompt, {parseSpecial: true});  // as `knotwork generate -p`: BOS, special tokens parsed
@@ -106,6 +110,13 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
     }
     if (ids.length === 0) throw new ApiError(400, "the prompt encodes to no tokens", {param: "prompt"});
     return ids;
+  }
+
+  // a forced tool call's schema (the tools' parameters) the core's JSON-schema sampler must take: else a 400
+  async function checkToolSchema(jsonSchema) {
+    try { (await Generator.open(model, {jsonSchema})).free(); } catch (e) {
+      throw new ApiError(400, `tools: the parameters cannot constrain a forced call: ${e.message}`, {param: "tools"});
+    }
   }
 
   function fits(req, n) {
@@ -165,13 +176,15 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
     },
 
     async *generate(req, {signal} = {}) {
-      const ids = promptIds(req);
+      const call = {};
+      const ids = promptIds(req, call);
       fits(req, ids.length);
+      if (call.jsonSchema) await checkToolSchema(call.jsonSchema);
       const maxTokens = req.maxTokens ?? ctx - ids.length;
       // a request without a seed gets a fresh one (OpenAI: sampled output varies)
       const seed = req.seed ?? Math.floor(Math.random() * 2 ** 32);
       yield {type: "accepted", promptTokens: ids.length, nCtx: ctx, quantization: quant.type, arch: cfg.arch,
-             mode: card.knotwork.mode, seed, topology};
+             mode: card.knotwork.mode, seed, topology, ...(call.syntax && {toolSyntax: call.syntax, toolPrefix: call.prefix})};
 
       // a slot, in arrival order
       const ahead = active + waiting.length;  // running or waiting before this one
@@ -185,7 +198,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
         try {
           yield {type: "telemetry", event: "slot", slot, slots};
           await tick();  // the "accepted" bytes leave before the prefill blocks this thread
-          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), nCtx: ctx, chunk, reference, prefillProgress, slot: held[slot]});
+          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), jsonSchema: call.jsonSchema, nCtx: ctx, chunk, reference, prefillProgress, slot: held[slot]});
           for await (const ev of gen) {
             yield ev;  // Model.generate's events as they are (bindings/events.mjs)
             await tick();

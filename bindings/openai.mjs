@@ -79,6 +79,7 @@
 // Non-streamed responses carry the summary in an extra `knotwork` field.
 import {CHAT_PAGE_HTML} from "./chat-page.mjs";
 import {Metrics} from "./metrics.mjs";
+import {ToolStream, openaiToolCalls, parseToolCalls, parseTools, toolMessage} from "./tools.mjs";
 
 /** The build /props and /metrics report (package.json's version; a test keeps them equal). */
 export const VERSION = "0.1.0";
@@ -148,8 +149,9 @@ function num(body, name, {min = -Infinity, max = Infinity, int = false, dflt} = 
 function refuseUnsupported(body, kind) {
   const refused = [];
   if (body.n !== undefined && body.n !== null && body.n !== 1) refused.push(`n=${JSON.stringify(body.n)} (only n=1)`);
-  for (const f of ["tools", "functions"]) if (Array.isArray(body[f]) ? body[f].length : body[f] != null) refused.push(f);
-  for (const f of ["tool_choice", "function_call"]) if (body[f] != null && body[f] !== "none") refused.push(f);
+  if (Array.isArray(body.functions) ? body.functions.length : body.functions != null) refused.push("functions (use tools)");
+  if (body.function_call != null && body.function_call !== "none") refused.push("function_call (use tool_choice)");
+  if (kind !== "chat") for (const f of ["tools", "tool_choice"]) if (body[f] != null) refused.push(f);
   if (body.logit_bias != null && Object.keys(body.logit_bias).length) refused.push("logit_bias");
   if (body.response_format != null && body.response_format?.type !== "text") refused.push("response_format");
   if (body.audio != null) refused.push("audio");
@@ -188,10 +190,11 @@ export function parseRequest(body, kind) {
     req.messages = body.messages.map((m, i) => {
       if (!m || typeof m !== "object" || typeof m.role !== "string")
         throw bad(`messages[${i}] must be an object with a string 'role'`, `messages[${i}]`);
-      if (!["system", "developer", "user", "assistant"].includes(m.role))
-        throw bad(`messages[${i}].role ${JSON.stringify(m.role)} is not supported (system, developer, user, assistant)`, `messages[${i}].role`);
-      return {role: m.role === "developer" ? "system" : m.role, content: textContent(m.content, i)};
+      if (!["system", "developer", "user", "assistant", "tool"].includes(m.role))
+        throw bad(`messages[${i}].role ${JSON.stringify(m.role)} is not supported (system, developer, user, assistant, tool)`, `messages[${i}].role`);
+      return toolMessage(m, i) ?? {role: m.role === "developer" ? "system" : m.role, content: textContent(m.content, i)};
     });
+    req.tools = parseTools(body);  // null: none (bindings/tools.mjs; backends render them, the handler parses calls)
   } else {
     let p = body.prompt;
     if (Array.isArray(p) && p.length === 1 && (typeof p[0] === "string" || Array.isArray(p[0]))) p = p[0];
@@ -353,11 +356,16 @@ async function complete(backend, req, signal, metrics) {
   metrics?.generation(summary, accepted);
   const created = Math.floor(Date.now() / 1000);
   const knotwork = {promptTokens: accepted.promptTokens, ...summaryTelemetry(summary), reason: summary.reason};
+  const id = newId(chat ? "chatcmpl" : "cmpl");
+  // tools: the backend's accepted event names the call syntax (and a forced call's opening)
+  const calls = accepted.toolSyntax ? parseToolCalls((accepted.toolPrefix ?? "") + text, accepted.toolSyntax, req.tools.list.map((f) => f.name)) : null;
+  const message = calls?.calls.length ? {role: "assistant", content: calls.content, refusal: null, tool_calls: openaiToolCalls(calls.calls, id)}
+    : {role: "assistant", content: text, refusal: null};
   const choice = chat
-    ? {index: 0, message: {role: "assistant", content: text, refusal: null},
-       logprobs: req.logprobs >= 0 ? {content: lpChat, refusal: null} : null, finish_reason: finishReason(summary.reason)}
+    ? {index: 0, message, logprobs: req.logprobs >= 0 ? {content: lpChat, refusal: null} : null,
+       finish_reason: calls?.calls.length ? "tool_calls" : finishReason(summary.reason)}
     : {index: 0, text, logprobs: req.logprobs >= 0 ? lpComp : null, finish_reason: finishReason(summary.reason)};
-  return jsonResponse({id: newId(chat ? "chatcmpl" : "cmpl"), object: chat ? "chat.completion" : "text_completion",
+  return jsonResponse({id, object: chat ? "chat.completion" : "text_completion",
                        created, model: req.model, system_fingerprint: null, choices: [choice], usage: usageOf(summary), knotwork});
 }
 
@@ -372,6 +380,7 @@ function stream(backend, req, signal, metrics) {
   const tele = (obj) => te.encode(`: knotwork ${JSON.stringify({...obj, t: Date.now()})}\n\n`);
   const rate = new Rate();
   let it = null, accepted = {}, closed = false, n = 0, t0 = 0, offset = 0;
+  let tools = null;  // a ToolStream when the request has tools (text that may be a call is held back)
 
   // One backend event -> SSE chunks (out.push); false when the stream ended.
   async function step(out) {
@@ -401,14 +410,25 @@ function stream(backend, req, signal, metrics) {
         }
       }
       offset += ev.text.length;
-      if (ev.text || lp)
-        out.push(data(chunk(chat ? {index: 0, delta: {content: ev.text}, logprobs: lp, finish_reason: null}
+      const text = tools ? tools.push(ev.text) : ev.text;
+      if (text || lp)
+        out.push(data(chunk(chat ? {index: 0, delta: {content: text}, logprobs: lp, finish_reason: null}
                                  : {index: 0, text: ev.text, logprobs: lp, finish_reason: null})));
       const mem = ev.telemetry?.memory;
       out.push(tele({type: "tokens", n, tokS: rate.tokS, elapsedMs: now - t0, ...(mem && {memory: {linear: mem.linear, heap: mem.heap}})}));
     } else if (ev.type === "summary") {
       metrics?.generation(ev, accepted);
-      const fin = finishReason(ev.reason);
+      let fin = finishReason(ev.reason);
+      if (tools) {
+        const end = tools.end();
+        if (end.content) out.push(data(chunk({index: 0, delta: {content: end.content}, logprobs: null, finish_reason: null})));
+        openaiToolCalls(end.calls, id).forEach((c, index) => {
+          out.push(data(chunk({index: 0, delta: {tool_calls: [{index, id: c.id, type: "function", function: {name: c.function.name, arguments: ""}}]},
+                               logprobs: null, finish_reason: null})));
+          out.push(data(chunk({index: 0, delta: {tool_calls: [{index, function: {arguments: c.function.arguments}}]}, logprobs: null, finish_reason: null})));
+        });
+        if (end.calls.length) fin = "tool_calls";
+      }
       out.push(data(chunk(chat ? {index: 0, delta: {}, logprobs: null, finish_reason: fin}
                                : {index: 0, text: "", logprobs: null, finish_reason: fin})));
       if (req.includeUsage) out.push(data(chunk(null, {usage: usageOf(ev)})));
@@ -425,6 +445,10 @@ function stream(backend, req, signal, metrics) {
     const s = await start(backend, req, signal);  // throws: an HTTP error status
     it = s.it;
     accepted = s.accepted;
+    if (chat && accepted.toolSyntax) {
+      tools = new ToolStream(accepted.toolSyntax, req.tools.list.map((f) => f.name));
+      tools.push(accepted.toolPrefix ?? "");
+    }
     const body = new ReadableStream({
       start(controller) {
         controller.enqueue(tele({...s.accepted, model: req.model, maxTokens: req.maxTokens ?? null}));

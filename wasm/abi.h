@@ -81,6 +81,10 @@ int kw_token_piece(int32_t h, int32_t id, int32_t render_special);  // result: r
 int kw_chat_apply(int32_t h, const char* msgs_json, uint32_t msgs_len, int32_t add_generation_prompt,
                   const char* tmpl, uint32_t tmpl_len);  // result: prompt text; tmpl "" = the
                   // file's own Jinja template when it parses (knot::default_chat_template)
+int kw_chat_apply_vars(int32_t h, const char* msgs_json, uint32_t msgs_len, int32_t add_generation_prompt,
+                       const char* tmpl, uint32_t tmpl_len, const char* vars_json, uint32_t vars_len);
+                  // kw_chat_apply plus template variables (a JSON object: tools, enable_thinking, ...);
+                  // the file's own Jinja template only
 int kw_chat_template(int32_t model);  // result: JSON {name (the default template), text (the file's)}
 
 // ---- command lines (abi_cli.cpp): the option spec of core/infer/options.h ----

@@ -439,3 +439,21 @@ int kw_chat_apply(int32_t h, const char* msgs, uint32_t msgs_len, int32_t add_ge
     set_result(knot::apply_chat_template(m.model.tokenizer, v, add_generation_prompt != 0, name));
   });
 }
+
+// kw_chat_apply with template variables besides messages: vars JSON object (e.g. {"tools":
+// [...]}, {"enable_thinking": false}); the file's own Jinja template only (a built-in
+// format takes no variables: an error naming the template).
+KW_EXPORT(kw_chat_apply_vars)
+int kw_chat_apply_vars(int32_t h, const char* msgs, uint32_t msgs_len, int32_t add_generation_prompt,
+                       const char* tmpl, uint32_t tmpl_len, const char* vars, uint32_t vars_len) {
+  return guard([&] {
+    ModelEntry& m = ready_model(h, "kw_chat_apply_vars");
+    knot::check_json_depth(str_arg(msgs, msgs_len), "kw_chat_apply_vars: messages");
+    knot::check_json_depth(str_arg(vars, vars_len), "kw_chat_apply_vars: vars");
+    std::string name(str_arg(tmpl, tmpl_len));
+    if (name.empty()) name = knot::default_chat_template(m.model.tokenizer);
+    if (name != "jinja") knot::fail("kw_chat_apply_vars: template variables need the file's own Jinja template, not '" + name + "'");
+    set_result(knot::jinja_chat_prompt(m.model.tokenizer, std::string(str_arg(msgs, msgs_len)), add_generation_prompt != 0,
+                                       std::string(str_arg(vars, vars_len))));
+  });
+}
