@@ -12,6 +12,7 @@ import {sessionEvents} from "./session.mjs";
 import {checkOptions} from "./request.mjs";
 import {textModel, promptIds} from "./prompt.mjs";
 import {isolateStats} from "./stats.mjs";
+import {toolPrompt} from "../../bindings/tools.mjs";
 
 /** @param {import("./index.mjs").Env} env */
 export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {}) {
@@ -51,11 +52,16 @@ export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {})
       const m = await text(), c = m.info.config;
       const nCtx = defaultContext(c);
       const param = req.kind === "chat" ? "messages" : "prompt";
-      let ids;
+      let ids, call = {};  // call: a request with tools' {syntax, prefix, jsonSchema?} (bindings/tools.mjs)
       try {
-        const body = req.kind === "chat" ? {messages: req.messages}
-          : typeof req.prompt === "string" ? {prompt: req.prompt} : {ids: req.prompt};
-        ids = promptIds(m, body, env.CHAT_TEMPLATE ?? "");
+        if (req.tools) {
+          call = toolPrompt(m, req.messages, req.tools, env.CHAT_TEMPLATE ?? "");
+          ids = m.tokenize(call.text, {addBos: true, parseSpecial: true});
+        } else {
+          const body = req.kind === "chat" ? {messages: req.messages}
+            : typeof req.prompt === "string" ? {prompt: req.prompt} : {ids: req.prompt};
+          ids = promptIds(m, body, env.CHAT_TEMPLATE ?? "");
+        }
       } catch (e) { throw new ApiError(400, `could not build the prompt: ${e.message}`, {param}); }
       const bad = ids.find((x) => !(x >= 0 && x < c.n_vocab));
       if (bad !== undefined) throw new ApiError(400, `prompt token id ${bad} is outside the vocabulary (${c.n_vocab} tokens)`, {param});
@@ -63,10 +69,14 @@ export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {})
         throw new ApiError(400, `This model's maximum context length is ${nCtx} tokens; the request needs ${ids.length + (req.maxTokens ?? 1)}.`,
                            {param: req.maxTokens !== undefined ? "max_tokens" : param, code: "context_length_exceeded"});
       const seed = req.seed ?? Math.floor(Math.random() * 2 ** 32);
-      const options = {...requestOptions(req, {maxTokens: req.maxTokens ?? nCtx - ids.length, seed}), nCtx};
+      const options = {...requestOptions(req, {maxTokens: req.maxTokens ?? nCtx - ids.length, seed}), jsonSchema: call.jsonSchema, nCtx};
       for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k];
-      try { await checkOptions(m, options, {prefix: ""}); } catch (e) { throw new ApiError(400, e.message, {param: null}); }
-      yield {type: "accepted", promptTokens: ids.length, nCtx, arch: c.arch, mode: "mesh", seed, topology: topo};
+      try { await checkOptions(m, options, {prefix: ""}); } catch (e) {
+        throw call.jsonSchema ? new ApiError(400, `tools: the parameters cannot constrain a forced call: ${e.message}`, {param: "tools"})
+          : new ApiError(400, e.message, {param: null});
+      }
+      yield {type: "accepted", promptTokens: ids.length, nCtx, arch: c.arch, mode: "mesh", seed, topology: topo,
+             ...(call.syntax && {toolSyntax: call.syntax, toolPrefix: call.prefix})};
       for await (const e of sessionEvents(env, {ids, options})) {
         if (e.type === "error") throw new Error(`mesh: ${e.error}`);
         yield e;
