@@ -164,7 +164,7 @@ function refuseUnsupported(body, kind) {
   }
   if (refused.length)
     throw bad(`unsupported: ${refused.join(", ")}. knotwork generates one choice of plain text per request.`,
-              refused[0].split("=")[0], "unsupported_parameter");
+              refused[0].split(/[= ]/)[0], "unsupported_parameter");
 }
 
 function textContent(content, i) {

@@ -89,7 +89,7 @@ test("openai handler: coordinator telemetry ({type: telemetry, event}) is mapped
 });
 
 // README "Serving": `max_tokens` / `max_completion_tokens`; what cannot be honoured is an
-// error naming the field (`n` > 1, `tools`, `logit_bias`, `response_format`, `echo`,
+// error naming the field (`n` > 1, `functions`, `logit_bias`, `response_format`, `echo`,
 // `suffix`, ...) — the rest are checked against the real model in serve.test.mjs.
 test("openai handler: max_completion_tokens sets the limit; response_format, echo, suffix are refused by name", () => {
   const chat = {model: "m", messages: [{role: "user", content: "q"}]};

@@ -267,8 +267,11 @@ test("serve: errors carry OpenAI's error object and status", async () => {
   await assert.rejects(client.chat.completions.create({model: srv.id, messages: [{role: "user", content: "x"}], n: 2}),
     (e) => e instanceof OpenAI.BadRequestError && /unsupported: n=2/.test(e.message) && e.param === "n");
   await assert.rejects(client.chat.completions.create({model: srv.id, messages: [{role: "user", content: "x"}],
-                                                       tools: [{type: "function", function: {name: "f", parameters: {}}}]}),
-    (e) => e.status === 400 && /unsupported: tools/.test(e.message) && e.param === "tools");
+                                                       functions: [{name: "f", parameters: {}}]}),
+    (e) => e.status === 400 && /unsupported: functions \(use tools\)/.test(e.message) && e.param === "functions");
+  await assert.rejects(client.chat.completions.create({model: srv.id, messages: [{role: "user", content: "x"}],
+                                                       tools: [{type: "function", function: {parameters: {}}}]}),
+    (e) => e.status === 400 && /tools\[0\]\.function\.name must be a string/.test(e.message) && e.param === "tools[0].function.name");
   await assert.rejects(client.completions.create({model: srv.id, prompt: "x", logit_bias: {"5": 3}}),
     (e) => e.status === 400 && /logit_bias/.test(e.message));
   const long = "the cat sat on the mat and ".repeat(40);
