@@ -1302,6 +1302,21 @@ class Evaluator {
       }
       return r;
     }
+    if (f == "select" || f == "reject") {  // select(test, args...): the items passing the test (truthy without one)
+      if (v.kind != Value::Array) err(ln, f + " of a " + kind_name(v));
+      Value r = Value::array();
+      for (const Value& it : *v.arr) {
+        bool ok;
+        if (e.args.empty()) ok = truthy(it);
+        else {
+          std::vector<Value> targs;
+          for (size_t k = 1; k < e.args.size(); k++) targs.push_back(eval(*e.args[k]));
+          ok = test(need_str(eval(*e.args[0]), ln, f), it, targs, ln);
+        }
+        if (ok == (f == "select")) r.arr->push_back(it);
+      }
+      return r;
+    }
     if (f == "map") {
       if (v.kind != Value::Array) err(ln, std::string("map of a ") + kind_name(v));
       Value a;

@@ -92,6 +92,12 @@ TEST(TextJinja, FiltersAndMethods) {
   EXPECT_EQ(render("{{ x | default('d') }}{{ [1, 2] | join('-') }}{{ ms | selectattr('r', 'equalto', 'u') | map(attribute='c') | join }}",
                    R"({"ms": [{"r": "u", "c": "1"}, {"r": "a", "c": "2"}, {"r": "u", "c": "3"}]})"),
             "d1-213");
+  // select / reject (Llama-3.1's tool template: builtin_tools | reject('equalto', 'code_interpreter'))
+  EXPECT_EQ(render("{{ b | reject('equalto', 'code_interpreter') | join(', ') }}|{{ b | select('equalto', 'wolfram') | list | length }}"
+                   "|{{ [0, 1, '', 'a', none] | select | join('-') }}|{{ [1, none, 2] | reject('none') | join }}",
+                   R"({"b": ["brave_search", "code_interpreter", "wolfram"]})"),
+            "brave_search, wolfram|1|1-a|12");
+  EXPECT_NE(error_of("{{ 3 | select }}").find("select of a"), std::string::npos);
   EXPECT_EQ(render("{{ 7 // 2 }} {{ -7 // 2 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 * 3 + 1 }} {{ (1 + 2) * 3 }}"), "3 -4 2 3.5 7 9");
   EXPECT_EQ(render("{{ m['content'] | trim + '!' }}", R"({"m": {"content": " hi "}})"), "hi!");  // filter binds first
 }
