@@ -22,7 +22,8 @@
 //   backend.health?() -> Promise<object>         GET /health (sessions open, memory, shards)
 //   backend.generate(req, {signal}) -> AsyncIterable<GenerationEvent> (bindings/events.mjs)
 //     req (already validated; model is one of models()):
-//       {kind: "chat"|"completion", model, messages?: [{role, content: string}],
+//       {kind: "chat"|"completion", model, messages?: [{role, content: string, tool_calls?, tool_call_id?}],
+//        tools?: null | {list, choice} (bindings/tools.mjs parseTools; render with toolPrompt),
 //        prompt?: string|number[], maxTokens?: number (undefined: up to the context),
 //        temperature, topP, topK?, minP?, repeatPenalty?, seed?, stop: string[], ignoreEos,
 //        presencePenalty, frequencyPenalty,
@@ -32,6 +33,8 @@
 //           tokenized and fits: the handler then commits to 200 and (streaming) sends the
 //           headers. An error thrown before it becomes the HTTP status; after it, an error
 //           in the stream (`data: {"error": ...}`).
+//           With req.tools it carries toolSyntax ("qwen" | "json") and toolPrefix (the forced
+//           call's opening the prompt ended with, "" for none): the handler parses calls with them.
 //       {type: "prefill", done, total, elapsedMs}    prompt progress
 //       {type: "telemetry", event: NAME, ...}   named progress, mapped to the stream's
 //                                   vocabulary below by the TELEMETRY table

@@ -10,7 +10,8 @@
 //       (tools[i].function.name, tools[i].function.parameters, tool_choice, ...).
 //   * toolMessage(m, i) -> the message as the template reads it, for role "tool"
 //       ({role, tool_call_id, content}) and an assistant message carrying tool_calls
-//       ({role, content, tool_calls: [{id, type, function: {name, arguments: string}}]});
+//       ({role, content, tool_calls: [{id, type, function: {name, arguments}}]}, arguments the
+//       parsed object when the string is a JSON object);
 //       null for any other message (openai.mjs checks those).
 //   * toolPrompt(model, messages, tools, template) -> {text, syntax, prefix, jsonSchema?}
 //       text: the prompt (model.applyChatTemplate); syntax: the call syntax the template
@@ -101,7 +102,12 @@ export function toolMessage(m, i) {
       throw bad(`${at} must be {id, type: "function", function: {name, arguments}}`, at);
     const args = c.function.arguments ?? "{}";
     if (typeof args !== "string") throw bad(`${at}.function.arguments must be a JSON string`, `${at}.function.arguments`);
-    return {id: typeof c.id === "string" ? c.id : `call_${j}`, type: "function", function: {name: c.function.name, arguments: args}};
+    // the template gets the arguments as an object (transformers' convention: Llama-3.1's
+    // template applies tojson to them), or the string when it is not a JSON object
+    let parsed;
+    try { parsed = JSON.parse(args); } catch { parsed = null; }
+    return {id: typeof c.id === "string" ? c.id : `call_${j}`, type: "function",
+            function: {name: c.function.name, arguments: isObject(parsed) ? parsed : args}};
   });
   const out = {role: "assistant", content: contentText(m.content, i)};
   if (calls.length) out.tool_calls = calls;
@@ -133,7 +139,8 @@ export function toolPrompt(model, messages, tools, template = "") {
   } else {
     // tool turns as text, the tools in the system message
     const flat = messages.map((m) => m.tool_calls
-      ? {role: "assistant", content: [m.content, ...m.tool_calls.map((c) => callJson(syntax, c.function.name, c.function.arguments))]
+      ? {role: "assistant", content: [m.content, ...m.tool_calls.map((c) => callJson(syntax, c.function.name,
+          typeof c.function.arguments === "string" ? c.function.arguments : JSON.stringify(c.function.arguments)))]
           .filter(Boolean).join("\n")}
       : {role: m.role, content: m.content});
     const sys = toolsSystemText(tools.list);

@@ -23,6 +23,9 @@ import {LLAMA3_TOOLS_TEMPLATE, QUESTION, TOOLS, argumentChecker, collect, toolMo
 const FOLLOW_UP = (call, content = null) => [...QUESTION, {role: "assistant", content, tool_calls: [call]},
   {role: "tool", tool_call_id: call.id, content: "{\"temp\": 21, \"sky\": \"clear\"}"}];
 
+// the assistant's call as the template gets it: arguments parsed (bindings/tools.mjs toolMessage)
+const parsedCall = (c) => ({...c, function: {...c.function, arguments: JSON.parse(c.function.arguments)}});
+
 test("parsers: Qwen <tool_call> blocks and Llama-3 JSON calls; malformed output stays plain content", () => {
   const names = ["f", "g"];
   assert.deepEqual(parseToolCalls('<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>', "qwen", names),
@@ -83,7 +86,8 @@ for (const name of Object.keys(VOCABS)) {
       const chats = [
         {messages: QUESTION, add_generation_prompt: true, extra: {tools}},
         {messages: [{role: "system", content: "Be brief."}, ...QUESTION], add_generation_prompt: true, extra: {tools}},
-        {messages: FOLLOW_UP(call, ""), add_generation_prompt: true, extra: {tools}},
+        {messages: FOLLOW_UP(call, ""), add_generation_prompt: true, extra: {tools}},  // arguments as a string
+        {messages: FOLLOW_UP(parsedCall(call), ""), add_generation_prompt: true, extra: {tools}},  // as the handler passes them
       ];
       const bos = VOCABS[name].bos === null ? "" : ref.config.bos_token;
       for (const chat of chats) {
@@ -122,10 +126,17 @@ for (const name of Object.keys(VOCABS)) {
         // the next turn: the call and its result, rendered by the template
         const follow = FOLLOW_UP(call);
         const f = await client.chat.completions.create({model: "model", messages: follow, tools: TOOLS, temperature: 0, max_tokens: 2});
-        const prompt = m.applyChatTemplate(FOLLOW_UP(call, ""), {vars: {tools: TOOLS}});
-        assert.ok(prompt.includes("{\"temp\": 21, \"sky\": \"clear\"}") && prompt.includes(call.function.arguments), prompt.slice(-300));
+        const prompt = m.applyChatTemplate(FOLLOW_UP(parsedCall(call), ""), {vars: {tools: TOOLS}});
+        assert.ok(prompt.includes("{\"temp\": 21, \"sky\": \"clear\"}") && prompt.includes(`"${call.function.name}"`), prompt.slice(-300));
         assert.equal(f.usage.prompt_tokens, m.tokenize(prompt, {addBos: true, parseSpecial: true}).length);
       }
+      // "auto": whatever the (random) model says, the streamed message equals the non-streamed one
+      const auto = {model: "model", messages: QUESTION, tools: TOOLS, temperature: 0, max_tokens: 8};
+      const a = (await client.chat.completions.create(auto)).choices[0];
+      const as = await collect(await client.chat.completions.create({...auto, stream: true}));
+      assert.equal(as.content ?? "", a.message.content ?? "");
+      assert.deepEqual(as.tool_calls.map((c) => c.function), (a.message.tool_calls ?? []).map((c) => c.function));
+      assert.equal(as.finish, a.finish_reason);
       // tool_choice "none": the tools are not offered, plain text comes back
       const none = await client.chat.completions.create({model: "model", messages: QUESTION, tools: TOOLS, tool_choice: "none",
                                                          temperature: 0, max_tokens: 3});
