@@ -16,6 +16,7 @@ import * as kw from "../../bindings/knotwork.mjs";
 import {createHandler} from "../../bindings/openai.mjs";
 import {localBackend} from "../../bindings/local-backend.mjs";
 import {ToolStream, parseToolCalls} from "../../bindings/tools.mjs";
+import {startServe} from "./helpers.mjs";
 import {VOCABS, referenceChat, referenceTokenizers} from "./tokenizer-ref.mjs";
 import {LLAMA3_TOOLS_TEMPLATE, QUESTION, TOOLS, argumentChecker, collect, toolModels} from "./tools-ref.mjs";
 
@@ -145,6 +146,25 @@ for (const name of Object.keys(VOCABS)) {
     } finally { m.close(); }
   });
 }
+
+test("`knotwork serve` (the process): a forced call over HTTP, streamed == not streamed", async (t) => {
+  const files = toolModels(t);
+  if (!files) return;
+  const srv = await startServe(files.qwen3, ["--ctx", "512", "--parallel", "1"]);
+  try {
+    const client = new OpenAI({baseURL: `${srv.url}/v1`, apiKey: "unused", maxRetries: 0});
+    const ask = {model: srv.id, messages: QUESTION, tools: TOOLS, tool_choice: {type: "function", function: {name: "get_weather"}},
+                 temperature: 0, max_tokens: 120};
+    const r = (await client.chat.completions.create(ask)).choices[0];
+    assert.equal(r.finish_reason, "tool_calls");
+    const args = argumentChecker()(r.message.tool_calls[0]);
+    assert.equal(r.message.tool_calls[0].function.name, "get_weather");
+    assert.ok(["Paris", "Oslo", "Lima"].includes(args.city) && Number.isInteger(args.days));
+    const s = await collect(await client.chat.completions.create({...ask, stream: true}));
+    assert.deepEqual(s.tool_calls.map((c) => c.function), [r.message.tool_calls[0].function]);
+    assert.equal(s.finish, "tool_calls");
+  } finally { await srv.stop(); }
+});
 
 test("bad tools are 400s naming the field", async (t) => {
   const files = toolModels(t);
