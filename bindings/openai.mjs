@@ -449,8 +449,7 @@ function stream(backend, req, signal, metrics) {
     it = s.it;
     accepted = s.accepted;
     if (chat && accepted.toolSyntax) {
-      tools = new ToolStream(accepted.toolSyntax, req.tools.list.map((f) => f.name));
-      tools.push(accepted.toolPrefix ?? "");
+      tools = new ToolStream(accepted.toolSyntax, req.tools.list.map((f) => f.name), accepted.toolPrefix ?? "");
     }
     const body = new ReadableStream({
       start(controller) {

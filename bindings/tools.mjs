@@ -26,9 +26,10 @@
 //   * parseToolCalls(text, syntax, names) -> {content: string|null, calls: [{name, arguments}]}
 //       arguments: a JSON string (JSON.stringify of the parsed object). Text that does not
 //       parse as calls of the declared `names` is plain content (calls []), never an error.
-//   * ToolStream: the streamed form. push(text) -> content safe to send now (text that
+//   * ToolStream(syntax, names, prefix): the streamed form. push(text) -> content safe to send now (text that
 //       cannot be the start of a call); end() -> {content: the rest of the content, calls},
-//       so the streamed content and calls equal parseToolCalls of the whole text.
+//       so the streamed content and calls equal parseToolCalls of prefix + the whole text
+//       (plain content: the text without the prefix, as the non-streamed message).
 //   * openaiToolCalls(calls, id) -> message.tool_calls [{id, type: "function", function}].
 import {ApiError} from "./openai.mjs";
 
@@ -207,8 +208,10 @@ export function parseToolCalls(text, syntax, names) {
 
 /** Streamed parsing; see the header. */
 export class ToolStream {
-  constructor(syntax, names) {
-    Object.assign(this, {syntax, names, text: "", sent: 0, held: false});
+  // prefix: a forced call's opening, which the prompt ended with (parsed with the output,
+  // not part of plain content)
+  constructor(syntax, names, prefix = "") {
+    Object.assign(this, {syntax, names, prefix, text: prefix, sent: 0, held: prefix !== ""});
   }
   // the end of the text that is safe to send: before anything that may start a call
   #safe() {
@@ -237,7 +240,7 @@ export class ToolStream {
   }
   end() {
     const r = parseToolCalls(this.text, this.syntax, this.names);
-    const content = r.content ?? "";
+    const content = r.calls.length ? r.content ?? "" : this.text.slice(this.prefix.length);
     // what was sent is a prefix of the content: before a call's tag, or the plain text
     return {content: content.slice(this.sent), calls: r.calls};
   }
