@@ -16,8 +16,9 @@ import * as kw from "../../bindings/knotwork.mjs";
 import {createHandler} from "../../bindings/openai.mjs";
 import {localBackend} from "../../bindings/local-backend.mjs";
 import {ToolStream, parseToolCalls} from "../../bindings/tools.mjs";
-import {startServe} from "./helpers.mjs";
-import {VOCABS, referenceChat, vocabFiles} from "./tokenizer-ref.mjs";
+import {join} from "node:path";
+import {KNOT_BIN, startServe, tmpDir} from "./helpers.mjs";
+import {VOCABS, referenceChat, synthVocabModel, vocabFiles} from "./tokenizer-ref.mjs";
 import {LLAMA3_TOOLS_TEMPLATE, QUESTION, TOOLS, argumentChecker, collect, toolModels} from "./tools-ref.mjs";
 
 // content: null as the openai client sends it (the handler passes "" to the template)
@@ -180,6 +181,29 @@ test("`knotwork serve` (the process): a forced call over HTTP, streamed == not s
     assert.deepEqual(s.tool_calls.map((c) => c.function), [r.message.tool_calls[0].function]);
     assert.equal(s.finish, "tool_calls");
   } finally { await srv.stop(); }
+});
+
+test("a template that takes no tools (the @lenml Llama-3 one): the tools in a system message, a forced call in the JSON syntax", async (t) => {
+  if (!toolModels(t)) return;
+  const file = synthVocabModel("llama3", join(tmpDir("knotwork-tools-"), "plain.knot"), KNOT_BIN);
+  const m = await kw.openModel(kw.bytesSource(readFileSync(file), "m.knot"));
+  try {
+    assert.ok(!/\btools\b/.test(m.chatTemplate().text));
+    const handle = createHandler(localBackend(m, {id: "model"}));
+    const client = new OpenAI({baseURL: "http://serve/v1", apiKey: "unused", maxRetries: 0, fetch: async (u, i) => handle(new Request(u, i))});
+    const r = (await client.chat.completions.create({model: "model", messages: QUESTION, tools: TOOLS, tool_choice: "required",
+                                                     temperature: 0, max_tokens: 120})).choices[0];
+    assert.equal(r.finish_reason, "tool_calls");
+    argumentChecker()(r.message.tool_calls[0]);
+    // the prompt: a system message describing the tools, then the question
+    const p = await handle(new Request("http://serve/apply-template", {method: "POST", body: JSON.stringify({messages: QUESTION})}));
+    const plain = (await p.json()).prompt;
+    const follow = [...QUESTION, {role: "assistant", content: null, tool_calls: [r.message.tool_calls[0]]},
+                    {role: "tool", tool_call_id: r.message.tool_calls[0].id, content: "21 C"}];
+    const f = await client.chat.completions.create({model: "model", messages: follow, tools: TOOLS, temperature: 0, max_tokens: 1});
+    const n = (text) => m.tokenize(text, {addBos: true, parseSpecial: true}).length;
+    assert.ok(f.usage.prompt_tokens > n(plain) + 100, "the tools' description and the call are in the prompt");
+  } finally { m.close(); }
 });
 
 test("bad tools are 400s naming the field", async (t) => {
