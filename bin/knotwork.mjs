@@ -148,6 +148,7 @@ async function mesh(args) {
                                                          : topologyFromPlan(c, given, {knot: "model.knot"}))
     : topologyFromCounts(c, {knot: "model.knot", ...counts, stations: counts.stations ?? [c.n_layer]});
   topology.knot = "model.knot";
+  if (cli.replicas !== undefined) topology.replicas = cli.replicas, validateTopology(c, topology);
   topology.n_embd ??= c.n_embd;
   topology.n_vocab ??= c.n_vocab;
   const trained = c.n_ctx_train;
@@ -170,6 +171,8 @@ async function mesh(args) {
       else if (ev.type === "token" && !idsOnly && ev.text) process.stdout.write(ev.text);
       else if (ev.type === "telemetry" && ["abstain", "reprefill"].includes(ev.event))
         process.stderr.write(`knotwork: mesh ${ev.event}: ${ev.reason}\n`);
+      else if (ev.type === "telemetry" && ev.event === "failover")
+        process.stderr.write(`knotwork: mesh failover: ${ev.member} ${ev.from} -> ${ev.replica} (${ev.rebuilt}): ${ev.reason}\n`);
     }
     if (error) throw new Error(`mesh: ${error.error}`);
     process.stdout.write(idsOnly ? `[${summary.ids.join(",")}]\n` : "\n");
