@@ -29,6 +29,7 @@ const TOPOLOGIES = {
   "station chain": () => topologyFromCounts(SMALL, {knot: "m.knot", stations: [1, 1, 1, 2], shards: 2, chain: true}),
   "split layers (2 slices)": () => topologyFromCounts(SMALL, {knot: "m.knot", stations: [2, 3], shards: 1, slices: 2}),
   "hub shard groups": () => topologyFromCounts(SMALL, {knot: "m.knot", stations: [2, 3], shards: 8}),
+  "2 replicas of a chain with hub shard groups": () => topologyFromCounts(SMALL, {knot: "m.knot", stations: [1, 1, 1, 2], shards: 8, chain: true, replicas: 2}),
 };
 
 // wrangler's worker options in the shape of deploy/miniflare.mjs's (bindings by name → target)

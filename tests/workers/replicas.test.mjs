@@ -178,3 +178,35 @@ test("routes spread concurrent sessions across copies and a prompt that keeps a 
     assert.ok(r.summary.cachedTokens >= prompts[i1].length, `cached ${r.summary.cachedTokens}`);
   } finally { await mesh.close(); }
 });
+
+test("in a chain with 2 copies: a mid station killed or answering 500 moves the whole chain to the other copy, same ids", async (t) => {
+  const bytes = await sharedKnot(t, MODEL);
+  if (!bytes) return;
+  const opts = {maxTokens: 16, temperature: 0};
+  const want = await single(bytes, PROMPT, opts);
+  const mesh = await meshFor(bytes, {stations: [1, 2, 2], shards: 2, replicas: 2, chain: true},
+                             {testHooks: true, timeouts: {stationMs: 4000, backoffMs: 60_000}, prefixCache: {kvTokens: 0}});
+  try {
+    assert.equal(mesh.topology.chain, true);
+    for (const [how, inject, reason] of [
+      ["killed", async (name, sid) => { await (await mesh.worker(`knot-${name}`)).fetch(`http://x/debug/restart?sid=${sid}&wipe=1`).then((r) => r.arrayBuffer()).catch(() => {}); }, /409/],
+      ["HTTP 500", (name) => mesh.fault(name, {status: 500}), /HTTP 500/],
+    ]) {
+      await slowShards(mesh, {hangMs: 100});
+      let failed = null, r1 = null;
+      const r = await generateWith(mesh, want.promptIds, opts, 6, async (route, sid) => {
+        r1 = route.st1;
+        failed = replicaName("st1", r1);
+        await inject(failed, sid);
+      }, how);
+      await slowShards(mesh, null);
+      for (const s of ["st1", "st1r1"]) await mesh.fault(s, null);
+      assert.deepEqual(r.summary.ids, want.ids, `${how}: the single-process ids`);
+      const fo = r.failovers.filter((e) => e.rebuilt === "replay");
+      assert.equal(fo.length, 1, `${how}: ${JSON.stringify(r.failovers)}`);
+      assert.equal(fo[0].member, "st0", "the chain's first leader names the route of the chain");
+      assert.equal(fo[0].replica, replicaName("st0", 1 - r1), "the whole chain moved to the other copy");
+      assert.match(fo[0].reason, reason);
+    }
+  } finally { await mesh.close(); }
+});
