@@ -191,8 +191,8 @@ export class RouteLinks {
   // a shard hub: stateless, so any copy answers the same frame
   async #shard(name, frame, ms) {
     const deadline = Date.now() + ms * Math.max(1, this.R);
-    let last = null;
-    for (let tries = 0; tries < this.R + 1; tries++) {
+    let last = null, resent = false;
+    for (let tries = 0; tries < this.R + 2; tries++) {
       const phys = this.physical(name);
       if (this.health.down(phys)) {
         const alt = this.#healthyCopy(name);
@@ -213,8 +213,9 @@ export class RouteLinks {
       } catch (err) {
         last = err;
         if (!failure(err)) throw err;
-        this.health.fail(phys, err.message);
         this.#reopen(name);
+        if (err.status === 0 && !resent) { resent = true; continue; }  // a dropped link: once more on a fresh one
+        this.health.fail(phys, err.message);
       }
     }
     throw last ?? new LinkError(this.physical(name), -1, "no copy answered");
