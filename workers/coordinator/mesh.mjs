@@ -204,19 +204,23 @@ export class MeshCoordinator {
   // re-feeds everything before pos from position 0 once, then ids.
   async #feed(state, ids, pos, chunk, progress, allRows = false) {
     if (state.fed.length > pos) state.fed.length = pos;
-    try {
-      return await this.#feedRaw(state, ids, pos, chunk, progress, allRows);
-    } catch (e) {
-      // 409: the station no longer holds the session; 0: its link dropped (DO restarted) and a
-      // resend failed; with replicas also a timeout or 5xx: the route moves the member to
-      // another copy (routes.mjs recover) and the token history is replayed there
-      if (!(e instanceof LinkError) || state.reprefills >= 2 * replicaCount(this.topology) || !state.links.recover(e)) throw e;
-      state.reprefills++;
-      state.ev({event: "reprefill", reason: e.message, tokens: pos + ids.length});
-      state.fed.length = pos;
-      const before = state.fed.splice(0);
-      if (before.length) await this.#feedRaw(state, before, 0, chunk);
-      return this.#feedRaw(state, ids, pos, chunk, progress, allRows);
+    let history = null;  // the ids before pos, once a replay is needed
+    for (;;) {
+      try {
+        if (history) {
+          state.fed.length = 0;
+          if (history.length) await this.#feedRaw(state, history, 0, chunk);
+        }
+        return await this.#feedRaw(state, ids, pos, chunk, progress, allRows);
+      } catch (e) {
+        // 409: the station no longer holds the session; 0: its link dropped (DO restarted) and a
+        // resend failed; with replicas also a timeout or 5xx: the route moves the member to
+        // another copy (routes.mjs recover) and the token history is replayed there
+        if (!(e instanceof LinkError) || state.reprefills >= 2 * replicaCount(this.topology) || !state.links.recover(e)) throw e;
+        state.reprefills++;
+        state.ev({event: "reprefill", reason: e.message, tokens: pos + ids.length});
+        history ??= state.fed.slice(0, pos);
+      }
     }
   }
 
