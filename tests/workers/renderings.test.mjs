@@ -3,8 +3,8 @@
 // `wrangler dev` hands to Miniflare), carry exactly the vars, bindings, sources and
 // compatibility settings that deploy/miniflare.mjs gives the tests' meshes — so what the tests
 // run is what deploys. Over several topologies (2 stations + 2 shards, a station chain, split
-// layers, hub shard groups, 2 replicas of a chain, the planner's resident 7B plan) and with every option set. The core's
-// topology of a plan is the one workers/lib/topology.mjs builds.
+// layers, hub shard groups, 2 replicas of a chain, the planner's resident 7B plan) and with
+// every option set. The core's topology of a plan is the one workers/lib/topology.mjs builds.
 import {test} from "node:test";
 import assert from "node:assert/strict";
 import {execFileSync} from "node:child_process";
