@@ -148,6 +148,7 @@ async function mesh(args) {
                                                          : topologyFromPlan(c, given, {knot: "model.knot"}))
     : topologyFromCounts(c, {knot: "model.knot", ...counts, stations: counts.stations ?? [c.n_layer]});
   topology.knot = "model.knot";
+  if (cli.replicas !== undefined) topology.replicas = cli.replicas, validateTopology(c, topology);
   topology.n_embd ??= c.n_embd;
   topology.n_vocab ??= c.n_vocab;
   const trained = c.n_ctx_train;
@@ -170,6 +171,8 @@ async function mesh(args) {
       else if (ev.type === "token" && !idsOnly && ev.text) process.stdout.write(ev.text);
       else if (ev.type === "telemetry" && ["abstain", "reprefill"].includes(ev.event))
         process.stderr.write(`knotwork: mesh ${ev.event}: ${ev.reason}\n`);
+      else if (ev.type === "telemetry" && ev.event === "failover")
+        process.stderr.write(`knotwork: mesh failover: ${ev.member} ${ev.from} -> ${ev.replica} (${ev.rebuilt}): ${ev.reason}\n`);
     }
     if (error) throw new Error(`mesh: ${error.error}`);
     process.stdout.write(idsOnly ? `[${summary.ids.join(",")}]\n` : "\n");
@@ -178,7 +181,7 @@ async function mesh(args) {
     const isolates = Object.entries(st).map(([n, v]) => `${n} ${v.memory ? mib(v.memory.peakLinear) : "?"}`).join(", ");
     const members = topology.stations.reduce((a, x) => a + x.members.length, 0);
     process.stderr.write(
-      `knotwork: mesh ${topology.stations.length} stations (${members} isolates: ${topology.stations.map((x) => `[${x.layers}]${x.members.length > 1 ? `x${x.members.length}` : ""}`).join(" ")}) + ${topology.shards.length} shards (${topology.shards.map((x) => `[${x.vocab}]`).join(" ")}), links ${linkMode}, ctx ${s.nCtx}\n` +
+      `knotwork: mesh ${topology.stations.length} stations (${members} isolates: ${topology.stations.map((x) => `[${x.layers}]${x.members.length > 1 ? `x${x.members.length}` : ""}`).join(" ")}) + ${topology.shards.length} shards (${topology.shards.map((x) => `[${x.vocab}]`).join(" ")})${topology.replicas > 1 ? `, ${topology.replicas} replicas` : ""}, links ${linkMode}, ctx ${s.nCtx}\n` +
       `knotwork: prefill ${s.nPrompt} tokens in ${(s.prefillMs / 1000).toFixed(3)} s (${s.prefillTokS.toFixed(1)} tok/s)\n` +
       `knotwork: decode ${s.nDecoded} tokens in ${(s.decodeMs / 1000).toFixed(3)} s (${s.decodeTokS.toFixed(1)} tok/s), stop: ${s.reason}\n` +
       `knotwork: hops ${s.hops} (${(s.hops / Math.max(1, s.nDecoded + 1)).toFixed(1)} per token incl. prefill), subrequests ${s.subrequests}, max simultaneous connections ${s.maxConnections}, re-prefills ${s.reprefills}, abstains ${s.abstains}\n` +

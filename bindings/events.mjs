@@ -10,7 +10,7 @@
 //   accepted     once, first — the OpenAI backend interface only (the request fits)
 //   prefill      Model.generate with prefillProgress: before the first piece, after each
 //   telemetry    the mesh's named progress: route, prefill_started, prefill_progress,
-//                prefill_completed, decode_started, reprefill, abstain; and queue (a
+//                prefill_completed, decode_started, reprefill, abstain, failover; and queue (a
 //                backend's wait); anything else a backend names passes as telemetry too
 //   token        one per sampled token
 //   summary      once, last, when the generation ended
@@ -24,7 +24,8 @@
  * @typedef {{type: "prefill", done: number, total: number, elapsedMs: number}} PrefillEvent
  *   prompt tokens fed so far of total
  * @typedef {{type: "telemetry", event: string, [field: string]: any}} TelemetryEvent
- *   event "route": {sid, stations, members, shards, knot, nCtx, logits: "full"|"top-k+lse", k?};
+ *   event "route": {sid, stations, members, shards, replicas?, route?, knot, nCtx, logits: "full"|"top-k+lse", k?}
+ *   (replicas > 1: route is the copy serving each station member and shard hub, {st0: 1, ...});
  *   "prefill_started": {tokens, cached?, mode?}; "prefill_progress": {done, total} (the mesh:
  *   sent as each chunk leaves the exit, not when the prefill ends); "prefill_completed":
  *   {tokens, cached?, ms, mode?, maxInFlight?} (tokens, done, total: the prompt tokens fed;
@@ -32,7 +33,11 @@
  *   the mesh's prefill; maxInFlight: chunks in the stations at once); "decode_started":
  *   {lookup?, drafting?};
  *   "reprefill": {reason, tokens}; "abstain": {phase, shard, slice: [v0, v1], reason,
- *   tokens: [{id, pos}]}; "queue": {ahead}
+ *   tokens: [{id, pos}]}; "failover": {member, from, replica, reason, rebuilt} (the mesh's routes,
+ *   workers/coordinator/routes.mjs: member, the logical station member or shard hub; from, the
+ *   copy that failed; replica, the copy now serving it (the same one for a resend); rebuilt:
+ *   "resend" (the frame sent again on a fresh link), "replay" (the token history re-fed from
+ *   position 0) or "none (stateless)" (a shard)); "queue": {ahead}
  * @typedef {{type: "token", token: number, text: string, logprob?: number,
  *            top?: {token: number, logprob: number}[],
  *            telemetry: {n: number, elapsedMs: number, decodeTokS: number,
@@ -47,7 +52,7 @@
  *            mode: string, engine?: object, memory?: object, prefill?: "pipelined"|"sequential", passes?: number,
  *            speculative?: {lookup: number, drafted: number, accepted: number, acceptance: number, verifyPasses?: number},
  *            hops?: number, subrequests?: number, maxConnections?: number, messages?: number,
- *            abstains?: number, reprefills?: number, rowsPrefetched?: number, flaggedTokens?: number[],
+ *            abstains?: number, reprefills?: number, failovers?: number, rowsPrefetched?: number, flaggedTokens?: number[],
  *            shardK?: number|"full", coordinatorMemory?: object}} SummaryEvent
  *   cachedTokens: prompt tokens reused from a held session (its KV already held them);
  *   engine / memory: a single process's (Model.generate); speculative (lookup > 0): both

@@ -56,13 +56,14 @@ static const char* USAGE =
     "                                 tokenizer_config.json]: that real byte-level BPE\n"
     "                                 vocabulary (--vocab N then pads it to N tokens)\n"
     "  plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
-    "       [--shards N] [--stations N] [--objective memory|latency] [--cost FILE]\n"
-    "       [--wrangler DIR [--knot NAME]]\n"
+    "       [--shards N] [--stations N] [--objective memory|latency] [--replicas R]\n"
+    "       [--cost FILE] [--wrangler DIR [--knot NAME]]\n"
     "                                 mesh topology for a per-isolate memory budget, as JSON,\n"
     "                                 with its estimated decode tok/s and time to first token\n"
     "                                 (--objective: fewest isolates or fastest; --cost: the\n"
     "                                 measured rates, bench/cost-model.json; --wrangler: write\n"
-    "                                 one Worker config per isolate)\n"
+    "                                 one Worker config per isolate; --replicas R: R copies of\n"
+    "                                 every station member and shard to fail over to)\n"
     "  tokenize MODEL (-p TEXT | --prompt-file FILE) [--ids] [--no-bos] [--no-special]\n"
     "                                 token ids and pieces (see `knot tokenize --help`)\n"
     "  generate MODEL (-p TEXT | --prompt-file FILE) [options]\n"
@@ -355,6 +356,7 @@ int cmd_plan(int argc, char** argv) {
   o.shards = (int)parse_int(take_opt(args, "--shards", "0"), "--shards", 0, 1 << 24);
   o.stations = (int)parse_int(take_opt(args, "--stations", "0"), "--stations", 0, 1 << 16);
   o.objective = take_opt(args, "--objective", o.objective);
+  o.replicas = (int)parse_int(take_opt(args, "--replicas", "1"), "--replicas", 1, 16);
   const std::string cost = take_opt(args, "--cost", "");
   if (!cost.empty()) {
     try {
@@ -366,7 +368,7 @@ int cmd_plan(int argc, char** argv) {
   const std::string wrangler = take_opt(args, "--wrangler", "");
   const std::string key = take_opt(args, "--knot", "");
   no_unknown_flags(args);
-  if (args.size() != 1) usage_fail("usage: knot plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N] [--shards N] [--stations N] [--objective memory|latency] [--cost FILE] [--wrangler DIR]");
+  if (args.size() != 1) usage_fail("usage: knot plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N] [--shards N] [--stations N] [--objective memory|latency] [--replicas R] [--cost FILE] [--wrangler DIR]");
   const std::string path = args[0];
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
   if (!fp) fail(path + ": cannot open: " + std::strerror(errno));

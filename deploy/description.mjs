@@ -12,7 +12,7 @@
 //   compatibilityDate [2026-04-01]
 //   warden [false]                   stations and shards bind the warden's DOs (WARDEN, COB_WARDEN)
 //   linkMode [ws]                    LINK_MODE of the coordinator: "ws" or "http"
-//   timeouts [{}]                    TIMEOUTS of the coordinator {stationMs?, shardMs?, ...}; stationMs
+//   timeouts [{}]                    TIMEOUTS of the coordinator {stationMs?, shardMs?, backoffMs?, backoffMaxMs?}; stationMs
 //                                    is also each station's linkTimeoutMs, shardMs - 100 a hub's
 //                                    FOLLOWER_TIMEOUT_MS (default 15 s - 100 ms)
 //   ttlMs                            a station's idle session TTL (STATION.ttlMs)

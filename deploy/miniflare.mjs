@@ -71,10 +71,11 @@ export async function startMesh({knotBytes, topology, port, ...options}) {
       return {events, summary: events.find((e) => e.type === "summary"), error: events.find((e) => e.type === "error"),
               telemetry: events.filter((e) => e.type === "telemetry"), tokens: events.filter((e) => e.type === "token")};
     },
-    /** /stats of every isolate: coordinator, each station member, each shard. */
+    /** /stats of every isolate: coordinator, each station member, each shard (every replica). */
     async stats() {
       const out = {coordinator: await (await mf.dispatchFetch("http://mesh/v1/mesh/stats")).json().then((j) => j.coordinator)};
-      const names = [...topology.stations.flatMap((s) => s.members.map((m) => m.name)), ...topology.shards.map((s) => s.name)];
+      const names = [...topology.stations.flatMap((s) => s.members.map((m) => m.name)), ...topology.shards.map((s) => s.name)]
+        .flatMap((n) => Array.from({length: topology.replicas ?? 1}, (_, r) => (r ? `${n}r${r}` : n)));  // topology.mjs replicaName
       for (const n of names) out[n] = await (await (await worker(`knot-${n}`)).fetch("http://x/stats")).json();
       return out;
     },

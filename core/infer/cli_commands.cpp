@@ -62,6 +62,8 @@ const OptionSpec kPlanStations = {KEY("stations"), .flag = "--stations", .kind =
   .metavar = "N", .help = "stations"};
 const OptionSpec kObjective = {KEY("objective"), .flag = "--objective", .kind = OptKind::Text, .metavar = "memory|latency",
   .help = "the fewest isolates, or the highest estimated decode tok/s", .choices = "memory|latency"};
+const OptionSpec kReplicas = {KEY("replicas"), .flag = "--replicas", .kind = OptKind::Int, .lo = 1, .hi = 16,
+  .metavar = "R", .help = "copies of every station member and vocab shard: routes a session fails over to", .default_text = "1"};
 const OptionSpec kCost = {KEY("cost"), .flag = "--cost", .kind = OptKind::Text, .lo = 1, .metavar = "FILE",
   .help = "the time model's measured rates (bench/cost-model.json)"};
 const OptionSpec kWrangler = {KEY("wrangler"), .flag = "--wrangler", .kind = OptKind::Text, .lo = 1, .metavar = "DIR",
@@ -100,7 +102,7 @@ const CommandSpec& mesh_command() {
       "subrequests, connections and peak memory per isolate.\n",
       {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
        &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kStop, &kIgnoreEos, &kNoSpecial, &kIds, &kPlan,
-       &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink, &kLookup, &kPrefillMode},
+       &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink, &kLookup, &kPrefillMode, &kReplicas},
       nullptr};
   return c;
 }
@@ -109,11 +111,11 @@ const CommandSpec& plan_command() {
   static const CommandSpec c = {
       "plan",
       "MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
-      "                     [--shards N] [--stations N] [--objective memory|latency] [--cost FILE]\n"
+      "                     [--shards N] [--stations N] [--objective memory|latency] [--replicas R] [--cost FILE]\n"
       "                     [--wrangler DIR [--knot NAME]]",
       "MODEL", kModelHelp,
       "Prints the mesh plan of MODEL (the JSON of native `knot plan`, the same planner in wasm).\n",
-      {&kBudget, &kPlanMode, &kContext, &kPlanChunk, &kPlanShards, &kPlanStations, &kObjective, &kCost, &kWrangler, &kKnot},
+      {&kBudget, &kPlanMode, &kContext, &kPlanChunk, &kPlanShards, &kPlanStations, &kObjective, &kReplicas, &kCost, &kWrangler, &kKnot},
       "Run the configurations with `wrangler dev -c DIR/wrangler.jsonc -c DIR/knot-st0.jsonc ...`\n"
       "or deploy each with `wrangler deploy -c DIR/<name>.jsonc`.\n"};
   return c;

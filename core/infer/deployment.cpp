@@ -157,6 +157,28 @@ Links links(const ojson& t) {
   return out;
 }
 
+// workers/lib/topology.mjs replicaName: replica r of a station member or shard ("st0", "st0r1", ...)
+std::string replica_name(const std::string& name, int64_t r) { return r ? name + "r" + std::to_string(r) : name; }
+
+int64_t replica_count(const ojson& t) {
+  if (!t.contains("replicas")) return 1;
+  const ojson& r = t["replicas"];
+  if (!r.is_number_integer() || r.get<int64_t>() < 1 || r.get<int64_t>() > 16) fail("topology: replicas must be an integer in [1, 16], got " + r.dump());
+  return r.get<int64_t>();
+}
+
+// replica r of a topology: every station member, shard and shard group renamed (replicaName)
+ojson replica_topology(const ojson& t, int64_t r) {
+  ojson c = t;
+  for (auto& s : c["stations"])
+    for (auto& m : s["members"]) m["name"] = replica_name(m["name"], r);
+  for (auto& s : c["shards"]) s["name"] = replica_name(s["name"], r);
+  if (c.contains("shardGroups"))
+    for (auto& g : c["shardGroups"])
+      for (auto& n : g) n = replica_name(n, r);
+  return c;
+}
+
 // the fields describe_deployment reads (validate / validateTopology checks the coverage)
 void require_topology(const ojson& t) {
   const auto pair = [](const ojson& o, const char* k) { return o.is_object() && o.contains(k) && o[k].is_array() && o[k].size() == 2; };
@@ -330,6 +352,7 @@ ojson topology_from_plan(const ojson& plan, const std::string& knot) {
   ojson t = {{"knot", knot}, {"n_embd", c["n_embd"]}, {"n_vocab", c["n_vocab"]}, {"stations", stations}, {"shards", shards}};
   if (plan.value("context", 0) != 0) t["context"] = plan["context"];
   if (plan.value("chunk", 0) != 0) t["chunk"] = plan["chunk"];
+  if (plan.value("replicas", 1) > 1) t["replicas"] = plan["replicas"];
   fit_links(t);
   validate(c, t);
   return t;
@@ -337,7 +360,6 @@ ojson topology_from_plan(const ojson& plan, const std::string& knot) {
 
 ojson describe_deployment(const ojson& t, const DeployOptions& o) {
   require_topology(t);
-  const Links l = links(t);
   const std::string knot = t["knot"];
   ojson hooks = o.test_hooks ? ojson{{"TEST_HOOKS", "1"}} : ojson::object();
   ojson scripts = ojson::array();
@@ -348,68 +370,77 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
   if (!o.prefix_cache.empty()) co["vars"]["PREFIX_CACHE"] = o.prefix_cache;
   co["vars"].update(hooks);
   if (!o.chat_template.empty()) co["vars"]["CHAT_TEMPLATE"] = o.chat_template;
-  co["services"] = link_bindings("M", l.coordinator);
   co["durable_objects"] = ojson::array({{{"name", "SESSION"}, {"class_name", "SessionDO"}},
                                         {{"name", "PREFIXES"}, {"class_name", "PrefixDO"}}});
   co["migrations"] = migration({"SessionDO"});
   co["migrations"].push_back({{"tag", "v2"}, {"new_classes", ojson::array({"PrefixDO"})}});
   scripts.push_back(co);
 
+  // every replica's station members and shards are scripts of their own (their own Durable
+  // Object namespaces: replicas fail independently); the coordinator binds them all
   const bool chain = t.value("chain", false);
-  for (const auto& s : t["stations"])
-    for (const auto& m : s["members"]) {
-      const std::string name = m["name"];
-      const StationLinks& sl = l.of(name);
-      ojson v = {{"name", name}, {"knot", knot}, {"layers", s["layers"]}};
-      if (m.contains("heads")) v["heads"] = m["heads"];
-      if (m.contains("cols")) v["cols"] = m["cols"];
-      v["role"] = s["role"];
-      v["resident"] = !(s.contains("resident") && s["resident"] == false);
-      if (chain) {
-        if (!sl.next.empty()) v["next"] = sl.next;
-        v["followers"] = sl.followers;
-        if (sl.downstream >= 0) v["downstream"] = sl.downstream;
+  const int64_t nrep = replica_count(t);
+  std::vector<std::string> bound;
+  for (int64_t r = 0; r < nrep; r++) {
+    const ojson tr = replica_topology(t, r);
+    const Links l = links(tr);
+    bound.insert(bound.end(), l.coordinator.begin(), l.coordinator.end());
+    for (const auto& s : tr["stations"])
+      for (const auto& m : s["members"]) {
+        const std::string name = m["name"];
+        const StationLinks& sl = l.of(name);
+        ojson v = {{"name", name}, {"knot", knot}, {"layers", s["layers"]}};
+        if (m.contains("heads")) v["heads"] = m["heads"];
+        if (m.contains("cols")) v["cols"] = m["cols"];
+        v["role"] = s["role"];
+        v["resident"] = !(s.contains("resident") && s["resident"] == false);
+        if (chain) {
+          if (!sl.next.empty()) v["next"] = sl.next;
+          v["followers"] = sl.followers;
+          if (sl.downstream >= 0) v["downstream"] = sl.downstream;
+        }
+        if (o.timeouts.contains("stationMs") && o.timeouts["stationMs"] != 0) v["linkTimeoutMs"] = o.timeouts["stationMs"];
+        if (o.ttl_ms) v["ttlMs"] = o.ttl_ms;
+        ojson st = make_script(script_name(name), "workers/station/index.mjs", "station", o);
+        st["vars"] = {{"STATION", v}};
+        st["vars"].update(hooks);
+        std::vector<std::string> peers = sl.followers;
+        if (!sl.next.empty()) peers.push_back(sl.next);
+        st["services"] = link_bindings("L", peers);
+        st["durable_objects"] = ojson::array({{{"name", "STATION_DO"}, {"class_name", "StationDO"}}});
+        if (o.warden) st["durable_objects"].push_back({{"name", "WARDEN"}, {"class_name", "LayerWardenDO"}, {"script_name", kWarden}});
+        st["migrations"] = migration({"StationDO"}, /*sqlite=*/true);
+        scripts.push_back(st);
       }
-      if (o.timeouts.contains("stationMs") && o.timeouts["stationMs"] != 0) v["linkTimeoutMs"] = o.timeouts["stationMs"];
-      if (o.ttl_ms) v["ttlMs"] = o.ttl_ms;
-      ojson st = make_script(script_name(name), "workers/station/index.mjs", "station", o);
-      st["vars"] = {{"STATION", v}};
-      st["vars"].update(hooks);
-      std::vector<std::string> peers = sl.followers;
-      if (!sl.next.empty()) peers.push_back(sl.next);
-      st["services"] = link_bindings("L", peers);
-      st["durable_objects"] = ojson::array({{{"name", "STATION_DO"}, {"class_name", "StationDO"}}});
-      if (o.warden) st["durable_objects"].push_back({{"name", "WARDEN"}, {"class_name", "LayerWardenDO"}, {"script_name", kWarden}});
-      st["migrations"] = migration({"StationDO"}, /*sqlite=*/true);
-      scripts.push_back(st);
-    }
 
-  const int64_t shard_ms = o.timeouts.contains("shardMs") ? o.timeouts["shardMs"].get<int64_t>() : 15000;
-  for (const auto& s : t["shards"]) {
-    const std::string name = s["name"];
-    std::vector<std::string> followers;
-    if (t.contains("shardGroups")) {
-      for (const auto& g : t["shardGroups"])
-        if (g[0] == name)
-          for (size_t i = 1; i < g.size(); i++) followers.push_back(g[i]);
+    const int64_t shard_ms = o.timeouts.contains("shardMs") ? o.timeouts["shardMs"].get<int64_t>() : 15000;
+    for (const auto& s : tr["shards"]) {
+      const std::string name = s["name"];
+      std::vector<std::string> followers;
+      if (tr.contains("shardGroups")) {
+        for (const auto& g : tr["shardGroups"])
+          if (g[0] == name)
+            for (size_t i = 1; i < g.size(); i++) followers.push_back(g[i]);
+      }
+      ojson v = {{"name", name}, {"knot", knot}, {"vocab", s["vocab"]}};
+      if (s.contains("softcap") && !s["softcap"].is_null()) v["softcap"] = s["softcap"];
+      ojson sh = make_script(script_name(name), "workers/cobordism/index.mjs", "shard", o);
+      sh["vars"] = {{"SHARD", v}};
+      sh["vars"].update(hooks);
+      if (!followers.empty()) {
+        ojson fs = ojson::array();
+        for (const auto& f : followers)
+          for (const auto& x : tr["shards"])
+            if (x["name"] == f) fs.push_back({{"name", f}, {"vocab", x["vocab"]}});
+        sh["vars"]["FOLLOWERS"] = fs;
+        sh["vars"]["FOLLOWER_TIMEOUT_MS"] = std::to_string(std::max<int64_t>(100, shard_ms - 100));
+      }
+      sh["services"] = link_bindings("F", followers);
+      if (o.warden) sh["durable_objects"] = ojson::array({{{"name", "COB_WARDEN"}, {"class_name", "CobordismWardenDO"}, {"script_name", kWarden}}});
+      scripts.push_back(sh);
     }
-    ojson v = {{"name", name}, {"knot", knot}, {"vocab", s["vocab"]}};
-    if (s.contains("softcap") && !s["softcap"].is_null()) v["softcap"] = s["softcap"];
-    ojson sh = make_script(script_name(name), "workers/cobordism/index.mjs", "shard", o);
-    sh["vars"] = {{"SHARD", v}};
-    sh["vars"].update(hooks);
-    if (!followers.empty()) {
-      ojson fs = ojson::array();
-      for (const auto& f : followers)
-        for (const auto& x : t["shards"])
-          if (x["name"] == f) fs.push_back({{"name", f}, {"vocab", x["vocab"]}});
-      sh["vars"]["FOLLOWERS"] = fs;
-      sh["vars"]["FOLLOWER_TIMEOUT_MS"] = std::to_string(std::max<int64_t>(100, shard_ms - 100));
-    }
-    sh["services"] = link_bindings("F", followers);
-    if (o.warden) sh["durable_objects"] = ojson::array({{{"name", "COB_WARDEN"}, {"class_name", "CobordismWardenDO"}, {"script_name", kWarden}}});
-    scripts.push_back(sh);
   }
+  scripts[0]["services"] = link_bindings("M", bound);
 
   ojson wa = make_script(kWarden, "workers/warden/index.mjs", "warden", o);
   wa["vars"] = hooks;

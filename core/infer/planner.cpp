@@ -634,6 +634,7 @@ class Planner {
     pt["notes"] = notes;
     j["per_token"] = pt;
     j["objective"] = o_.objective;
+    if (o_.replicas > 1) j["replicas"] = o_.replicas;  // the deployment renders every copy (deployment.cpp)
     j["estimate"] = estimate_json(c.est, o_.cost);
     ojson alts = ojson::array();
     for (const Candidate& a : rejected_) {
@@ -728,6 +729,7 @@ PlanOptions plan_options_from_json(const std::string& text) {
     else if (k == "chunk") o.chunk = integer(0, 4096);
     else if (k == "shards") o.shards = integer(0, 1 << 24);
     else if (k == "stations") o.stations = integer(0, 1 << 16);
+    else if (k == "replicas") o.replicas = integer(1, 16);
     else if (k == "mode") {
       if (!v.is_string()) fail("plan options: mode must be \"resident\" or \"fluid\"");
       o.mode = v.get<std::string>();

@@ -72,6 +72,7 @@ struct PlanOptions {
   uint64_t module_bytes = 6ull << 20;   // see bindings/planner.mjs / README: measured
   uint64_t js_heap_bytes = 16ull << 20; // loader, read chunks in flight, activation copies (measured: bench/mesh-memory.mjs)
   std::string objective = "memory";     // memory | latency
+  int replicas = 1;                     // copies of every station member and shard (routes to fail over to)
   CostModel cost;                       // the time model's measured rates (bench/cost-model.json)
 };
 
@@ -88,7 +89,7 @@ uint64_t parse_bytes(const std::string& s, const std::string& what);
 std::string plan_json(const PlanModel& m, const PlanOptions& o);
 
 // PlanOptions from a JSON object {"budget": "128MB"|N, "context", "chunk", "shards",
-// "stations", "mode", "module_bytes", "js_heap_bytes", "objective", "cost": {cost model}}
+// "stations", "mode", "module_bytes", "js_heap_bytes", "objective", "replicas", "cost": {cost model}}
 // (unknown keys are errors).
 PlanOptions plan_options_from_json(const std::string& json);
 

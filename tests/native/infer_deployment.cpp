@@ -120,3 +120,33 @@ TEST(Deployment, RefusalsNameTheOptionOrTheLayer) {
   EXPECT_EQ(knot_key_of("Model.GGUF"), "Model.knot");
   EXPECT_EQ(knot_key_of("m.knot"), "m.knot");
 }
+
+// replicas: every station member and shard rendered once per copy (its own script and Durable
+// Object namespace), each chain within its copy, the coordinator bound to every copy's peers
+TEST(Deployment, ReplicasAreScriptsOfTheirOwnEachChainWithinItsCopy) {
+  ojson p = plan_of(3, 2, 6);
+  p["replicas"] = 2;
+  const ojson t = topology_from_plan(p, "m.knot");
+  EXPECT_EQ(t["replicas"], 2);
+  EXPECT_EQ(t["chain"], true);
+  const ojson d = describe_deployment(t, DeployOptions{});
+  ASSERT_EQ(d["scripts"].size(), 1u + 2 * (6 + 6) + 1u);
+  std::vector<std::string> bound;
+  for (const auto& s : script(d, "knot-coordinator")["services"]) bound.push_back(s["binding"].get<std::string>() + "->" + s["service"].get<std::string>());
+  EXPECT_EQ(bound, (std::vector<std::string>{"M_st0s0->knot-st0s0", "M_sh0->knot-sh0", "M_sh1->knot-sh1", "M_sh2->knot-sh2", "M_sh4->knot-sh4",
+                                             "M_sh5->knot-sh5", "M_st0s0r1->knot-st0s0r1", "M_sh0r1->knot-sh0r1", "M_sh1r1->knot-sh1r1",
+                                             "M_sh2r1->knot-sh2r1", "M_sh4r1->knot-sh4r1", "M_sh5r1->knot-sh5r1"}));
+  const auto& lead = script(d, "knot-st0s0r1");
+  EXPECT_EQ(lead["vars"]["STATION"]["name"], "st0s0r1");
+  EXPECT_EQ(lead["vars"]["STATION"]["next"], "st1s0r1");
+  EXPECT_EQ(lead["vars"]["STATION"]["followers"].dump(), R"(["st0s1r1"])");
+  EXPECT_EQ(lead["services"].dump(), R"([{"binding":"L_st0s1r1","service":"knot-st0s1r1"},{"binding":"L_st1s0r1","service":"knot-st1s0r1"}])");
+  EXPECT_EQ(lead["durable_objects"].dump(), R"([{"name":"STATION_DO","class_name":"StationDO"}])");
+  const auto& hub = script(d, "knot-sh2r1");
+  EXPECT_EQ(hub["services"].dump(), R"([{"binding":"F_sh3r1","service":"knot-sh3r1"}])");
+  EXPECT_EQ(hub["vars"]["FOLLOWERS"][0]["name"], "sh3r1");
+  EXPECT_EQ(script(d, "knot-coordinator")["vars"]["TOPOLOGY"], t);  // the topology names copy 0; the coordinator derives the rest
+  ojson bad = t;
+  bad["replicas"] = 0;
+  EXPECT_NE(error_of([&] { describe_deployment(bad, DeployOptions{}); }).find("replicas must be an integer in [1, 16]"), std::string::npos);
+}

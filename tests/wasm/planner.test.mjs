@@ -33,6 +33,7 @@ const CASES = [
   [["--budget", "96MB", "--shards", "12", "--chunk", "64"], {budget: "96MB", shards: 12, chunk: 64}],
   [["--budget", "256MB", "--context", "8192"], {budget: "256MB", context: 8192}],
   [["--objective", "latency"], {objective: "latency"}],
+  [["--replicas", "2"], {replicas: 2}],
 ];
 
 test("knot plan and the wasm planner print the same JSON for a 7B-shaped header", async () => {
@@ -45,6 +46,7 @@ test("knot plan and the wasm planner print the same JSON for a 7B-shaped header"
     assert.equal(js, nat.stdout, `plan ${flags.join(" ")}: native and wasm differ`);
     const p = JSON.parse(js);
     for (const s of [...p.stations, ...p.shards]) assert.ok(s.memory.total <= p.budget, `${s.id} over budget`);
+    assert.equal(p.replicas, opts.replicas, "replicas in the plan only when asked (more than one)");
   }
 });
 

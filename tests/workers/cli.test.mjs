@@ -17,7 +17,8 @@ test("knotwork mesh prints exactly what generate prints (text with default sampl
   const model = sharedModel(t, "stories260K-pad256-qwen2-q4_k_m.gguf");
   if (!model) return;
   for (const [flags, topo] of [[["-n", "24", "--seed", "5"], ["--stations", "1,3,1", "--shards", "3"]],
-                               [["-n", "20", "--temp", "0", "--ids"], ["--stations", "2,3", "--vocab", "0,37,300,512", "--slices", "2"]]]) {
+                               [["-n", "20", "--temp", "0", "--ids"], ["--stations", "2,3", "--vocab", "0,37,300,512", "--slices", "2"]],
+                               [["-n", "12", "--temp", "0", "--ids"], ["--stations", "2,3", "--shards", "2", "--replicas", "2"]]]) {
     const gen = await node(["generate", model, "-p", "Once upon a time", ...flags]);
     const mesh = await node(["mesh", model, ...topo, "-p", "Once upon a time", ...flags]);
     assert.equal(exitOf(gen), 0, gen.stderr);
@@ -26,6 +27,7 @@ test("knotwork mesh prints exactly what generate prints (text with default sampl
     assert.equal(mesh.stdout, gen.stdout, `${topo.join(" ")} ${flags.join(" ")}`);
     assert.match(mesh.stderr, /hops \d+ .*subrequests \d+, max simultaneous connections \d+/);
     assert.match(mesh.stderr, /peak wasm linear memory per isolate \(MiB\): coordinator [\d.]+, st0/);
+    if (topo.includes("--replicas")) assert.match(mesh.stderr, /, 2 replicas,.*\n[\s\S]*st0r1 [\d.]+/, "every copy is an isolate of its own");
   }
 });
 

@@ -3,8 +3,8 @@
 // `wrangler dev` hands to Miniflare), carry exactly the vars, bindings, sources and
 // compatibility settings that deploy/miniflare.mjs gives the tests' meshes — so what the tests
 // run is what deploys. Over several topologies (2 stations + 2 shards, a station chain, split
-// layers, hub shard groups, the planner's resident 7B plan) and with every option set. The core's
-// topology of a plan is the one workers/lib/topology.mjs builds.
+// layers, hub shard groups, 2 replicas of a chain, the planner's resident 7B plan) and with
+// every option set. The core's topology of a plan is the one workers/lib/topology.mjs builds.
 import {test} from "node:test";
 import assert from "node:assert/strict";
 import {execFileSync} from "node:child_process";
@@ -15,7 +15,7 @@ import {plan} from "../../bindings/planner.mjs";
 import {meshWorkers} from "../../deploy/miniflare.mjs";
 import {deploymentOf, describeDeployment} from "../../deploy/description.mjs";
 import {EXAMPLE_DIR, parseWranglerConfig, writeWranglerConfigs} from "../../deploy/wrangler.mjs";
-import {links, topologyFromCounts, topologyFromPlan} from "../../workers/lib/topology.mjs";
+import {links, replicaCount, replicaName, topologyFromCounts, topologyFromPlan} from "../../workers/lib/topology.mjs";
 import {KNOT_BIN, ROOT, tmpDir} from "../wasm/helpers.mjs";
 
 process.env.WRANGLER_SEND_METRICS = "false";
@@ -29,6 +29,7 @@ const TOPOLOGIES = {
   "station chain": () => topologyFromCounts(SMALL, {knot: "m.knot", stations: [1, 1, 1, 2], shards: 2, chain: true}),
   "split layers (2 slices)": () => topologyFromCounts(SMALL, {knot: "m.knot", stations: [2, 3], shards: 1, slices: 2}),
   "hub shard groups": () => topologyFromCounts(SMALL, {knot: "m.knot", stations: [2, 3], shards: 8}),
+  "2 replicas of a chain with hub shard groups": () => topologyFromCounts(SMALL, {knot: "m.knot", stations: [1, 1, 1, 2], shards: 8, chain: true, replicas: 2}),
 };
 
 // wrangler's worker options in the shape of deploy/miniflare.mjs's (bindings by name → target)
@@ -69,20 +70,25 @@ for (const [name, make] of Object.entries(TOPOLOGIES)) {
                      ["http", "chatml", ALL_OPTIONS.timeouts, "1", ALL_OPTIONS.prefixCache]);
     assert.deepEqual(by["knot-coordinator"].durableObjects, {SESSION: "SessionDO", PREFIXES: "PrefixDO"});
     assert.deepEqual(coord.TOPOLOGY, JSON.parse(JSON.stringify(t)));
-    const l = links(t);
-    assert.deepEqual(Object.keys(by["knot-coordinator"].serviceBindings), l.coordinator.map((n) => `M_${n}`));
-    for (const s of t.stations) for (const m of s.members) {
-      const st = by[`knot-${m.name}`];
-      assert.equal(st.bindings.STATION.ttlMs, 300);
-      assert.equal(st.bindings.STATION.linkTimeoutMs, 1500);
-      assert.deepEqual(st.durableObjects.WARDEN, {className: "LayerWardenDO", scriptName: "knot-warden"});
-      const {next, followers} = l.stations.get(m.name);
-      assert.deepEqual(Object.keys(st.serviceBindings), [...followers, ...(next ? [next] : [])].map((n) => `L_${n}`));
-    }
-    for (const g of t.shardGroups ?? []) {
-      const hub = by[`knot-${g[0]}`];
-      assert.deepEqual(Object.keys(hub.serviceBindings), g.slice(1).map((n) => `F_${n}`));
-      assert.equal(hub.bindings.FOLLOWER_TIMEOUT_MS, "300");
+    // every copy (replicas: topology.mjs replicaName) is scripts of its own, linked within the copy
+    const l = links(t), R = replicaCount(t), rn = (r) => (n) => replicaName(n, r);
+    assert.deepEqual(Object.keys(by["knot-coordinator"].serviceBindings),
+                     Array.from({length: R}, (_, r) => l.coordinator.map((n) => `M_${rn(r)(n)}`)).flat());
+    for (let r = 0; r < R; r++) {
+      for (const s of t.stations) for (const m of s.members) {
+        const st = by[`knot-${rn(r)(m.name)}`];
+        assert.equal(st.bindings.STATION.name, rn(r)(m.name));
+        assert.equal(st.bindings.STATION.ttlMs, 300);
+        assert.equal(st.bindings.STATION.linkTimeoutMs, 1500);
+        assert.deepEqual(st.durableObjects.WARDEN, {className: "LayerWardenDO", scriptName: "knot-warden"});
+        const {next, followers} = l.stations.get(m.name);
+        assert.deepEqual(Object.keys(st.serviceBindings), [...followers, ...(next ? [next] : [])].map((n) => `L_${rn(r)(n)}`));
+      }
+      for (const g of t.shardGroups ?? []) {
+        const hub = by[`knot-${rn(r)(g[0])}`];
+        assert.deepEqual(Object.keys(hub.serviceBindings), g.slice(1).map((n) => `F_${rn(r)(n)}`));
+        assert.equal(hub.bindings.FOLLOWER_TIMEOUT_MS, g.length > 1 ? "300" : undefined);  // a group of one has no followers
+      }
     }
     assert.equal(by["knot-warden"].bindings.WARDEN_BUDGET, String(4 << 20));
     for (const w of mf) assert.deepEqual([w.r2Buckets, w.compatibilityDate], [{MODELS: "other-models"}, "2026-05-01"]);

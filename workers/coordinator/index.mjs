@@ -3,8 +3,8 @@
 // runs in the session Durable Object its session id names), mesh.mjs (MeshCoordinator: the
 // generation loop), backend.mjs (the OpenAI API's backend over the mesh), prompt.mjs (the
 // tokenizer, once per isolate), request.mjs (what a public request may ask), prefixes.mjs
-// (PrefixDO: the held sessions of a route, reused by prompt prefix), stats.mjs (every
-// isolate's memory).
+// (PrefixDO: the held sessions of a route, reused by prompt prefix), routes.mjs (replicas:
+// a session's route, back-off, failover), stats.mjs (every isolate's memory).
 //
 // HTTP:  POST /v1/mesh/generate {prompt | ids | messages, options}
 //          -> NDJSON events (bindings/events.mjs: telemetry, token, summary | error); a bad
@@ -25,7 +25,8 @@
  * @property {DurableObjectNamespace<import("./prefixes.mjs").PrefixDO>} PREFIXES  one per model and route
  * @property {string|{kvTokens?: number, ttlMs?: number, similarity?: number}} [PREFIX_CACHE]  JSON (prefixes.mjs)
  * @property {string} [LINK_MODE]  "ws" (default) | "http"
- * @property {string|{shardMs?: number, stationMs?: number}} [TIMEOUTS]  JSON
+ * @property {string|{shardMs?: number, stationMs?: number, backoffMs?: number, backoffMaxMs?: number}} [TIMEOUTS]  JSON
+ *   (backoff*: how long a copy that failed is not asked: routes.mjs)
  * @property {string} [API_KEY]  required as Bearer token when set
  * @property {string} [CHAT_TEMPLATE]  chatml | llama2 | llama3 | zephyr | jinja: the chat
  *   template by name; by default the model's own, and one the core cannot render is a 400 naming it

@@ -9,11 +9,13 @@
 // Shard fan-outs are fork/race/fold gathers: Accept (all answered), Abstain (some: merged
 // without them, telemetry names the missing slice and the tokens it touched), Decline
 // (none: a clear error). A station answering 409 (session lost) triggers one re-prefill of
-// everything fed so far. Prefill is chunked; each station appends its own KV.
+// everything fed so far. Prefill is chunked; each station appends its own KV. Links go
+// through the session's route (routes.mjs: replicas, resend, back-off, failover).
 import {encodeFrame, decodeFrame, decodeTopK, decodeTopKs, splitTopRow, FLAG} from "../lib/frame.mjs";
 import {Counter, LinkError, gather} from "../lib/link.mjs";
 import {Generator, mergeTopK, topkLse, draftLookup} from "../../bindings/generator.mjs";
-import {linkBudget} from "../lib/topology.mjs";
+import {linkBudget, replicaName, replicaCount} from "../lib/topology.mjs";
+import {RouteLinks, Health} from "./routes.mjs";
 import {addPartials} from "../lib/partials.mjs";
 import {defaultContext} from "../../bindings/options.mjs";
 
@@ -57,11 +59,13 @@ export class MeshCoordinator {
    * @param {object} a.topology   lib/topology.mjs shape
    * @param {import("../../bindings/knotwork.mjs").Model} a.text  tokenizer + config (lib/text.mjs)
    * @param {(name: string, sid: string) => import("../lib/link.mjs").Link} a.connect  a link to a member or shard
-   * @param {{shardMs?: number, stationMs?: number}} [a.timeouts]
+   * @param {{shardMs?: number, stationMs?: number, backoffMs?: number, backoffMaxMs?: number}} [a.timeouts]
+   * @param {Health} [a.health]  back-off state of the physical names (routes.mjs; the session's)
    */
-  constructor({topology, text, connect, timeouts = {}, counter = new Counter()}) {
+  constructor({topology, text, connect, timeouts = {}, counter = new Counter(), health}) {
     Object.assign(this, {topology: topology, text, connect, counter});
     this.timeouts = {shardMs: timeouts.shardMs ?? 15_000, stationMs: timeouts.stationMs ?? 60_000};
+    this.health = health ?? new Health(timeouts);
     this.E = topology.n_embd;
     this.V = topology.n_vocab;
     this.groups = shardGroups(topology);
@@ -77,15 +81,16 @@ export class MeshCoordinator {
    * of session `sid` hold prompt positions [0, cached): only the rest is fed, from position
    * cached, and the stations rewind to it first: docs/protocol.md) and keep (a generation that
    * completes leaves the session at its stations, and this.held is the ids they hold; one that
-   * fails or is stopped ends it there, and this.held stays null).
+   * fails or is stopped ends it there, and this.held stays null); route: the replica of each
+   * member and shard hub (routes.mjs pickRoute; this.route is the one it ended on).
    */
   async *generate(ids, opts = {}) {
     const t = this.topology;
     const sid = opts.sid ?? `s${Date.now().toString(36)}-${nextSid++}-${Math.random().toString(36).slice(2, 8)}`;
-    const links = new Map();
-    const link = (name) => { if (!links.has(name)) links.set(name, this.connect(name, sid)); return links.get(name); };
     const q = new EventQueue();
     const ev = (e) => q.push({type: "telemetry", ...e});
+    const links = new RouteLinks(t, {sid, connect: this.connect, assign: opts.route, health: this.health, ev});
+    const link = (name) => links.open(name);
     const c = this.text.info.config;
     const nCtx = opts.nCtx > 0 ? opts.nCtx : defaultContext(c);
     if (opts.logprobs > 20) throw new MeshError(`logprobs must be at most 20, got ${opts.logprobs}`);
@@ -98,16 +103,17 @@ export class MeshCoordinator {
     const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
     const first = shardK(gen.params, ids, logprobs);
     const cached = Math.max(0, Math.min(opts.cached ?? 0, ids.length - 1));
-    const state = {sid, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0,
+    const state = {sid, links, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0,
                    nextRow: null, rowsPrefetched: 0, pipelined: prefill === "pipelined", inFlight: 0};
     const chunk = opts.chunk ?? 64;
     const t0 = Date.now();
     const out = [];
     let text = "", reason = "", prefillMs = 0, decodeMs = 0, nDecoded = 0, kept = false;
     this.held = null;
+    this.route = links.assign;
     try {
       ev({event: "route", sid, stations: t.stations.length, members: t.stations.reduce((a, s) => a + s.members.length, 0),
-          shards: t.shards.length, knot: t.knot, nCtx, logits: first.full ? "full" : "top-k+lse", k: first.full ? undefined : first.k});
+          shards: t.shards.length, ...(replicaCount(t) > 1 ? {replicas: replicaCount(t), route: {...links.assign}} : {}), knot: t.knot, nCtx, logits: first.full ? "full" : "top-k+lse", k: first.full ? undefined : first.k});
       const fresh = ids.slice(cached);  // prefix reuse: the stations hold [0, cached) already
       ev({event: "prefill_started", tokens: fresh.length, cached, mode: prefill});
       gen.start(ids);
@@ -169,7 +175,7 @@ export class MeshCoordinator {
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", prefill, passes: passTokens, hops: state.hops,
              ...(lookup ? {speculative: {lookup, drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
                                          verifyPasses: spec.passes}} : {}),
-             reprefills: state.reprefills, abstains: state.abstains, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
+             reprefills: state.reprefills, failovers: links.failovers, abstains: state.abstains, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
     } finally {
       gen.free();
       if (!kept) await this.#end(sid, links, state);
@@ -177,10 +183,10 @@ export class MeshCoordinator {
     }
   }
 
-  /** End session `sid` at every station (a held session the prefix index evicted). */
-  async end(sid) {
+  /** End session `sid` at every station (a held session the prefix index evicted; route: its replicas). */
+  async end(sid, route = {}) {
     const t = this.topology, links = new Map(), state = {reqId: 1};
-    for (const m of t.chain ? [t.stations[0].members[0]] : t.stations.flatMap((s) => s.members)) links.set(m.name, this.connect(m.name, sid));
+    for (const m of t.chain ? [t.stations[0].members[0]] : t.stations.flatMap((s) => s.members)) links.set(m.name, this.connect(replicaName(m.name, route[m.name] ?? 0), sid));
     try { await this.#end(sid, links, state); } finally { for (const l of links.values()) l.close(); }
   }
 
@@ -198,17 +204,23 @@ export class MeshCoordinator {
   // re-feeds everything before pos from position 0 once, then ids.
   async #feed(state, ids, pos, chunk, progress, allRows = false) {
     if (state.fed.length > pos) state.fed.length = pos;
-    try {
-      return await this.#feedRaw(state, ids, pos, chunk, progress, allRows);
-    } catch (e) {
-      // 409: the station no longer holds the session; 0: its link dropped (DO restarted)
-      if (!(e instanceof LinkError && (e.status === 409 || e.status === 0)) || state.reprefills >= 2) throw e;
-      state.reprefills++;
-      state.ev({event: "reprefill", reason: e.message, tokens: pos + ids.length});
-      state.fed.length = pos;
-      const before = state.fed.splice(0);
-      if (before.length) await this.#feedRaw(state, before, 0, chunk);
-      return this.#feedRaw(state, ids, pos, chunk, progress, allRows);
+    let history = null;  // the ids before pos, once a replay is needed
+    for (;;) {
+      try {
+        if (history) {
+          state.fed.length = 0;
+          if (history.length) await this.#feedRaw(state, history, 0, chunk);
+        }
+        return await this.#feedRaw(state, ids, pos, chunk, progress, allRows);
+      } catch (e) {
+        // 409: the station no longer holds the session; 0: its link dropped (DO restarted) and a
+        // resend failed; with replicas also a timeout or 5xx: the route moves the member to
+        // another copy (routes.mjs recover) and the token history is replayed there
+        if (!(e instanceof LinkError) || state.reprefills >= 2 * replicaCount(this.topology) || !state.links.recover(e)) throw e;
+        state.reprefills++;
+        state.ev({event: "reprefill", reason: e.message, tokens: pos + ids.length});
+        history ??= state.fed.slice(0, pos);
+      }
     }
   }
 
@@ -285,7 +297,7 @@ export class MeshCoordinator {
   async #fanOut(state, groups, frame, phase, ids = null, pos = 0) {
     state.hops += groups.length;
     const g = await gather(groups.map((grp) => ({name: grp.hub, run: () => state.link(grp.hub).request(frame(), this.timeouts.shardMs)})),
-                           this.timeouts.shardMs);
+                           this.timeouts.shardMs * replicaCount(this.topology));  // a copy answers for one that failed
     const answers = [], failed = [];
     g.results.forEach((r, i) => {
       const grp = groups[i];

@@ -3,14 +3,19 @@
 // station sessions that outlived their request, by the token ids their KV holds.
 //
 // RPC:
-//   acquire(ids, nCtx) -> {sid, cached}   a session for a request: the free held session of the
+//   acquire(ids, nCtx) -> {sid, cached, route, health}   a session for a request: the free held session of the
 //       same context size that keeps the most positions for `ids` (cached: bindings/prefix.mjs
 //       reusable(), the rule `serve` follows too: the common prefix, at most ids.length - 1,
 //       and none below `similarity` of what it holds; its stations rewind to it), or a new
 //       session id (cached 0). A session is taken by one request at a time (busy until
-//       released).
-//   release(sid, ids | null)            the request ended: its stations hold `ids` (the session
-//       is kept, free), or null (the session ended; forgotten).
+//       released). route: the replica of each station member and shard hub (routes.mjs): a held
+//       session's own (warmth: its copies hold the prefix) unless one of them is backing off,
+//       a new session's from health and load (routes.mjs pickRoute: the busy sessions on each
+//       copy, then the held ones); health: the names backing off (routes.mjs Health snapshot).
+//   release(sid, ids | null, route?)    the request ended: its stations hold `ids` (the session
+//       is kept, free, on `route`: the copies it ended on after any failover), or null (the
+//       session ended; forgotten).
+//   report(name, reason)                a session saw copy `name` fail: it backs off mesh-wide.
 // Eviction: the held sessions of a route together keep at most `kvTokens` KV positions
 // allocated at every station (each counts its nCtx: a station allocates the whole context when
 // the session opens; busy ones count too); past it the least recently used free sessions are
@@ -28,6 +33,7 @@
 import {DurableObject} from "cloudflare:workers";
 import {jsonBinding} from "../lib/config.mjs";
 import {reusable, SIMILARITY} from "../../bindings/prefix.mjs";
+import {Health, pickRoute, routePhysical} from "./routes.mjs";
 
 export const PREFIX_DEFAULTS = Object.freeze({kvTokens: 8192, ttlMs: 5 * 60_000, similarity: SIMILARITY});
 
@@ -38,7 +44,12 @@ export const routeKey = (topology) => `${topology.knot}|route0`;
 
 
 export class PrefixDO extends DurableObject {
-  held = new Map();  // sid -> {ids, nCtx, busy, used}
+  held = new Map();  // sid -> {ids, nCtx, busy, used, route}
+  #health = null;
+
+  get health() {
+    return (this.#health ??= new Health(jsonBinding(this.env.TIMEOUTS ?? "{}", "TIMEOUTS")));
+  }
 
   // kvTokens by default: the topology's context when the planner set one (the largest whose KV
   // fits every station: one held session), else PREFIX_DEFAULTS.kvTokens
@@ -51,35 +62,49 @@ export class PrefixDO extends DurableObject {
   async acquire(ids, nCtx) {
     const cfg = this.#cfg, now = Date.now();
     await this.#expire(now);
+    const t = jsonBinding(this.env.TOPOLOGY, "TOPOLOGY"), health = this.health;
     let best = null, bestN = 0;
     for (const [sid, h] of this.held) {
       if (h.busy || h.nCtx !== nCtx) continue;
+      if (routePhysical(t, h.route).some((p) => health.down(p))) continue;  // its copies are not all up
       const n = reusable(h.ids, ids, cfg.similarity);
       if (n > bestN) { best = sid; bestN = n; }
     }
     const sid = best ?? `p-${crypto.randomUUID()}`;
-    this.held.set(sid, {ids: best ? this.held.get(best).ids.slice(0, bestN) : [], nCtx, busy: true, used: now});
+    let route;
+    if (best) route = this.held.get(best).route;
+    else {
+      const load = new Map(), loadHeld = new Map();
+      for (const h of this.held.values())
+        for (const p of routePhysical(t, h.route)) (h.busy ? load : loadHeld).set(p, ((h.busy ? load : loadHeld).get(p) ?? 0) + 1);
+      route = pickRoute(t, health, load, loadHeld);
+    }
+    this.held.set(sid, {ids: best ? this.held.get(best).ids.slice(0, bestN) : [], nCtx, busy: true, used: now, route});
     this.#budget();
-    return {sid, cached: bestN};
+    return {sid, cached: bestN, route, health: health.snapshot()};
   }
 
-  /** @param {string} sid @param {number[] | null} ids */
-  async release(sid, ids) {
+  /** @param {string} name @param {string} reason */
+  report(name, reason) { this.health.fail(name, reason); }
+
+  /** @param {string} sid @param {number[] | null} ids @param {object} [route] */
+  async release(sid, ids, route) {
     const h = this.held.get(sid);
+    route ??= h?.route;
     if (!ids || this.#cfg.kvTokens <= 0) {
       this.held.delete(sid);
-      if (ids) this.#end([sid]);
+      if (ids) this.#end([[sid, route]]);
       return;
     }
-    if (!h) { this.#end([sid]); return; }  // forgotten meanwhile (expired while busy)
-    Object.assign(h, {ids: Array.from(ids), busy: false, used: Date.now()});
+    if (!h) { this.#end([[sid, route]]); return; }  // forgotten meanwhile (expired while busy)
+    Object.assign(h, {ids: Array.from(ids), busy: false, used: Date.now(), route});
     this.#budget();
     await this.#arm();
   }
 
   /** RPC (tests, /v1/mesh/stats): the held sessions, most recently used first. */
   list() {
-    return [...this.held].map(([sid, h]) => ({sid, tokens: h.ids.length, nCtx: h.nCtx, busy: h.busy, used: h.used}))
+    return [...this.held].map(([sid, h]) => ({sid, tokens: h.ids.length, nCtx: h.nCtx, busy: h.busy, used: h.used, route: h.route}))
       .sort((a, b) => b.used - a.used);
   }
 
@@ -99,7 +124,7 @@ export class PrefixDO extends DurableObject {
       const [sid, h] = free.shift();
       this.held.delete(sid);
       total -= h.nCtx;
-      out.push(sid);
+      out.push([sid, h.route]);
     }
     this.#end(out);
   }
@@ -109,7 +134,7 @@ export class PrefixDO extends DurableObject {
     const out = [];
     for (const [sid, h] of this.held) {
       if (h.busy) { if (now - h.used > BUSY_LEASE_MS) this.held.delete(sid); continue; }
-      if (now - h.used > ttlMs) { this.held.delete(sid); out.push(sid); }
+      if (now - h.used > ttlMs) { this.held.delete(sid); out.push([sid, h.route]); }
     }
     this.#end(out);
   }
@@ -122,10 +147,10 @@ export class PrefixDO extends DurableObject {
   }
 
   // Ending is the session DO's (it holds the links); not awaited by the caller's request.
-  #end(sids) {
-    for (const sid of sids) {
+  #end(sessions) {
+    for (const [sid, route] of sessions) {
       const ns = this.env.SESSION;
-      const p = ns.get(ns.idFromName(sid)).end(sid).catch(() => {});
+      const p = ns.get(ns.idFromName(sid)).end(sid, route).catch(() => {});
       this.ctx.waitUntil?.(p);
     }
   }

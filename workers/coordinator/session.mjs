@@ -10,7 +10,7 @@
 // generation that fails or whose consumer left ends the session at every station instead.
 //
 // RPC: generate(body, send) — body {ids (checked: request.mjs), options (checked), sid,
-//   cached}; the timeouts and the link mode are configuration (TIMEOUTS, LINK_MODE), never
+//   cached, route, health (the prefix index's: routes.mjs)}; the timeouts and the link mode are configuration (TIMEOUTS, LINK_MODE), never
 //   a request's. send(e) receives the events of MeshCoordinator.generate (mesh.mjs; the
 //   schema of bindings/events.mjs) as they are, the summary with coordinatorMemory added;
 //   a failure is a last {type: "error", error, status} event.
@@ -27,16 +27,23 @@ import {defaultContext} from "../../bindings/options.mjs";
 import {Link, Counter} from "../lib/link.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {MeshCoordinator} from "./mesh.mjs";
+import {Health} from "./routes.mjs";
+import {replicaCount} from "../lib/topology.mjs";
 import {textModel} from "./prompt.mjs";
 import {routeKey} from "./prefixes.mjs";
 
 // The generation loop over the deployment's topology, timeouts and link mode (text: the
 // tokenizer; none is needed to end a session).
-function coordinator(env, text = null, counter = new Counter()) {
+// health: the route's back-off (routes.mjs), a failure reported to the prefix index
+function coordinator(env, text = null, counter = new Counter(), snapshot = {}) {
   const topology = jsonBinding(env.TOPOLOGY, "TOPOLOGY");
   const timeouts = jsonBinding(env.TIMEOUTS ?? "{}", "TIMEOUTS");
   const mode = env.LINK_MODE ?? "ws";
-  return new MeshCoordinator({topology, text, counter, timeouts,
+  // where there is no other copy (one replica) a session asks every member once more: one that
+  // recovered is used at once; with replicas the route's back-off holds for the session too
+  const health = new Health(timeouts).merge(replicaCount(topology) > 1 ? snapshot : {});
+  health.onFail = (name, reason) => { index(env).report(name, reason).catch(() => {}); };
+  return new MeshCoordinator({topology, text, counter, timeouts, health,
     connect: (name, sid) => new Link(name, env[`M_${name}`], {mode, counter, sid})});
 }
 
@@ -52,33 +59,33 @@ export class SessionDO extends DurableObject {
    */
   async generate(body, send) {
     const env = /** @type {import("./index.mjs").Env} */ (this.env);
-    let held = null;
+    let held = null, route = body.route;
     try {
-      const coord = coordinator(env, await textModel(env));
+      const coord = coordinator(env, await textModel(env), undefined, body.health);
       try {
-        for await (const e of coord.generate(body.ids, {...body.options, sid: body.sid, cached: body.cached ?? 0, keep: true})) {
+        for await (const e of coord.generate(body.ids, {...body.options, sid: body.sid, cached: body.cached ?? 0, keep: true, route: body.route})) {
           if (e.type === "summary") e.coordinatorMemory = await memoryStats();
           await send(e);
         }
-      } finally { held = coord.held; }
+      } finally { held = coord.held; route = coord.route ?? route; }
     } catch (e) {
       await Promise.resolve(send({type: "error", error: e.message, status: e.status ?? 500})).catch(() => {});
     } finally {
-      await index(env).release(body.sid, held).catch(() => {});
+      await index(env).release(body.sid, held, route).catch(() => {});
     }
   }
 
-  /** RPC (the prefix index): end session `sid` at every station. */
-  async end(sid) {
-    await coordinator(this.env).end(sid);
+  /** RPC (the prefix index): end session `sid` at every station (route: its copies). */
+  async end(sid, route) {
+    await coordinator(this.env).end(sid, route);
   }
 }
 
 // A session for checked {ids, options}: the route's index picks a held one (cached > 0) or a new one.
 async function session(env, body) {
   const nCtx = body.options.nCtx ?? defaultContext((await textModel(env)).info.config);
-  const {sid, cached} = await index(env).acquire(body.ids, nCtx);
-  return {stub: env.SESSION.get(env.SESSION.idFromName(sid)), body: {ids: body.ids, options: {...body.options, nCtx}, sid, cached}};
+  const {sid, cached, route, health} = await index(env).acquire(body.ids, nCtx);
+  return {stub: env.SESSION.get(env.SESSION.idFromName(sid)), body: {ids: body.ids, options: {...body.options, nCtx}, sid, cached, route, health}};
 }
 
 /** The events of one generation as NDJSON, one event a line (POST /v1/mesh/generate). */

@@ -3,11 +3,13 @@
 // {gate: {after: n, ms}} holds every frame after the first n this isolate sees until
 // POST /debug/release (or ms pass: the hold then ends by itself and says so in the log)
 // ({corrupt: true} is the wardens' own /debug/corrupt); a station's {loadDelayMs} makes each
-// phase load that much slower (a slow byte source). null clears it (and the log).
+// phase load that much slower (a slow byte source); {drop: n}: the next n frames are not
+// answered, the WebSocket link they came on is closed instead (a dropped link; ws links only).
+// null clears it (and the log).
 // GET /debug/log: the gate's log, one entry per held frame: {frame, released: "test"|"timeout"}.
 import {HttpError} from "./errors.mjs";
 
-export const faults = {current: null, seen: 0, log: [], release: null};
+export const faults = {current: null, seen: 0, log: [], release: null, dropped: 0};
 
 /** The injected fault of this isolate as an error to throw (after any hang or gate), or null. */
 export async function applyFault(env) {
@@ -23,6 +25,10 @@ export async function applyFault(env) {
     faults.log.push({frame, released});
   }
   if (f.hangMs) await new Promise((r) => setTimeout(r, f.hangMs));
+  if (f.drop && faults.dropped < f.drop) {
+    faults.dropped++;
+    return Object.assign(new HttpError(502, "injected fault: link dropped"), {drop: true});  // lib/socket.mjs closes the link
+  }
   if (f.status) return new HttpError(f.status, `injected fault: HTTP ${f.status}`);
   return null;
 }
@@ -33,6 +39,7 @@ export async function debugRoute(url, req, env) {
   if (url.pathname === "/debug/fault") {
     faults.current = await req.json();
     faults.seen = 0;
+    faults.dropped = 0;
     faults.log = [];
     return Response.json({ok: true, fault: faults.current});
   }

@@ -24,6 +24,7 @@ export function serveFrames(answer, onClose) {
     try {
       server.send(await answer(bytes));
     } catch (e) {
+      if (e.drop) return server.close(1011, "injected fault: link dropped");  // lib/faults.mjs {drop}
       server.send(JSON.stringify({reqId: requestId(bytes), status: errorStatus(e), error: e.message}));
     }
   });

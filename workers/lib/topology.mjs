@@ -4,7 +4,8 @@
 //    stations: [{layers: [l0, l1], role, resident, members: [{name, heads?: [h0, h1], cols?: [c0, c1]}]}],
 //    shards: [{name, vocab: [v0, v1]}],
 //    shardGroups?: [[hub, follower, ...], ...],   consecutive shards; the coordinator links to hubs only
-//    chain?: true}                                 stations linked in a chain (below)
+//    chain?: true,                                 stations linked in a chain (below)
+//    replicas?: R}                                 R copies of every station member and shard (below)
 // A station of one member runs whole layers; a station of several members is a split layer
 // range: member i holds head group heads_i and FFN columns cols_i, and their partial
 // residuals are summed per layer (the merge rule of docs/architecture.md) — by the coordinator, or in a
@@ -15,6 +16,11 @@
 // to the next station's leader, so a plan of dozens of stations holds at most 6 links
 // anywhere. A chain is used when the station members alone would fill the coordinator's
 // links (or when asked).
+// Replicas: with `replicas` R > 1 every station member and shard runs R times, each copy its own
+// Worker script and Durable Object namespace (so copies fail independently), named
+// replicaName(name, r): "st0", "st0r1", ... A session's route picks one copy of each
+// (workers/coordinator/routes.mjs); a chain runs within one copy (its leaders link to the same
+// copy's next leader).
 
 /** Cut n into k near-equal parts, each a multiple of `align` where possible: [c0=0, ..., ck=n]. */
 export function cuts(n, k, align = 1) {
@@ -34,7 +40,7 @@ export function cuts(n, k, align = 1) {
  * vocab cut points), and slices (head groups = FFN slices) per station.
  */
 export function topologyFromCounts(config, {knot, stations = [config.n_layer], shards = 1, vocab, slices = 1, resident = true,
-                                            maxLinks = LIMITS.connections, chain}) {
+                                            maxLinks = LIMITS.connections, chain, replicas}) {
   const L = config.n_layer;
   const sum = stations.reduce((a, b) => a + b, 0);
   if (sum !== L) throw new Error(`--stations ${stations.join(",")} covers ${sum} layers, the model has ${L}`);
@@ -54,7 +60,7 @@ export function topologyFromCounts(config, {knot, stations = [config.n_layer], s
     return {layers, role, resident, members};
   });
   const sh = vc.slice(1).map((v1, i) => ({name: `sh${i}`, vocab: [vc[i], v1]}));
-  const t = {knot, n_embd: config.n_embd, n_vocab: config.n_vocab, stations: st, shards: sh};
+  const t = {knot, n_embd: config.n_embd, n_vocab: config.n_vocab, stations: st, shards: sh, ...(replicas > 1 ? {replicas} : {})};
   return validateTopology(config, fitLinks(t, maxLinks, chain));
 }
 
@@ -93,6 +99,12 @@ export function links(t) {
   return {coordinator: [t.stations[0].members[0].name, ...hubs], stations};
 }
 
+/** Replica r of a station member or shard: the name itself for r = 0, else name + "r" + r. */
+export const replicaName = (name, r) => (r ? `${name}r${r}` : name);
+
+/** The replicas of a topology (1 when it has none). */
+export const replicaCount = (t) => t.replicas ?? 1;
+
 /** Check coverage (layers end to end, heads / columns / vocab partitions); returns t. */
 export function validateTopology(c, t) {
   const fail = (m) => { throw new Error(`topology: ${m}`); };
@@ -121,7 +133,10 @@ export function validateTopology(c, t) {
   }
   if (v !== c.n_vocab) fail(`shards end at ${v}, the tokenizer has ${c.n_vocab} tokens (padding rows are owned by none)`);
   const names = [...t.stations.flatMap((s) => s.members.map((m) => m.name)), ...t.shards.map((s) => s.name)];
-  if (new Set(names).size !== names.length) fail("names are not unique");
+  if (t.replicas !== undefined && !(Number.isInteger(t.replicas) && t.replicas >= 1 && t.replicas <= 16))
+    fail(`replicas must be an integer in [1, 16], got ${JSON.stringify(t.replicas)}`);
+  const all = names.flatMap((n) => Array.from({length: replicaCount(t)}, (_, r) => replicaName(n, r)));
+  if (new Set(all).size !== all.length) fail(replicaCount(t) > 1 ? "names are not unique (replicas included)" : "names are not unique");
   if (t.chain)
     for (const s of t.stations)
       if (s.members.length > LIMITS.connections) fail(`station [${s.layers}]: a leader of ${s.members.length} members would hold ${s.members.length} links (limit ${LIMITS.connections})`);
@@ -192,6 +207,7 @@ export function topologyFromPlan(config, plan, {knot, maxLinks = LIMITS.connecti
   }
   const shards = plan.shards.map((s, i) => ({name: `sh${i}`, id: s.id, vocab: [...s.vocab]}));
   const t = {knot, n_embd: config.n_embd, n_vocab: config.n_vocab, stations, shards,
-             ...(plan.context ? {context: plan.context} : {}), ...(plan.chunk ? {chunk: plan.chunk} : {})};
+             ...(plan.context ? {context: plan.context} : {}), ...(plan.chunk ? {chunk: plan.chunk} : {}),
+             ...(plan.replicas > 1 ? {replicas: plan.replicas} : {})};
   return validateTopology(config, fitLinks(t, maxLinks, chain));
 }

@@ -1,0 +1,49 @@
+// routes.mjs in one process (a clock of its own): back-off grows exponentially and is capped,
+// an answer resets it; a new session's route takes the least loaded copy and routes around
+// copies that are down (a chain as one). Under workerd: tests/workers/replicas.test.mjs.
+import {test} from "node:test";
+import assert from "node:assert/strict";
+import {Health, pickRoute, routePhysical} from "../../workers/coordinator/routes.mjs";
+import {topologyFromCounts} from "../../workers/lib/topology.mjs";
+
+const C = {n_layer: 4, n_embd: 8, n_head: 2, n_head_kv: 1, n_ff: 16, n_vocab: 100};
+
+test("back-off: base · 2^(n-1) after the n-th failure in a row, capped; an answer resets it", () => {
+  let now = 0;
+  const h = new Health({backoffMs: 100, backoffMaxMs: 500}, () => now);
+  const spans = [];
+  for (let i = 0; i < 5; i++) spans.push(h.fail("st0", "x").until - now);
+  assert.deepEqual(spans, [100, 200, 400, 500, 500]);
+  assert.equal(h.down("st0"), true);
+  now += 499;
+  assert.equal(h.down("st0"), true);
+  now += 2;
+  assert.equal(h.down("st0"), false, "up again once the back-off has passed");
+  assert.equal(h.fail("st0").until - now, 500, "still the n-th failure in a row");
+  h.ok("st0");
+  assert.equal(h.down("st0"), false);
+  assert.equal(h.fail("st0").until - now, 100, "an answer reset the count");
+  assert.deepEqual(Object.keys(h.snapshot()), ["st0"]);
+  assert.equal(new Health({}, () => now).merge(h.snapshot()).down("st0"), true, "the snapshot carries it");
+});
+
+test("pickRoute: least loaded copy, members that are down taken from another copy; a chain moves as one", () => {
+  const t = topologyFromCounts(C, {knot: "m", stations: [2, 2], shards: 2, replicas: 3});
+  const h = new Health({backoffMs: 1000}, () => 0);
+  assert.deepEqual(pickRoute(t, h), {st0: 0, st1: 0, sh0: 0, sh1: 0}, "no load: copy 0");
+  const load = new Map(routePhysical(t, {st0: 0, st1: 0, sh0: 0, sh1: 0}).map((p) => [p, 1]));
+  assert.deepEqual(pickRoute(t, h, load), {st0: 1, st1: 1, sh0: 1, sh1: 1}, "copy 0 busy: copy 1");
+  h.fail("st1r1");
+  assert.deepEqual(pickRoute(t, h, load), {st0: 2, st1: 2, sh0: 2, sh1: 2}, "st1r1 down: the idle copy 2");
+  const t2 = topologyFromCounts(C, {knot: "m", stations: [2, 2], shards: 2, replicas: 2});
+  const h2 = new Health({backoffMs: 1000}, () => 0);
+  h2.fail("st1");
+  h2.fail("sh0r1");
+  assert.deepEqual(pickRoute(t2, h2), {st0: 0, st1: 1, sh0: 0, sh1: 0}, "a member down in every copy's best: st1 from copy 1, sh0 stays");
+  const c = topologyFromCounts(C, {knot: "m", stations: [2, 2], shards: 2, replicas: 2, chain: true});
+  const hc = new Health({backoffMs: 1000}, () => 0);
+  hc.fail("st1");
+  const r = pickRoute(c, hc);
+  assert.equal(r.st0, 1, "a chain with a member down in copy 0 runs in copy 1");
+  assert.equal(r.st1, 1);
+});
