@@ -26,7 +26,10 @@
 //        prompt?: string|number[], maxTokens?: number (undefined: up to the context),
 //        temperature, topP, topK?, minP?, repeatPenalty?, seed?, stop: string[], ignoreEos,
 //        presencePenalty, frequencyPenalty,
-//        logprobs: -1 (off) | k in 0..20 (the sampled token's logprob + the k best)}
+//        logprobs: -1 (off) | k in 0..20 (the sampled token's logprob + the k best),
+//        grammar?: GBNF text | jsonSchema?: a JSON Schema (response_format, or llama-server's
+//        grammar / json_schema: constraintOf below; a backend refuses a bad one before
+//        "accepted", with the core's "json schema: ..." / "grammar: ..." message: a 400)}
 //     Events, in order (the schema of bindings/events.mjs, passed on unrenamed):
 //       {type: "accepted", promptTokens, nCtx, ...telemetry}       FIRST, once the prompt is
 //           tokenized and fits: the handler then commits to 200 and (streaming) sends the

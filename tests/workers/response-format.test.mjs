@@ -7,6 +7,10 @@
 // (mesh.mjs #widen: "widen" events, summary.widened) and the ids equal the single process's
 // with the same grammar and seed.
 import {test} from "node:test";
+import {execFile} from "node:child_process";
+import {writeFileSync} from "node:fs";
+import {join} from "node:path";
+import {promisify} from "node:util";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import Ajv from "ajv";
@@ -15,6 +19,7 @@ import * as kw from "../../bindings/knotwork.mjs";
 import {createHandler} from "../../bindings/openai.mjs";
 import {localBackend} from "../../bindings/local-backend.mjs";
 import {SYNTH_BYTES, SCHEMA, MESSAGES} from "../wasm/structured-output.mjs";
+import {ROOT, tmpDir} from "../wasm/helpers.mjs";
 
 const format = {type: "json_schema", json_schema: {name: "person", schema: SCHEMA, strict: true}};
 
@@ -107,4 +112,30 @@ test("a grammar of rare tokens: the coordinator widens the shards' top-k (x4, th
       if (options.temperature === 0) assert.ok(widen.some((w) => w.to !== "full"), "greedy: some steps find an allowed token at a wider k");
     }
   } finally { await mesh.close(); }
+});
+
+test("knotwork mesh --json-schema FILE / --grammar FILE: the same stdout as generate; a refused schema exits 2 naming it", async (t) => {
+  const bytes = synthKnot(t, "bytes", SYNTH_BYTES);
+  if (!bytes) return;
+  const dir = tmpDir("knotwork-respfmt-cli-"), model = join(dir, "bytes.knot"), schema = join(dir, "schema.json"), gbnf = join(dir, "rare.gbnf");
+  writeFileSync(model, bytes);
+  writeFileSync(schema, JSON.stringify(SCHEMA));
+  writeFileSync(gbnf, "root ::= [a-t]{6} \".\"\n");
+  const node = (args) => promisify(execFile)(process.execPath, [join(ROOT, "bin/knotwork.mjs"), ...args], {maxBuffer: 1 << 24}).catch((e) => e);
+  for (const flags of [["--json-schema", schema, "--temp", "1", "--seed", "4", "-n", "400"], ["--grammar", gbnf, "--temp", "0"]]) {
+    const gen = await node(["generate", model, "-p", "Reply:", ...flags]);
+    const mesh = await node(["mesh", model, "--stations", "2", "--shards", "2", "-p", "Reply:", ...flags]);
+    assert.equal(gen.code ?? 0, 0, gen.stderr);
+    assert.equal(mesh.code ?? 0, 0, mesh.stderr);
+    assert.equal(mesh.stdout, gen.stdout, flags.join(" "));
+    if (flags[0] === "--json-schema") assert.ok(new Ajv({strict: true}).compile(SCHEMA)(JSON.parse(mesh.stdout)), mesh.stdout);
+    else {
+      assert.match(mesh.stdout, /^[a-t]{6}\.\n$/);
+      assert.match(mesh.stderr, /grammar: \d+ lm-head fan-outs asked again with a wider top-k/);
+    }
+  }
+  writeFileSync(schema, JSON.stringify({type: "string", format: "date"}));
+  const bad = await node(["mesh", model, "-p", "x", "--json-schema", schema]);
+  assert.equal(bad.code, 2, bad.stderr);
+  assert.match(bad.stderr, /json schema: "format" is not supported \(at #\)/);
 });
