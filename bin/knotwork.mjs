@@ -155,7 +155,14 @@ async function mesh(args) {
   if (options.n_ctx !== undefined && trained > 0 && options.n_ctx > trained)
     process.stderr.write(`knotwork: warning: --ctx ${options.n_ctx} is larger than the model's trained context (${trained})\n`);
   const ids = text.tokenize(prompt, {parseSpecial: cli.parse_special ?? true});  // --no-special: plain text
-  text.close();
+  // --grammar FILE / --json-schema FILE: their text, as generate passes them
+  if (cli.grammar_file !== undefined) options.grammar = readPromptFile(cli.grammar_file).toString("utf8");
+  if (cli.json_schema_file !== undefined) options.json_schema = readPromptFile(cli.json_schema_file).toString("utf8");
+  // compiled here first, so a refused one exits 2 as generate's does
+  if (cli.grammar_file !== undefined || cli.json_schema_file !== undefined) {
+    const {Generator} = await import("../bindings/generator.mjs");
+    try { (await Generator.open(text, {grammar: options.grammar, jsonSchema: options.json_schema})).free(); } finally { text.close(); }
+  } else text.close();
   if (ids.length === 0) throw new Error("the prompt encodes to no tokens and the vocab adds no BOS");
   // the plan's context and chunk unless given
   const nCtx = options.n_ctx ?? topology.context, chunk = options.chunk ?? topology.chunk;
@@ -186,6 +193,7 @@ async function mesh(args) {
       `knotwork: decode ${s.nDecoded} tokens in ${(s.decodeMs / 1000).toFixed(3)} s (${s.decodeTokS.toFixed(1)} tok/s), stop: ${s.reason}\n` +
       `knotwork: hops ${s.hops} (${(s.hops / Math.max(1, s.nDecoded + 1)).toFixed(1)} per token incl. prefill), subrequests ${s.subrequests}, max simultaneous connections ${s.maxConnections}, re-prefills ${s.reprefills}, abstains ${s.abstains}\n` +
       `knotwork: peak wasm linear memory per isolate (MiB): ${isolates}\n`);
+    if (s.widened) process.stderr.write(`knotwork: grammar: ${s.widened} lm-head fan-outs asked again with a wider top-k\n`);
     if (s.speculative) {
       const sp = s.speculative;
       process.stderr.write(`knotwork: speculative (lookup ${sp.lookup}): ${sp.drafted} drafted, ${sp.accepted} accepted ` +

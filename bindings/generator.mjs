@@ -115,7 +115,8 @@ export class Generator {
     this.w = w;
     this.handle = handle;
     /** The resolved settings (core defaults filled in): n_vocab, n_ctx, n_predict, temperature,
-     *  top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty. */
+     *  top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty;
+     *  grammar: true when a grammar (or JSON schema) constrains the output. */
     this.params = params;
     this.promptIds = [];
     this.ids = [];
@@ -188,6 +189,17 @@ export class Generator {
     this.done = s.done;
     this.reason = s.reason;
     return s;
+  }
+  /**
+   * How many of these ids the grammar would take next (all of them without a grammar): a
+   * mesh coordinator widens its shards' top-k until the merged list holds as many allowed
+   * tokens as the sampler keeps (workers/coordinator/mesh.mjs).
+   */
+  allowedCount(ids) {
+    const w = this.w, a = Int32Array.from(ids);
+    const p = w.copyIn(new Uint8Array(a.buffer));
+    try { w.call("kw_generator_allowed", this.handle, p, a.length); } finally { w.free(p); }
+    return w.resultJSON().allowed;
   }
   /** End early (e.g. the client went away); held-back text is dropped. */
   stop(reason = "callback") {

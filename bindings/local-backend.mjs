@@ -40,6 +40,13 @@ import {defaultContext, requestOptions} from "./options.mjs";
 import {Generator} from "./generator.mjs";
 import {toolPrompt} from "./tools.mjs";
 
+// A request's grammar or JSON schema (openai.mjs constraintOf), compiled once before
+// "accepted": a schema feature or grammar the core refuses is then the request's 400
+// (openai.mjs constraintError), not a failure after the 200.
+async function checkConstraint(model, req) {
+  (await Generator.open(model, {grammar: req.grammar, jsonSchema: req.jsonSchema})).free();
+}
+
 const tick = globalThis.setImmediate
   ? () => new Promise((r) => setImmediate(r))
   : () => new Promise((r) => setTimeout(r, 0));
@@ -183,6 +190,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
       const maxTokens = req.maxTokens ?? ctx - ids.length;
       // a request without a seed gets a fresh one (OpenAI: sampled output varies)
       const seed = req.seed ?? Math.floor(Math.random() * 2 ** 32);
+      if (req.grammar != null || req.jsonSchema != null) await checkConstraint(model, req);
       yield {type: "accepted", promptTokens: ids.length, nCtx: ctx, quantization: quant.type, arch: cfg.arch,
              mode: card.knotwork.mode, seed, topology, ...(call.syntax && {toolSyntax: call.syntax, toolPrefix: call.prefix})};
 

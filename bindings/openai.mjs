@@ -27,7 +27,10 @@
 //        prompt?: string|number[], maxTokens?: number (undefined: up to the context),
 //        temperature, topP, topK?, minP?, repeatPenalty?, seed?, stop: string[], ignoreEos,
 //        presencePenalty, frequencyPenalty,
-//        logprobs: -1 (off) | k in 0..20 (the sampled token's logprob + the k best)}
+//        logprobs: -1 (off) | k in 0..20 (the sampled token's logprob + the k best),
+//        grammar?: GBNF text | jsonSchema?: a JSON Schema (response_format, or llama-server's
+//        grammar / json_schema: constraintOf below; a backend refuses a bad one before
+//        "accepted", with the core's "json schema: ..." / "grammar: ..." message: a 400)}
 //     Events, in order (the schema of bindings/events.mjs, passed on unrenamed):
 //       {type: "accepted", promptTokens, nCtx, ...telemetry}       FIRST, once the prompt is
 //           tokenized and fits: the handler then commits to 200 and (streaming) sends the
@@ -156,7 +159,6 @@ function refuseUnsupported(body, kind) {
   if (body.function_call != null && body.function_call !== "none") refused.push("function_call (use tool_choice)");
   if (kind !== "chat") for (const f of ["tools", "tool_choice"]) if (body[f] != null) refused.push(f);
   if (body.logit_bias != null && Object.keys(body.logit_bias).length) refused.push("logit_bias");
-  if (body.response_format != null && body.response_format?.type !== "text") refused.push("response_format");
   if (body.audio != null) refused.push("audio");
   if (Array.isArray(body.modalities) && body.modalities.some((m) => m !== "text")) refused.push("modalities");
   if (body.prediction != null) refused.push("prediction");
@@ -242,12 +244,79 @@ export function parseRequest(body, kind) {
   }
   req.stream = body.stream === true;
   req.includeUsage = body.stream_options?.include_usage === true;
+  Object.assign(req, constraintOf(body));
   return req;
+}
+
+// ---- structured output -----------------------------------------------------------------
+
+const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+
+/**
+ * The output constraint a request asks for -> {} | {jsonSchema, constraintParam} |
+ * {grammar, constraintParam} (constraintParam: the body field that asked, for the 400 of a
+ * schema or grammar the core refuses: constraintError below).
+ *   response_format (OpenAI): {type: "text"}: none; {type: "json_object"}: any JSON object
+ *   (the schema {type: "object"}); {type: "json_schema", json_schema: {name, schema?,
+ *   strict?, description?}}: output valid against schema (absent: any JSON value; strict
+ *   or not, the output is always constrained).
+ *   llama-server's fields: grammar (GBNF text), json_schema (a JSON Schema object).
+ * At most one of the three. A malformed one is a 400 naming the exact field.
+ */
+export function constraintOf(body) {
+  const given = ["response_format", "grammar", "json_schema"].filter((f) => body[f] != null);
+  if (given.length > 1) throw bad(`give one of ${given.join(", ")}, not several: each constrains the whole output`, given[1]);
+  const only = (obj, where, keys) => {
+    for (const k of Object.keys(obj))
+      if (!keys.includes(k)) throw bad(`'${where}.${k}' is not a field of ${where} (fields: ${keys.join(", ")})`, `${where}.${k}`);
+  };
+  if (body.grammar != null) {
+    if (typeof body.grammar !== "string" || !body.grammar.trim()) throw bad("'grammar' must be a non-empty string of GBNF rules", "grammar");
+    return {grammar: body.grammar, constraintParam: "grammar"};
+  }
+  if (body.json_schema != null) {
+    if (!isObject(body.json_schema) && typeof body.json_schema !== "boolean") throw bad("'json_schema' must be a JSON Schema (an object)", "json_schema");
+    return {jsonSchema: body.json_schema, constraintParam: "json_schema"};
+  }
+  const rf = body.response_format;
+  if (rf == null) return {};
+  if (!isObject(rf)) throw bad(`'response_format' must be an object, got ${JSON.stringify(rf)}`, "response_format");
+  if (rf.type === "text") { only(rf, "response_format", ["type"]); return {}; }
+  if (rf.type === "json_object") {
+    only(rf, "response_format", ["type"]);
+    return {jsonSchema: {type: "object"}, constraintParam: "response_format"};
+  }
+  if (rf.type !== "json_schema")
+    throw bad(`'response_format.type' must be "text", "json_object" or "json_schema", got ${JSON.stringify(rf.type)}`, "response_format.type");
+  only(rf, "response_format", ["type", "json_schema"]);
+  const js = rf.json_schema, at = "response_format.json_schema";
+  if (!isObject(js)) throw bad(`'${at}' must be an object {name, schema, strict?}`, at);
+  only(js, at, ["name", "schema", "strict", "description"]);
+  if (typeof js.name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(js.name))
+    throw bad(`'${at}.name' must be a string of 1 to 64 letters, digits, '_' or '-', got ${JSON.stringify(js.name)}`, `${at}.name`);
+  if (js.strict != null && typeof js.strict !== "boolean") throw bad(`'${at}.strict' must be a boolean`, `${at}.strict`);
+  if (js.description != null && typeof js.description !== "string") throw bad(`'${at}.description' must be a string`, `${at}.description`);
+  if (js.schema != null && !isObject(js.schema) && typeof js.schema !== "boolean")
+    throw bad(`'${at}.schema' must be a JSON Schema (an object)`, `${at}.schema`);
+  return {jsonSchema: js.schema ?? true, constraintParam: "response_format"};
+}
+
+/**
+ * An error before the generation started: when the request carries a constraint and the
+ * core refused its schema or grammar (the message holds "json schema: ..." or "grammar: ...",
+ * perhaps after a layer's prefix), a 400 naming the field that asked; else e as it is.
+ */
+export function constraintError(e, req) {
+  if (!req.constraintParam || (e instanceof ApiError && e.status !== 400 && e.status !== 500)) return e;
+  const msg = e?.message ?? String(e);
+  const m = /(?:json schema|grammar): (?!(?:json schema|grammar): )/.exec(msg);
+  if (!m) return e;
+  return new ApiError(400, msg.slice(m.index), {param: req.constraintParam, code: "invalid_value"});
 }
 
 // ---- responses -------------------------------------------------------------------------
 
-const FINISH = {eog: "stop", stop: "stop", length: "length", context: "length"};
+const FINISH = {eog: "stop", stop: "stop", grammar: "stop", length: "length", context: "length"};
 const finishReason = (r) => FINISH[r] ?? "stop";
 
 let idCounter = 0;
@@ -334,7 +403,7 @@ async function start(backend, req, signal) {
     }
   } catch (e) {
     await it.return?.();
-    throw e;
+    throw constraintError(e, req);
   }
 }
 

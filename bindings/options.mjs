@@ -76,6 +76,7 @@ export function requestOptions(req, {maxTokens, seed}) {
     topK: req.topK, minP: req.minP, repeatPenalty: req.repeatPenalty, stop: req.stop, ignoreEos: req.ignoreEos,
     presencePenalty: req.presencePenalty || undefined, frequencyPenalty: req.frequencyPenalty || undefined,
     logprobs: req.logprobs >= 0 ? req.logprobs : undefined,
+    grammar: req.grammar, jsonSchema: req.jsonSchema,  // openai.mjs constraintOf: response_format, grammar, json_schema
   };
 }
 

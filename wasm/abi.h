@@ -134,6 +134,8 @@ int kw_generator_step_topk(int32_t g, const int32_t* ids, int32_t n_ids, const f
 // the step result plus "accepted" (greedy: the argmax is the draft; sampling: kept with p(draft)).
 int kw_generator_step_draft_topk(int32_t g, const int32_t* ids, int32_t n_ids, const float* logits, int32_t n_logits,
                                  double lse, double min, int32_t draft);
+// How many of ids[0..n) the generator's grammar takes next (all without one): {"allowed"}.
+int kw_generator_allowed(int32_t g, const int32_t* ids, uint32_t n);
 int kw_generator_stop(int32_t g, const char* reason, uint32_t len);
 int kw_generator_free(int32_t g);
 // A slice's top-k + lse + min (result: the top-k layout); the merge of n_parts shards'

@@ -19,6 +19,7 @@
 //   kw_generator_step_topk(g, ids, n_ids, logits, n_logits, lse, min),
 //   kw_generator_step_draft_topk(g, ids, n_ids, logits, n_logits, lse, min, draft)
 //     (speculative verification of a drafted token: the step's result + "accepted"),
+//   kw_generator_allowed(g, ids, n)   how many of ids the grammar takes next (result {"allowed"})
 //   kw_generator_stop(g, reason), kw_generator_free(g)
 //   kw_topk_lse(logits, v0, v1, k), kw_topk_merge(ids, logits, sizes, stats, n_parts, k)
 // Top-k lists cross as arrays in wasm memory, never JSON (two crossings per mesh token):
@@ -350,7 +351,8 @@ int kw_session_free(int32_t h) {
 // or the .knot "tokenizer" entry loaded, or a GGUF header).
 // result: the resolved settings, so a caller can size the shards' top-k (see
 // workers/coordinator/mesh.mjs): {"n_vocab", "n_ctx", "n_predict", "temperature", "top_k",
-// "top_p", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty"}
+// "top_p", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty",
+// "grammar" (true: a grammar or JSON schema constrains the output)}
 KW_EXPORT(kw_generator_new)
 int kw_generator_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle) {
   return guard([&] {
@@ -374,7 +376,7 @@ int kw_generator_new(int32_t model, const char* opts, uint32_t opts_len, int32_t
     set_result(json{{"n_vocab", n_vocab}, {"n_ctx", n_ctx}, {"n_predict", p.n_predict}, {"temperature", s.temperature},
                     {"top_k", s.top_k}, {"top_p", s.top_p}, {"min_p", s.min_p}, {"repeat_penalty", s.repeat_penalty},
                     {"repeat_last_n", s.repeat_last_n}, {"presence_penalty", s.presence_penalty},
-                    {"frequency_penalty", s.frequency_penalty}}.dump());
+                    {"frequency_penalty", s.frequency_penalty}, {"grammar", !p.grammar.empty()}}.dump());
   });
 }
 
@@ -419,6 +421,20 @@ int kw_generator_step_draft_topk(int32_t h, const int32_t* ids, int32_t n_ids, c
     const knot::GenStep st = g.step_draft(topk_from_arrays(ids, n_ids, logits, n_logits, lse, min, "kw_generator_step_draft_topk"),
                                           draft, &accepted);
     set_step_result(st, json{{"accepted", accepted}});
+  });
+}
+
+// How many of ids[0..n) the grammar would take next (Generator::allowed; every id without a
+// grammar): a mesh coordinator widens its shards' top-k until the merged list holds as many
+// allowed tokens as the sampler keeps. result {"allowed": count}
+KW_EXPORT(kw_generator_allowed)
+int kw_generator_allowed(int32_t h, const int32_t* ids, uint32_t n) {
+  return guard([&] {
+    const knot::Generator& g = *g_generators.get(h, "kw_generator_allowed").obj;
+    if (n && !ids) knot::fail("kw_generator_allowed: null ids buffer");
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < n; i++) count += g.allowed(ids[i]) ? 1 : 0;
+    set_result(json{{"allowed", count}}.dump());
   });
 }
 

@@ -101,7 +101,7 @@ const CommandSpec& mesh_command() {
       "is converted to .knot first). stdout is exactly what generate prints; stderr reports hops,\n"
       "subrequests, connections and peak memory per isolate.\n",
       {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
-       &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kStop, &kIgnoreEos, &kNoSpecial, &kIds, &kPlan,
+       &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kStop, &kIgnoreEos, &kGrammarFile, &kJsonSchemaFile, &kNoSpecial, &kIds, &kPlan,
        &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink, &kLookup, &kPrefillMode, &kReplicas},
       nullptr};
   return c;

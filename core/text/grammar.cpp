@@ -470,9 +470,14 @@ bool partial_ok(const std::vector<GrammarMatcher::Stack>& stacks, const GrammarM
   const uint32_t hi = std::min<uint32_t>(lo | ((1u << (6 * pt.n_remain)) - 1), 0x10FFFF);
   lo = std::max(lo, min_of_len(pt.len));
   if (lo > hi) return false;
-  for (const auto& st : stacks)
-    if (!st.empty() && match_range(st.back(), lo, hi)) return true;
-  return false;
+  // surrogates (U+D800..U+DFFF) are no characters: e.g. ED A0 can never be completed
+  auto meets = [&](uint32_t a, uint32_t b) {
+    if (a > b) return false;
+    for (const auto& st : stacks)
+      if (!st.empty() && match_range(st.back(), a, b)) return true;
+    return false;
+  };
+  return meets(lo, std::min<uint32_t>(hi, 0xD7FF)) || meets(std::max<uint32_t>(lo, 0xE000), hi);
 }
 
 // One byte into a partial character; returns true and sets cp when a valid character

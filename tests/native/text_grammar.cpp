@@ -136,6 +136,17 @@ TEST(GbnfMatch, Utf8SplitAcrossPieces) {
   EXPECT_FALSE(n.can_accept("\xC3\xA9\xA9"));  // stray continuation byte
 }
 
+// A lead byte pair whose every completion is a surrogate (ED A0..BF) is refused at once: a
+// token ending there could never be continued (a byte-level vocabulary sampled into it).
+TEST(GbnfMatch, SurrogatePrefixesAreRefused) {
+  GrammarMatcher m(Grammar::parse("root ::= [^\"]* \"\\\"\"\n"));
+  EXPECT_TRUE(m.can_accept("\xED"));          // ED 80..9F: U+D000..U+D7FF
+  EXPECT_TRUE(m.can_accept("\xED\x9F"));
+  EXPECT_FALSE(m.can_accept("\xED\xA0"));      // U+D800..: surrogates only
+  EXPECT_FALSE(m.can_accept("\xED\xAE"));
+  EXPECT_TRUE(m.can_accept("\xEE\x80"));      // U+E000..
+}
+
 TEST(GbnfMatch, CompleteAndReset) {
   auto g = Grammar::parse("root ::= \"ok\" \"!\"?\n");
   GrammarMatcher m(g);

@@ -340,7 +340,7 @@ test("mesh and plan read the same option table: generate's sampling flags plus i
   const gen = run(["generate", "--help"]).stdout;
   // every sampling row of generate appears in mesh's usage, word for word
   for (const flag of ["--n-predict", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", "--ctx",
-                      "--chunk", "--stop", "--ignore-eos", "--ids", "--prompt-file"]) {
+                      "--chunk", "--stop", "--ignore-eos", "--grammar", "--json-schema", "--ids", "--prompt-file"]) {
     // the option's row: "  [-x, ]--flag ARG   description"
     // (words compared, not the padding: each command aligns its column to its own longest flag)
     const rowOf = (usage) => usage.split("\n").find((l) => /^ {2}(-\w, )?--/.test(l) && l.trim().split(/\s+/).includes(flag))?.trim().replace(/\s+/g, " ");

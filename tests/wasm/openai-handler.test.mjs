@@ -89,16 +89,17 @@ test("openai handler: coordinator telemetry ({type: telemetry, event}) is mapped
 });
 
 // README "Serving": `max_tokens` / `max_completion_tokens`; what cannot be honoured is an
-// error naming the field (`n` > 1, `functions`, `logit_bias`, `response_format`, `echo`,
+// error naming the field (`n` > 1, `functions`, `logit_bias`, `prediction`, `echo`,
 // `suffix`, ...) — the rest are checked against the real model in serve.test.mjs.
-test("openai handler: max_completion_tokens sets the limit; response_format, echo, suffix are refused by name", () => {
+test("openai handler: max_completion_tokens sets the limit; prediction, echo, suffix are refused by name", () => {
   const chat = {model: "m", messages: [{role: "user", content: "q"}]};
   assert.equal(parseRequest({...chat, max_completion_tokens: 7}, "chat").maxTokens, 7);
   assert.equal(parseRequest({...chat, max_tokens: 5}, "chat").maxTokens, 5);
   assert.equal(parseRequest({...chat, response_format: {type: "text"}}, "chat").maxTokens, undefined);
   const refused = (body, kind, field) => assert.throws(() => parseRequest(body, kind), (e) =>
     e instanceof ApiError && e.status === 400 && e.param === field && new RegExp(`unsupported: ${field}`).test(e.message));
-  refused({...chat, response_format: {type: "json_object"}}, "chat", "response_format");
+  assert.deepEqual(parseRequest({...chat, response_format: {type: "json_object"}}, "chat").jsonSchema, {type: "object"});  // response-format.test.mjs
+  refused({...chat, prediction: {type: "content", content: "x"}}, "chat", "prediction");
   refused({model: "m", prompt: "x", echo: true}, "completion", "echo");
   refused({model: "m", prompt: "x", suffix: "y"}, "completion", "suffix");
 });

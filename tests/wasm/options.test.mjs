@@ -63,6 +63,10 @@ test("requestOptions: an OpenAI request's settings as generate options", () => {
                stop: ["x"], ignoreEos: false, presencePenalty: 0, frequencyPenalty: 0.5, logprobs: -1};
   assert.deepEqual(requestOptions(req, {maxTokens: 9, seed: 3}),
                    {maxTokens: 9, seed: 3, temperature: 0, topP: Number.MIN_VALUE, topK: 5, minP: 0.1, repeatPenalty: 1.1,
-                    stop: ["x"], ignoreEos: false, presencePenalty: undefined, frequencyPenalty: 0.5, logprobs: undefined});
+                    stop: ["x"], ignoreEos: false, presencePenalty: undefined, frequencyPenalty: 0.5, logprobs: undefined,
+                    grammar: undefined, jsonSchema: undefined});
   assert.equal(requestOptions({...req, logprobs: 0}, {}).logprobs, 0);
+  // response_format / grammar / json_schema (openai.mjs constraintOf) pass as they are
+  assert.deepEqual(requestOptions({...req, jsonSchema: {type: "object"}}, {}).jsonSchema, {type: "object"});
+  assert.equal(requestOptions({...req, grammar: "root ::= \"a\""}, {}).grammar, "root ::= \"a\"");
 });

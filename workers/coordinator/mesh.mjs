@@ -5,7 +5,8 @@
 //   row -> lm-head fan-out (top-k + lse + min per shard, merged by the core; or full slice
 //   logits) -> the core Generator (bindings/generator.mjs: sampler, UTF-8 streaming, stop
 //   strings, stop reason: the loop Engine::generate runs, so the same ids as one process).
-// How many candidates the shards send: shardK() below.
+// How many candidates the shards send: shardK() below; with a grammar a step whose merged
+// list holds fewer allowed tokens than the sampler keeps asks again, wider (#widen).
 // Shard fan-outs are fork/race/fold gathers: Accept (all answered), Abstain (some: merged
 // without them, telemetry names the missing slice and the tokens it touched), Decline
 // (none: a clear error). A station answering 409 (session lost) triggers one re-prefill of
@@ -103,7 +104,7 @@ export class MeshCoordinator {
     const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
     const first = shardK(gen.params, ids, logprobs);
     const cached = Math.max(0, Math.min(opts.cached ?? 0, ids.length - 1));
-    const state = {sid, links, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0,
+    const state = {sid, links, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0, widened: 0,
                    nextRow: null, rowsPrefetched: 0, pipelined: prefill === "pipelined", inFlight: 0};
     const chunk = opts.chunk ?? 64;
     const t0 = Date.now();
@@ -122,7 +123,10 @@ export class MeshCoordinator {
       prefillMs = Date.now() - t0;
       ev({event: "prefill_completed", tokens: fresh.length, cached, ms: prefillMs, mode: prefill, maxInFlight: state.inFlight});
       let next = yield* live(q, this.#lmHead(state, xn, shardK(gen.params, ids, logprobs)));
-      ev({event: "decode_started", ...(lookup ? {lookup, drafting: !first.full} : {})});
+      // a grammar: no drafting (a draft is verified over the merged top-k, which the grammar's
+      // filter does not see), and every top-k step is widened until it holds what the sampler keeps
+      const grammar = gen.params.grammar === true;
+      ev({event: "decode_started", ...(lookup ? {lookup, drafting: !first.full && !grammar} : {})});
       // A pass: rows[i] is the lm-head answer for the position of batch[i]; rows[i] verifies
       // batch[i + 1] (a draft), the last row gives the next token. Plain decoding: one row.
       const hist = ids.slice();
@@ -130,8 +134,11 @@ export class MeshCoordinator {
       for (;;) {
         let pending = null, done = false;
         for (let i = 0; i < rows.length; i++) {
-          const nx = rows[i], draft = batch[i + 1];
+          let nx = rows[i];
+          const draft = batch[i + 1];
+          if (grammar && nx.top) nx = yield* live(q, this.#widen(state, gen, nx, shardK(gen.params, hist, undefined).k));
           const s = draft !== undefined ? gen.stepDraft(nx.top, draft) : gen.step(nx.top ?? nx.logits);
+          if (s.needWider) throw new MeshError(`the merged top-k of ${nx.top.ids.length} tokens holds none the grammar allows`);
           if (logprobs !== undefined) Object.assign(s, await this.#logprobs(nx, s.id, logprobs));
           out.push(s.id);
           hist.push(s.id);
@@ -151,7 +158,7 @@ export class MeshCoordinator {
         // a pass below the positions the stations hold rewinds them (docs/protocol.md)
         const pos = ids.length + out.length - 1;
         let drafts = [];
-        if (lookup && !first.full) {
+        if (lookup && !first.full && !grammar) {
           const left = gen.params.n_predict >= 0 ? gen.params.n_predict - out.length : Infinity;
           const room = Math.min(nCtx - pos - 1, chunk - 1, left, lookup);
           if (room > 0) drafts = draftLookup(hist, room);
@@ -175,7 +182,7 @@ export class MeshCoordinator {
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", prefill, passes: passTokens, hops: state.hops,
              ...(lookup ? {speculative: {lookup, drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
                                          verifyPasses: spec.passes}} : {}),
-             reprefills: state.reprefills, failovers: links.failovers, abstains: state.abstains, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
+             reprefills: state.reprefills, failovers: links.failovers, abstains: state.abstains, widened: state.widened, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
     } finally {
       gen.free();
       if (!kept) await this.#end(sid, links, state);
@@ -405,7 +412,7 @@ export class MeshCoordinator {
       });
       const top = await mergeTopK(parts, want.k);
       if (top.ids.length && rows.has(top.ids[0])) state.nextRow = {id: top.ids[0], row: rows.get(top.ids[0])};
-      return {top};
+      return {top, k: want.k, xn};
     }
     const logits = new Float32Array(this.V).fill(-Infinity);
     for (const {grp, f} of answers) {
@@ -414,6 +421,28 @@ export class MeshCoordinator {
       logits.set(d, v0);
     }
     return {logits};
+  }
+
+  // A grammar's top-k step: the merged list must hold as many tokens the grammar allows as
+  // the sampler keeps (need: shardK's k without logprobs, i.e. 1 greedy, top-k T, + P
+  // penalised ids), or the allowed tokens the full pass keeps may lie outside it (the core
+  // then samples from the few listed, or says needWider when none is). Until it does, the
+  // shards are asked again for this position with k x 4, then, once k would reach the
+  // largest slice, for their full slices (the Generator filters the full logits exactly).
+  // Each retry is a "widen" event and counts in the summary's `widened`. Returns the lm-head
+  // answer to step from (nx itself when it holds enough).
+  async #widen(state, gen, nx, need) {
+    const maxSlice = Math.max(...this.groups.map((g) => g.vocab[1] - g.vocab[0]));
+    for (;;) {
+      const allowed = gen.allowedCount(nx.top.ids);
+      if (allowed >= need || nx.top.ids.length >= this.V) return nx;
+      const to = nx.k * 4 >= maxSlice ? {full: true} : {full: false, k: nx.k * 4};
+      state.widened++;
+      state.ev({event: "widen", step: gen.ids.length, k: nx.k, listed: nx.top.ids.length, allowed, need, to: to.full ? "full" : to.k});
+      const wider = await this.#lmHead(state, nx.xn, to);
+      if (to.full) return wider;
+      nx = wider;
+    }
   }
 
   // The lm-head fan-out for a verify pass: xn [rows, n_embd] normed; one merged {top} per
