@@ -1,5 +1,5 @@
 // fuzz_frame.mjs — seeded mutation fuzzer for the station / shard wire frame
-// (workers/lib/frame.mjs; no C++ parses frames, so this is the frame's fuzz harness).
+// (workers/lib/frame.mjs; tests/fuzz/fuzz_frame.cpp fuzzes the C++ codec, core/net/frame.h).
 // Valid frames are built with encodeFrame, then truncated, extended, bit-flipped, spliced
 // or given edge values in their version / kind / dtype / phase / rows / width / session-id
 // length fields. Contract checked on every input: decodeFrame either throws a FrameError
