@@ -280,3 +280,42 @@ test("frames over a WebSocket: answers by request id, errors as text; a killed s
     await srv.close();
   }
 });
+
+test("--slice i/n: the attn / ffn partials of a split layer's member, as the Worker member's", async (t) => {
+  const bytes = await sharedKnot(t, MODEL);
+  if (!bytes || !needBin(t)) return;
+  const mesh = await meshFor(bytes, {stations: [1, 2, 2], slices: 2});
+  const srv = await rangeServer(bytes);
+  const st = await startStation([srv.url, "--layers", "1..3", "--slice", "1/2", "--name", "st1s1"]);
+  try {
+    const E = mesh.topology.n_embd, m = mesh.topology.stations[1].members[1];
+    assert.equal(m.name, "st1s1");
+    const hh = await health(st.url);
+    assert.deepEqual(hh.heads, m.heads);
+    assert.deepEqual(hh.cols, m.cols);
+    let worst = 0, frames = 0;
+    for (const [pos, n] of STEPS) {
+      const x = rows(E, 6, pos, n);
+      for (let l = 1; l < 3; l++) for (const phase of ["attn", "ffn"]) {
+        const f = frame("p", pos, x, E, {kind: n > 1 || pos === 0 ? "prefill" : "decode", layer: l, phase});
+        const a = await post(st.url, f, "p"), b = await postWorker(mesh, "st1s1", f, "p");
+        assert.equal(a.status, 200, a.error);
+        assert.equal(b.status, 200, b.error);
+        for (let i = 0; i < a.frame.data.length; i++) worst = Math.max(worst, Math.abs(a.frame.data[i] - b.frame.data[i]) / (1 + Math.abs(b.frame.data[i])));
+        frames++;
+      }
+    }
+    assert.equal(frames, STEPS.length * 4);
+    assert.ok(worst < 1e-3, `fat vs Worker member partials: worst relative difference ${worst}`);
+    // a later layer's attn at a position the session has not reached: the Worker's 409
+    const f = frame("p", 13, rows(E, 6, 13, 1), E, {layer: 2, phase: "attn"});
+    const [a, b] = [await post(st.url, f, "p"), await postWorker(mesh, "st1s1", f, "p")];
+    assert.equal(a.status, 409);
+    assert.deepEqual(a, b);
+  } finally {
+    st.proc.kill("SIGTERM");
+    await st.exited;
+    await srv.close();
+    await mesh.close();
+  }
+});
