@@ -19,7 +19,7 @@ import {frameInputs} from "../fuzz/fuzz_frame.mjs";
 import {openParts} from "../../bindings/mesh.mjs";
 import * as kw from "../../bindings/knotwork.mjs";
 import {KNOT_BIN} from "../wasm/helpers.mjs";
-import {sharedKnot, meshFor, configOf} from "./helpers.mjs";
+import {sharedKnot, synthKnot, meshFor, configOf} from "./helpers.mjs";
 
 const MODEL = "stories260K-pad256-llama-q4_k_m.gguf";
 const N_CTX = 64;
@@ -317,5 +317,31 @@ test("--slice i/n: the attn / ffn partials of a split layer's member, as the Wor
     await st.exited;
     await srv.close();
     await mesh.close();
+  }
+});
+
+// 8 layers of ~12 MB (Q8_0, hidden 1024): one station's tensors are an eighth of the file
+const SYNTH_WIDE = ["--arch", "llama", "--hidden", "1024", "--layers", "8", "--heads", "16", "--kv-heads", "4", "--ffn", "2816",
+  "--vocab", "300", "--type", "Q8_0", "--fast", "--seed", "3"];
+
+test("memory stays near the station's tensors: one layer of eight read and held", async (t) => {
+  if (!needBin(t)) return;
+  const bytes = synthKnot(t, "fat-wide", SYNTH_WIDE);
+  if (!bytes) return;
+  const srv = await rangeServer(bytes);
+  const st = await startStation([srv.url, "--layers", "3..4"]);
+  try {
+    const E = (await health(st.url)).config.n_embd;
+    for (const [pos, n] of STEPS) assert.equal((await post(st.url, frame("m", pos, rows(E, 7, pos, n), E), "m")).status, 200);
+    const h = await health(st.url);
+    const served = srv.reads.reduce((a, [x, y]) => a + y - x, 0);
+    assert.ok(h.memory.tensorBytes > 10e6 && h.memory.tensorBytes < bytes.length / 7, `tensor bytes ${h.memory.tensorBytes} of ${bytes.length}`);
+    assert.ok(served < h.memory.tensorBytes + 256 * 1024, `served ${served} for ${h.memory.tensorBytes} tensor bytes`);
+    // RSS: its tensors, KV and buffers, plus the process's own few MB; not the file
+    assert.ok(h.memory.rss < h.memory.tensorBytes + 32e6, `rss ${h.memory.rss} for ${h.memory.tensorBytes} tensor bytes`);
+  } finally {
+    st.proc.kill("SIGTERM");
+    await st.exited;
+    await srv.close();
   }
 });
