@@ -104,6 +104,7 @@ void FatStation::ensure_layer(int l) {
     const TensorInfo& ti = tensor_info(at.id);
     if (!ti.per_layer || !(ti.phases & layer_phases)) continue;
     const std::string name = tensor_knot_name(at.id, l);
+    if (model_.find(name)) continue;  // loaded by an earlier frame that failed on a later tensor
     if (!h_.find(name)) {
       if (at.need != Need::Required) continue;
       const unsigned ph = ti.phases & layer_phases;

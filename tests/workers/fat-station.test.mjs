@@ -32,9 +32,10 @@ function needBin(t) {
   return false;
 }
 
-// The model over HTTP ranges; reads: every [a, b) served.
-async function rangeServer(bytes) {
+// The model over HTTP ranges; reads: every [a, b) served. corrupt: flip a bit of that byte.
+async function rangeServer(bytes, {corrupt = -1} = {}) {
   const reads = [];
+  if (corrupt >= 0) { bytes = bytes.slice(); bytes[corrupt] ^= 0x40; }
   const srv = http.createServer((req, res) => {
     const m = /^bytes=(\d+)-(\d+)$/.exec(req.headers.range ?? "");
     if (!m) { res.writeHead(416); res.end(); return; }
@@ -344,4 +345,31 @@ test("memory stays near the station's tensors: one layer of eight read and held"
     await st.exited;
     await srv.close();
   }
+});
+
+test("a tensor whose bytes do not match its hash is a 500 naming it; an unreachable model fails the start", async (t) => {
+  const bytes = await sharedKnot(t, MODEL);
+  if (!bytes || !needBin(t)) return;
+  const h = await kw.parseKnotHeader(kw.bytesSource(bytes, "model.knot"));
+  const victim = h.tensors.find((x) => x.name === "blk_2_ffn_up_weight");
+  const srv = await rangeServer(bytes, {corrupt: victim.offset + 100});
+  const st = await startStation([srv.url, "--layers", "1..3"]);
+  try {
+    const E = h.config.n_embd;
+    for (let i = 0; i < 2; i++) {  // the same answer again: nothing half-loaded is kept as good
+      const r = await post(st.url, frame("c", 0, rows(E, 8, 0, 2), E), "c");
+      assert.equal(r.status, 500);
+      assert.match(r.error, /tensor blk_2_ffn_up_weight/);
+      assert.match(r.error, /hash/);
+    }
+    const hh = await health(st.url);
+    assert.equal(hh.layersLoaded, 1, "layer 1 loaded, layer 2 refused");
+  } finally {
+    st.proc.kill("SIGTERM");
+    await st.exited;
+    await srv.close();
+  }
+  await assert.rejects(startStation([srv.url, "--layers", "1..3"]), /knot station exited 1: knot: error: http:\/\/127\.0\.0\.1:\d+\/model\.knot: range bytes=0-0: /);
+  await assert.rejects(startStation(["/nonexistent/model.knot", "--layers", "1..3"]), /exited 1: knot: error: .*nonexistent/);
+  await assert.rejects(startStation(["/nonexistent/model.knot", "--layers", "3..1"]), /exited 2: knot: error: --layers 3..1: B must be greater than A/);
 });
