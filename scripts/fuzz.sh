@@ -3,7 +3,8 @@
 # coverage; also the GoogleTest suite under sanitizers) and runs each libFuzzer harness
 # tests/fuzz/fuzz_NAME.cpp for SECONDS (default 60) on its seed corpus tests/fuzz/corpus/NAME,
 # and each JS harness tests/fuzz/fuzz_NAME.mjs (the wire frame) for SECONDS. A NAME with both
-# (frame: the JS codec and the C++ one, core/net/frame.h) runs both, the C++ one as NAME-cpp.
+# (frame: the C++ codec core/net/frame.h and the JS one) runs both: NAME is the libFuzzer
+# harness, NAME-js the JS one (also as arguments: `fuzz.sh 60 frame frame-js`).
 # New inputs go to build-asan/fuzz/NAME (the repo corpus stays small); a crash, leak, UB
 # report, timeout or allocation past 1 GiB stops that harness and leaves the input in
 # build-asan/fuzz/NAME-crash-*. One JSON line per harness: {"harness", "seconds", "execs",
