@@ -43,6 +43,18 @@ uint64_t rss_bytes() {
   return got == 2 ? res * 4096ull : 0;
 }
 
+// VmHWM: the process's peak resident set
+uint64_t peak_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %llu kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024ull;
+}
+
 }  // namespace
 
 int error_status(const std::exception& e) {
@@ -299,7 +311,7 @@ nlohmann::json FatStation::health() {
           {"live", live},
           {"layersLoaded", loaded},
           {"tensorsLoaded", model_.tensors.size()},
-          {"memory", {{"rss", rss_bytes()}, {"tensorBytes", tensor_bytes_}, {"kvBytes", kv}}},
+          {"memory", {{"rss", rss_bytes()}, {"peakRss", peak_rss_bytes()}, {"tensorBytes", tensor_bytes_}, {"kvBytes", kv}}},
           {"source", {{"bytesRead", counted ? counted->bytes() : 0}, {"reads", counted ? counted->reads() : 0},
                       {"fileBytes", h_.file_size}, {"headerBytes", h_.payload_offset}}},
           {"stats", {{"frames", frames_}, {"rewinds", rewinds_}, {"lost", lost_}}}};

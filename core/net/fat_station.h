@@ -63,7 +63,8 @@ class FatStation {
   FatStation(FatStationConfig cfg, std::unique_ptr<ByteSource> src);
   // One frame in, its answer frame out. Frames compute one at a time (a mutex, arrival order).
   std::vector<uint8_t> handle(const uint8_t* bytes, size_t len);
-  // GET /health: config (knot inspect's names), layers, role, slice, sessions, memory.
+  // GET /health: config (knot inspect's names), layers, role, slice, sessions, memory
+  // {rss, peakRss, tensorBytes, kvBytes}, source {bytesRead, reads, fileBytes, headerBytes}.
   nlohmann::json health();
   const ModelConfig& config() const { return h_.config; }
   void set_role(const std::string& role) { cfg_.role = role; }  // before serving

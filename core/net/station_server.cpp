@@ -88,7 +88,7 @@ void serve_connection(FatStation& st, tcp::socket sock) {
     const std::string target(req.target());
     const std::string path = path_of(target);
     try {
-      if (req.method() == http::verb::get && path == "/health") {
+      if (req.method() == http::verb::get && (path == "/health" || path == "/stats")) {
         send<http::string_body>(stream, req, http::status::ok, "application/json", st.health().dump());
       } else {
         std::string sid = query_param(target, "sid");

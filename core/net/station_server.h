@@ -1,6 +1,7 @@
 // station_server.h — a FatStation (fat_station.h) served over HTTP and WebSocket with
 // Boost.Beast, the way workers/station serves its Durable Object:
-//   GET /health                 the station's config, layers, sessions, memory (JSON)
+//   GET /health, GET /stats     the station's config, layers, sessions, memory (JSON; /stats
+//                               is the Worker station's name for it, read by the mesh's stats)
 //   POST /?sid=S                one frame in the body, the answer frame as the body;
 //                               an error is {"error": message} with its status
 //   GET (Upgrade: websocket)    /link?sid=S: every binary message is a frame, answered by a

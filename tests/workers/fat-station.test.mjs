@@ -340,6 +340,9 @@ test("memory stays near the station's tensors: one layer of eight read and held"
     assert.ok(served < h.memory.tensorBytes + 256 * 1024, `served ${served} for ${h.memory.tensorBytes} tensor bytes`);
     // RSS: its tensors, KV and buffers, plus the process's own few MB; not the file
     assert.ok(h.memory.rss < h.memory.tensorBytes + 32e6, `rss ${h.memory.rss} for ${h.memory.tensorBytes} tensor bytes`);
+    assert.ok(h.memory.peakRss >= h.memory.rss && h.memory.peakRss < h.memory.tensorBytes + 48e6, `peak rss ${h.memory.peakRss}`);
+    const s = await (await fetch(`${st.url}/stats`)).json();
+    assert.deepEqual(s.layers, [3, 4], "/stats: the same report");
   } finally {
     st.proc.kill("SIGTERM");
     await st.exited;
