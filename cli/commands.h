@@ -15,6 +15,7 @@ int cmd_plan(int argc, char** argv);
 // number of configs written; fails with a message.
 size_t write_wrangler_configs(const std::string& plan_json, const std::string& dir, const std::string& model_key);
 int cmd_tokenize(int argc, char** argv);  // cli/tokenize.cpp
+int cmd_station(int argc, char** argv);   // cli/station.cpp
 // Implemented in cli/generate.cpp; knot.cpp carries a weak fallback so the CLI links
 // without it.
 int cmd_generate(int argc, char** argv);

@@ -68,6 +68,9 @@ static const char* USAGE =
     "                                 token ids and pieces (see `knot tokenize --help`)\n"
     "  generate MODEL (-p TEXT | --prompt-file FILE) [options]\n"
     "                                 run a model (see `knot generate --help`)\n"
+    "  station MODEL|URL --layers A..B [--role entry|mid|exit] [--port N] [--slice i/n]\n"
+    "                                 serve layers [A, B) as a mesh station over HTTP and\n"
+    "                                 WebSocket (see `knot station --help`)\n"
     "  help                           this text\n";
 
 static std::string human(uint64_t b) {
@@ -417,6 +420,7 @@ int main(int argc, char** argv) {
     if (cmd == "plan") return cmd_plan(argc - 1, argv + 1);
     if (cmd == "generate") return cmd_generate(argc - 1, argv + 1);
     if (cmd == "tokenize") return cmd_tokenize(argc - 1, argv + 1);
+    if (cmd == "station") return cmd_station(argc - 1, argv + 1);
     std::fprintf(stderr, "knot: error: unknown command '%s'\n%s", cmd.c_str(), USAGE);
     return 2;
   } catch (const UsageError& e) {  // usage errors exit 2, as in node bin/knotwork.mjs

@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake git googletest libxxhash0 libgtest-dev libgmock-dev nlohmann-json3-dev emscripten nodejs npm chromium
-      clang libclang-rt-14-dev ccache
+      clang libclang-rt-14-dev ccache libboost-dev
       clang-19 lld-19)
 missing=()
 for p in "${pkgs[@]}"; do

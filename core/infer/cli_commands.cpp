@@ -72,6 +72,25 @@ const OptionSpec kWrangler = {KEY("wrangler"), .flag = "--wrangler", .kind = Opt
           "topology.json beside them"};
 const OptionSpec kKnot = {KEY("knot"), .flag = "--knot", .kind = OptKind::Text, .lo = 1, .metavar = "NAME",
   .help = "with --wrangler: the model's object key in R2", .default_text = "MODEL's file name, .gguf -> .knot"};
+// `station` (native knot): a fat layer station (core/net/fat_station.h)
+const OptionSpec kStLayers = {KEY("layers"), .flag = "--layers", .kind = OptKind::Text, .lo = 1, .metavar = "A..B",
+  .help = "the station's layers [A, B) (B exclusive, as a topology's [l0, l1))"};
+const OptionSpec kStRole = {KEY("role"), .flag = "--role", .kind = OptKind::Text, .metavar = "entry|mid|exit",
+  .help = "the station's place in the mesh (exit: output_norm, normLast / normAll, phase norm)",
+  .choices = "entry|mid|exit", .default_text = "entry when A is 0, exit when B is n_layer, else mid"};
+const OptionSpec kStPort = {KEY("port"), .flag = "--port", .kind = OptKind::Int, .lo = 0, .hi = 65535,
+  .metavar = "N", .help = "TCP port on 127.0.0.1", .note = "0 = any free port", .dflt = "0"};
+const OptionSpec kStHost = {KEY("host"), .flag = "--host", .kind = OptKind::Text, .metavar = "H",
+  .help = "address to listen on", .dflt = "\"127.0.0.1\""};
+const OptionSpec kStSlice = {KEY("slice"), .flag = "--slice", .kind = OptKind::Text, .lo = 1, .metavar = "i/n",
+  .help = "serve slice i of n: KV-head group i and FFN column slice i (topology.mjs cuts), for attn / ffn frames",
+  .default_text = "0/1, the whole layers"};
+const OptionSpec kStName = {KEY("name"), .flag = "--name", .kind = OptKind::Text, .lo = 1, .metavar = "ID",
+  .help = "the station's name in error messages", .default_text = "fatA-B"};
+const OptionSpec kStReference = {KEY("reference"), .flag = "--reference", .kind = OptKind::Flag,
+  .help = "reference kernels and f32 KV (bit-exact with the wasm reference station)", .value = "true"};
+const OptionSpec kStKvBudget = {KEY("kv_budget"), .flag = "--kv-budget", .kind = OptKind::Text, .lo = 1, .metavar = "SIZE",
+  .help = "bytes one session's KV cache may take (a larger n_ctx is a 400)", .default_text = "1GB"};
 #undef KEY
 // clang-format on
 
@@ -118,6 +137,19 @@ const CommandSpec& plan_command() {
       {&kBudget, &kPlanMode, &kContext, &kPlanChunk, &kPlanShards, &kPlanStations, &kObjective, &kReplicas, &kCost, &kWrangler, &kKnot},
       "Run the configurations with `wrangler dev -c DIR/wrangler.jsonc -c DIR/knot-st0.jsonc ...`\n"
       "or deploy each with `wrangler deploy -c DIR/<name>.jsonc`.\n"};
+  return c;
+}
+
+const CommandSpec& station_command() {
+  static const CommandSpec c = {
+      "station", "MODEL|URL --layers A..B [--role entry|mid|exit] [--port N] [--slice i/n] [options]", "MODEL|URL",
+      "a .knot file, or its http:// URL (read by range)",
+      "Serves layers [A, B) of MODEL as a mesh station (docs/protocol.md): frames by POST /?sid=S or as\n"
+      "WebSocket messages (GET /link?sid=S), GET /health. Reads the header, then only this station's\n"
+      "tensors, each verified by its hash, on first use. Prints \"knot station listening on\n"
+      "http://HOST:PORT\" once listening; exits 0 on SIGTERM.\n",
+      {&kStLayers, &kStRole, &kStPort, &kStHost, &kStSlice, &kStName, &kStReference, &kStKvBudget},
+      nullptr};
   return c;
 }
 

@@ -187,7 +187,8 @@ long long parse_int_option(const std::string& flag, const std::string& v, long l
 }
 
 const CommandSpec& command_spec(std::string_view name) {
-  for (const CommandSpec* c : {&opt::generate_command(), &opt::serve_command(), &opt::mesh_command(), &opt::plan_command()})
+  for (const CommandSpec* c : {&opt::generate_command(), &opt::serve_command(), &opt::mesh_command(), &opt::plan_command(),
+                                 &opt::station_command()})
     if (name == c->name) return *c;
   fail("no option spec for command '" + std::string(name) + "'");
 }

@@ -1,5 +1,5 @@
 // fuzz_frame.mjs — seeded mutation fuzzer for the station / shard wire frame
-// (workers/lib/frame.mjs; no C++ parses frames, so this is the frame's fuzz harness).
+// (workers/lib/frame.mjs; tests/fuzz/fuzz_frame.cpp fuzzes the C++ codec, core/net/frame.h).
 // Valid frames are built with encodeFrame, then truncated, extended, bit-flipped, spliced
 // or given edge values in their version / kind / dtype / phase / rows / width / session-id
 // length fields. Contract checked on every input: decodeFrame either throws a FrameError
@@ -10,6 +10,7 @@
 //
 //   node tests/fuzz/fuzz_frame.mjs [SECONDS] [--seed N]   prints {"harness","execs",...}
 //   import {fuzzFrames} from "./fuzz_frame.mjs"           used by tests/workers/frame-fuzz.test.mjs
+//   import {frameInputs} from "./fuzz_frame.mjs"          the same inputs as a list (native codec vectors)
 import {decodeFrame, encodeFrame, FrameError, HEADER, KIND, PHASE} from "../../workers/lib/frame.mjs";
 
 // mulberry32: small, seedable, good enough to pick mutations
@@ -107,6 +108,24 @@ function acceptedProblem(f, input, t0) {
   }
   if (back.length !== input.length || back.some((x, i) => x !== input[i])) return `accepted frame is not canonical (encodes to ${hex(back)})`;
   return null;
+}
+
+/**
+ * `count` inputs as the fuzzer makes them (seeded: the same list every time), for the native
+ * codec's shared vectors and the native station's bad-frame test
+ * (tests/fuzz/make-frame-vectors.mjs, tests/workers/fat-station.test.mjs).
+ */
+export function frameInputs({seed = 1, count = 1000} = {}) {
+  const r = rng(seed), pool = [], out = [];
+  for (let i = 0; i < 16; i++) pool.push(validFrame(r));
+  while (out.length < count) {
+    if (r.int(8) === 0) pool[r.int(pool.length)] = validFrame(r);
+    let b = r.pick(pool);
+    const depth = r.int(4);
+    for (let k = 0; k < depth; k++) b = mutate(r, b, r.pick(pool));
+    out.push(b);
+  }
+  return out;
 }
 
 /**
