@@ -56,7 +56,7 @@ static const char* USAGE =
     "                                 tokenizer_config.json]: that real byte-level BPE\n"
     "                                 vocabulary (--vocab N then pads it to N tokens)\n"
     "  plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
-    "       [--shards N] [--stations N] [--objective memory|latency] [--cost FILE]\n"
+    "       [--shards N] [--stations N] [--objective memory|latency] [--cost FILE] [--fat SIZE,...]\n"
     "       [--wrangler DIR [--knot NAME]]\n"
     "                                 mesh topology for a per-isolate memory budget, as JSON,\n"
     "                                 with its estimated decode tok/s and time to first token\n"
@@ -358,6 +358,8 @@ int cmd_plan(int argc, char** argv) {
   o.shards = (int)parse_int(take_opt(args, "--shards", "0"), "--shards", 0, 1 << 24);
   o.stations = (int)parse_int(take_opt(args, "--stations", "0"), "--stations", 0, 1 << 16);
   o.objective = take_opt(args, "--objective", o.objective);
+  const std::string fat = take_opt(args, "--fat", "");
+  if (!fat.empty()) o.fat = parse_byte_list(fat, "--fat");
   const std::string cost = take_opt(args, "--cost", "");
   if (!cost.empty()) {
     try {
@@ -369,7 +371,7 @@ int cmd_plan(int argc, char** argv) {
   const std::string wrangler = take_opt(args, "--wrangler", "");
   const std::string key = take_opt(args, "--knot", "");
   no_unknown_flags(args);
-  if (args.size() != 1) usage_fail("usage: knot plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N] [--shards N] [--stations N] [--objective memory|latency] [--cost FILE] [--wrangler DIR]");
+  if (args.size() != 1) usage_fail("usage: knot plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N] [--shards N] [--stations N] [--objective memory|latency] [--cost FILE] [--fat SIZE,...] [--wrangler DIR]");
   const std::string path = args[0];
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
   if (!fp) fail(path + ": cannot open: " + std::strerror(errno));

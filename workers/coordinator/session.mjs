@@ -24,7 +24,8 @@
 import {DurableObject} from "cloudflare:workers";
 import {memoryStats} from "../../bindings/knotwork.mjs";
 import {defaultContext} from "../../bindings/options.mjs";
-import {Link, Counter} from "../lib/link.mjs";
+import {Link, Counter, peerFetcher} from "../lib/link.mjs";
+import {memberOf} from "../lib/topology.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {MeshCoordinator} from "./mesh.mjs";
 import {textModel} from "./prompt.mjs";
@@ -37,7 +38,7 @@ function coordinator(env, text = null, counter = new Counter()) {
   const timeouts = jsonBinding(env.TIMEOUTS ?? "{}", "TIMEOUTS");
   const mode = env.LINK_MODE ?? "ws";
   return new MeshCoordinator({topology, text, counter, timeouts,
-    connect: (name, sid) => new Link(name, env[`M_${name}`], {mode, counter, sid})});
+    connect: (name, sid) => new Link(name, peerFetcher(env, "M", name, memberOf(topology, name)), {mode, counter, sid})});
 }
 
 const index = (env) => env.PREFIXES.get(env.PREFIXES.idFromName(routeKey(jsonBinding(env.TOPOLOGY, "TOPOLOGY"))));
