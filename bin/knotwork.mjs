@@ -189,10 +189,12 @@ async function mesh(args) {
     process.stdout.write(idsOnly ? `[${summary.ids.join(",")}]\n` : "\n");
     const s = summary, mib = (b) => (b / 1048576).toFixed(2);
     const st = await m.stats();
-    const isolates = Object.entries(st).map(([n, v]) => `${n} ${v.memory ? mib(v.memory.peakLinear) : "?"}`).join(", ");
-    const members = topology.stations.reduce((a, x) => a + x.members.length, 0);
+    const isolates = Object.entries(st).map(([n, v]) => `${n} ${v.memory?.peakLinear !== undefined ? mib(v.memory.peakLinear)
+      : v.memory?.rss !== undefined ? `${mib(v.memory.rss)} (native fat station, rss)` : "?"}`).join(", ");
+    const members = topology.stations.reduce((a, x) => a + x.members.filter((y) => !y.url).length, 0);
+    const fatCount = topology.stations.reduce((a, x) => a + x.members.filter((y) => y.url).length, 0);
     process.stderr.write(
-      `knotwork: mesh ${topology.stations.length} stations (${members} isolates: ${topology.stations.map((x) => `[${x.layers}]${x.members.length > 1 ? `x${x.members.length}` : ""}${x.members.some((y) => y.url) ? " fat" : ""}`).join(" ")}) + ${topology.shards.length} shards (${topology.shards.map((x) => `[${x.vocab}]`).join(" ")}), links ${linkMode}, ctx ${s.nCtx}\n` +
+      `knotwork: mesh ${topology.stations.length} stations (${members} isolates${fatCount ? ` + ${fatCount} fat` : ""}: ${topology.stations.map((x) => `[${x.layers}]${x.members.length > 1 ? `x${x.members.length}` : ""}${x.members.some((y) => y.url) ? " fat" : ""}`).join(" ")}) + ${topology.shards.length} shards (${topology.shards.map((x) => `[${x.vocab}]`).join(" ")}), links ${linkMode}, ctx ${s.nCtx}\n` +
       `knotwork: prefill ${s.nPrompt} tokens in ${(s.prefillMs / 1000).toFixed(3)} s (${s.prefillTokS.toFixed(1)} tok/s)\n` +
       `knotwork: decode ${s.nDecoded} tokens in ${(s.decodeMs / 1000).toFixed(3)} s (${s.decodeTokS.toFixed(1)} tok/s), stop: ${s.reason}\n` +
       `knotwork: hops ${s.hops} (${(s.hops / Math.max(1, s.nDecoded + 1)).toFixed(1)} per token incl. prefill), subrequests ${s.subrequests}, max simultaneous connections ${s.maxConnections}, re-prefills ${s.reprefills}, abstains ${s.abstains}\n` +

@@ -33,6 +33,7 @@ const CASES = [
   [["--budget", "96MB", "--shards", "12", "--chunk", "64"], {budget: "96MB", shards: 12, chunk: 64}],
   [["--budget", "256MB", "--context", "8192"], {budget: "256MB", context: 8192}],
   [["--objective", "latency"], {objective: "latency"}],
+  [["--fat", "1GiB,1GiB"], {fat: "1GiB,1GiB"}],
 ];
 
 test("knot plan and the wasm planner print the same JSON for a 7B-shaped header", async () => {
@@ -44,7 +45,7 @@ test("knot plan and the wasm planner print the same JSON for a 7B-shaped header"
     const js = await planText(q7, opts);
     assert.equal(js, nat.stdout, `plan ${flags.join(" ")}: native and wasm differ`);
     const p = JSON.parse(js);
-    for (const s of [...p.stations, ...p.shards]) assert.ok(s.memory.total <= p.budget, `${s.id} over budget`);
+    for (const s of [...p.stations, ...p.shards]) assert.ok(s.memory.total <= (s.fat_memory ?? p.budget), `${s.id} over budget`);
   }
 });
 
