@@ -14,6 +14,8 @@ import {sharedKnot, synthKnot, single, configOf, startMesh, SYNTH_QWEN} from "./
 import {topologyFromCounts, withUrls} from "../../workers/lib/topology.mjs";
 import {rangeServer, startFatStations, KNOT_BIN} from "../../deploy/fat.mjs";
 import {describeDeployment} from "../../deploy/description.mjs";
+import {ROOT} from "../../deploy/miniflare.mjs";
+import {sharedModel} from "../wasm/helpers.mjs";
 
 const GREEDY = {maxTokens: 24, temperature: 0};
 const SEEDED = {maxTokens: 24, temperature: 0.9, topK: 40, topP: 0.95, repeatPenalty: 1.1, seed: 42};
@@ -122,6 +124,7 @@ test("a fat station killed mid-session: the generation ends with an error naming
     const err = events.find((e) => e.type === "error");
     assert.ok(err, `an error event (got ${events.at(-1)?.type})`);
     assert.equal(events.at(-1), err, "the error ends the stream");
+    t.diagnostic(`error: ${err.error} (status ${err.status})`);
     assert.match(err.error, /\bst1\b/, `the error names the fat station: ${err.error}`);
     assert.doesNotMatch(err.error, /no answer within/, "raised by the closed link, not by the station timeout");
     assert.ok(!events.some((e) => e.type === "summary"));
@@ -129,4 +132,22 @@ test("a fat station killed mid-session: the generation ends with an error naming
     const after = events.slice(killedAt).filter((e) => e.type === "token").length;
     assert.ok(after <= 1, `${after} tokens after the kill`);
   } finally { await m.close(); }
+});
+
+test("knotwork mesh --fat 1: station 1 native, stdout the ids of knotwork generate; a bad index is refused naming it", async (t) => {
+  const model = sharedModel(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!model || !needBin(t)) return;
+  const {spawnSync} = await import("node:child_process");
+  const cli = (args) => spawnSync(process.execPath, [`${ROOT}/bin/knotwork.mjs`, ...args], {encoding: "utf8", timeout: 120_000});
+  const common = ["-p", "Once upon a time", "-n", "12", "--temp", "0", "--ids"];
+  const want = cli(["generate", model, ...common]);
+  assert.equal(want.status, 0, want.stderr);
+  const r = cli(["mesh", model, "--stations", "2,1,2", "--fat", "1", ...common]);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout, want.stdout);
+  assert.match(r.stderr, /mesh 3 stations \(2 isolates \+ 1 fat: \[0,2\] \[2,3\] fat \[3,5\]\)/);
+  assert.match(r.stderr, /st1 [\d.]+ \(native fat station, rss\)/);
+  const bad = cli(["mesh", model, "--stations", "2,1,2", "--fat", "3", ...common]);
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr, /--fat 3: no station 3 \(the topology has 3\)/);
 });
