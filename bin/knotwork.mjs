@@ -169,7 +169,21 @@ async function mesh(args) {
   const {n_ctx: _, lookup, ...sampling} = options;  // the coordinator's Generator takes the context as nCtx
   const meshOptions = {options: sampling, ...(nCtx ? {nCtx} : {}), ...(chunk ? {chunk} : {}), ...(lookup ? {lookup} : {}),
                        ...(cli.prefill ? {prefill: cli.prefill} : {})};
-  const m = await startMesh({knotBytes: bytes, topology, linkMode});
+  // --fat I,J: those stations run as native `knot station` processes reading the .knot by range
+  let fat = null;
+  if (cli.fat) {
+    const {rangeServer, startFatStations} = await import("../deploy/fat.mjs");
+    const {withUrls} = await import("../workers/lib/topology.mjs");
+    const range = await rangeServer(bytes);
+    try {
+      const started = await startFatStations(topology, cli.fat, range);
+      fat = {range, stations: started.stations};
+      Object.assign(topology, withUrls(c, topology, started.urls));
+    } catch (e) { await range.close(); throw e; }
+  }
+  const closeFat = async () => { if (fat) { await Promise.all(fat.stations.map((x) => x.stop())); await fat.range.close(); } };
+  let m;
+  try { m = await startMesh({knotBytes: bytes, topology, linkMode}); } catch (e) { await closeFat(); throw e; }
   let summary = null, error = null;
   try {
     for await (const ev of m.generate({ids, options: meshOptions})) {
@@ -185,10 +199,12 @@ async function mesh(args) {
     process.stdout.write(idsOnly ? `[${summary.ids.join(",")}]\n` : "\n");
     const s = summary, mib = (b) => (b / 1048576).toFixed(2);
     const st = await m.stats();
-    const isolates = Object.entries(st).map(([n, v]) => `${n} ${v.memory ? mib(v.memory.peakLinear) : "?"}`).join(", ");
-    const members = topology.stations.reduce((a, x) => a + x.members.length, 0);
+    const isolates = Object.entries(st).map(([n, v]) => `${n} ${v.memory?.peakLinear !== undefined ? mib(v.memory.peakLinear)
+      : v.memory?.rss !== undefined ? `${mib(v.memory.rss)} (native fat station, rss)` : "?"}`).join(", ");
+    const members = topology.stations.reduce((a, x) => a + x.members.filter((y) => !y.url).length, 0);
+    const fatCount = topology.stations.reduce((a, x) => a + x.members.filter((y) => y.url).length, 0);
     process.stderr.write(
-      `knotwork: mesh ${topology.stations.length} stations (${members} isolates: ${topology.stations.map((x) => `[${x.layers}]${x.members.length > 1 ? `x${x.members.length}` : ""}`).join(" ")}) + ${topology.shards.length} shards (${topology.shards.map((x) => `[${x.vocab}]`).join(" ")})${topology.replicas > 1 ? `, ${topology.replicas} replicas` : ""}, links ${linkMode}, ctx ${s.nCtx}\n` +
+      `knotwork: mesh ${topology.stations.length} stations (${members} isolates${fatCount ? ` + ${fatCount} fat` : ""}: ${topology.stations.map((x) => `[${x.layers}]${x.members.length > 1 ? `x${x.members.length}` : ""}${x.members.some((y) => y.url) ? " fat" : ""}`).join(" ")}) + ${topology.shards.length} shards (${topology.shards.map((x) => `[${x.vocab}]`).join(" ")})${topology.replicas > 1 ? `, ${topology.replicas} replicas` : ""}, links ${linkMode}, ctx ${s.nCtx}\n` +
       `knotwork: prefill ${s.nPrompt} tokens in ${(s.prefillMs / 1000).toFixed(3)} s (${s.prefillTokS.toFixed(1)} tok/s)\n` +
       `knotwork: decode ${s.nDecoded} tokens in ${(s.decodeMs / 1000).toFixed(3)} s (${s.decodeTokS.toFixed(1)} tok/s), stop: ${s.reason}\n` +
       `knotwork: hops ${s.hops} (${(s.hops / Math.max(1, s.nDecoded + 1)).toFixed(1)} per token incl. prefill), subrequests ${s.subrequests}, max simultaneous connections ${s.maxConnections}, re-prefills ${s.reprefills}, abstains ${s.abstains}\n` +
@@ -199,7 +215,7 @@ async function mesh(args) {
       process.stderr.write(`knotwork: speculative (lookup ${sp.lookup}): ${sp.drafted} drafted, ${sp.accepted} accepted ` +
                            `(${(100 * sp.acceptance).toFixed(0)}%) in ${sp.verifyPasses} verify passes\n`);
     }
-  } finally { await m.close(); }
+  } finally { await m.close(); await closeFat(); }
   return 0;
 }
 

@@ -57,7 +57,7 @@ static const char* USAGE =
     "                                 vocabulary (--vocab N then pads it to N tokens)\n"
     "  plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
     "       [--shards N] [--stations N] [--objective memory|latency] [--replicas R]\n"
-    "       [--cost FILE] [--wrangler DIR [--knot NAME]]\n"
+    "       [--cost FILE] [--fat SIZE,...] [--wrangler DIR [--knot NAME]]\n"
     "                                 mesh topology for a per-isolate memory budget, as JSON,\n"
     "                                 with its estimated decode tok/s and time to first token\n"
     "                                 (--objective: fewest isolates or fastest; --cost: the\n"
@@ -360,6 +360,8 @@ int cmd_plan(int argc, char** argv) {
   o.stations = (int)parse_int(take_opt(args, "--stations", "0"), "--stations", 0, 1 << 16);
   o.objective = take_opt(args, "--objective", o.objective);
   o.replicas = (int)parse_int(take_opt(args, "--replicas", "1"), "--replicas", 1, 16);
+  const std::string fat = take_opt(args, "--fat", "");
+  if (!fat.empty()) o.fat = parse_byte_list(fat, "--fat");
   const std::string cost = take_opt(args, "--cost", "");
   if (!cost.empty()) {
     try {
@@ -371,7 +373,7 @@ int cmd_plan(int argc, char** argv) {
   const std::string wrangler = take_opt(args, "--wrangler", "");
   const std::string key = take_opt(args, "--knot", "");
   no_unknown_flags(args);
-  if (args.size() != 1) usage_fail("usage: knot plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N] [--shards N] [--stations N] [--objective memory|latency] [--replicas R] [--cost FILE] [--wrangler DIR]");
+  if (args.size() != 1) usage_fail("usage: knot plan MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N] [--shards N] [--stations N] [--objective memory|latency] [--replicas R] [--cost FILE] [--fat SIZE,...] [--wrangler DIR]");
   const std::string path = args[0];
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> fp(std::fopen(path.c_str(), "rb"), std::fclose);
   if (!fp) fail(path + ": cannot open: " + std::strerror(errno));

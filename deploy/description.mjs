@@ -1,7 +1,8 @@
 // description.mjs — the one deployment description of a mesh, from JS: the core's
 // (core/infer/deployment.h, through kw_deploy; native `knot plan --wrangler` runs the same
 // code). A topology (workers/lib/topology.mjs) and options become the Worker scripts that run
-// it, one per isolate, coordinator first:
+// it, one per isolate, coordinator first (a member named by url, a native fat station, gets no
+// script and no binding: the coordinator links to its url):
 //   {compatibility_date, compatibility_flags, scripts: [{name, main, kind, workers_dev, vars,
 //    services, durable_objects, r2_buckets, kv_namespaces, migrations}]}
 // Renderers: deploy/wrangler.mjs (wrangler.jsonc files, rendered by the core too) and

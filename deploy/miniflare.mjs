@@ -71,12 +71,14 @@ export async function startMesh({knotBytes, topology, port, ...options}) {
       return {events, summary: events.find((e) => e.type === "summary"), error: events.find((e) => e.type === "error"),
               telemetry: events.filter((e) => e.type === "telemetry"), tokens: events.filter((e) => e.type === "token")};
     },
-    /** /stats of every isolate: coordinator, each station member, each shard (every replica). */
+    /** /stats of every isolate: coordinator, each station member, each shard (every replica; a URL member: its /health). */
     async stats() {
       const out = {coordinator: await (await mf.dispatchFetch("http://mesh/v1/mesh/stats")).json().then((j) => j.coordinator)};
-      const names = [...topology.stations.flatMap((s) => s.members.map((m) => m.name)), ...topology.shards.map((s) => s.name)]
+      const names = [...topology.stations.flatMap((s) => s.members.filter((m) => !m.url).map((m) => m.name)), ...topology.shards.map((s) => s.name)]
         .flatMap((n) => Array.from({length: topology.replicas ?? 1}, (_, r) => (r ? `${n}r${r}` : n)));  // topology.mjs replicaName
       for (const n of names) out[n] = await (await (await worker(`knot-${n}`)).fetch("http://x/stats")).json();
+      for (const m of topology.stations.flatMap((s) => s.members.filter((x) => x.url)))  // native fat stations
+        out[m.name] = await fetch(new URL("/health", m.url)).then((r) => r.json()).catch((e) => ({error: e.message}));
       return out;
     },
     /** POST a fault ({status} | {hangMs} | null) to one worker's test hook. */

@@ -47,6 +47,9 @@ const OptionSpec kLink = {KEY("link"), .flag = "--link", .kind = OptKind::Text, 
 const OptionSpec kPrefillMode = {KEY("prefill"), .flag = "--prefill", .kind = OptKind::Text, .metavar = "pipelined|sequential",
   .help = "mesh prefill: chunks in flight across stations at once, or one chunk at a time", .choices = "pipelined|sequential",
   .dflt = "\"pipelined\""};
+const OptionSpec kMeshFat = {KEY("fat"), .flag = "--fat", .kind = OptKind::Ints, .lo = 0, .hi = 1 << 20,
+  .metavar = "I,J,...", .help = "run the stations with these indices (0 = the first) as native fat stations "
+          "(build/bin/knot station, reading the .knot by HTTP range from a local server), the rest as Workers"};
 // `plan` (node CLI; bindings/planner.mjs checks the values' meaning)
 const OptionSpec kBudget = {KEY("budget"), .flag = "--budget", .kind = OptKind::Text, .lo = 1, .metavar = "SIZE",
   .help = "memory per isolate", .default_text = "128MB"};
@@ -66,6 +69,9 @@ const OptionSpec kReplicas = {KEY("replicas"), .flag = "--replicas", .kind = Opt
   .metavar = "R", .help = "copies of every station member and vocab shard: routes a session fails over to", .default_text = "1"};
 const OptionSpec kCost = {KEY("cost"), .flag = "--cost", .kind = OptKind::Text, .lo = 1, .metavar = "FILE",
   .help = "the time model's measured rates (bench/cost-model.json)"};
+const OptionSpec kPlanFat = {KEY("fat"), .flag = "--fat", .kind = OptKind::Text, .lo = 1, .metavar = "SIZE,SIZE,...",
+  .help = "native fat stations (knot station) of these memories: from layer 0 each takes as many layers as fit, "
+          "Worker isolates the rest (resident mode)"};
 const OptionSpec kWrangler = {KEY("wrangler"), .flag = "--wrangler", .kind = OptKind::Text, .lo = 1, .metavar = "DIR",
   .help = "also write the Worker configurations of the plan into DIR: the coordinator (wrangler.jsonc, the only "
           "public route), one script per station member and per vocab shard, the warden; plan.json and "
@@ -112,7 +118,7 @@ const CommandSpec& serve_command() {
 const CommandSpec& mesh_command() {
   static const CommandSpec c = {
       "mesh",
-      "MODEL [--plan FILE | --stations L,L,... [--shards N | --vocab C,C,...] [--slices N]]\n"
+      "MODEL [--plan FILE | --stations L,L,... [--shards N | --vocab C,C,...] [--slices N]] [--fat I,J,...]\n"
       "                     (-p TEXT | --prompt-file FILE) [-n N] [options]",
       "MODEL", kModelHelp,
       "Runs MODEL on a mesh of Workers under workerd (Miniflare): one script per station member and\n"
@@ -121,7 +127,7 @@ const CommandSpec& mesh_command() {
       "subrequests, connections and peak memory per isolate.\n",
       {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
        &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kStop, &kIgnoreEos, &kGrammarFile, &kJsonSchemaFile, &kNoSpecial, &kIds, &kPlan,
-       &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink, &kLookup, &kPrefillMode, &kReplicas},
+       &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink, &kLookup, &kPrefillMode, &kReplicas, &kMeshFat},
       nullptr};
   return c;
 }
@@ -131,10 +137,10 @@ const CommandSpec& plan_command() {
       "plan",
       "MODEL [--budget 128MB] [--mode resident|fluid] [--context N] [--chunk N]\n"
       "                     [--shards N] [--stations N] [--objective memory|latency] [--replicas R] [--cost FILE]\n"
-      "                     [--wrangler DIR [--knot NAME]]",
+      "                     [--fat SIZE,...] [--wrangler DIR [--knot NAME]]",
       "MODEL", kModelHelp,
       "Prints the mesh plan of MODEL (the JSON of native `knot plan`, the same planner in wasm).\n",
-      {&kBudget, &kPlanMode, &kContext, &kPlanChunk, &kPlanShards, &kPlanStations, &kObjective, &kReplicas, &kCost, &kWrangler, &kKnot},
+      {&kBudget, &kPlanMode, &kContext, &kPlanChunk, &kPlanShards, &kPlanStations, &kObjective, &kReplicas, &kCost, &kPlanFat, &kWrangler, &kKnot},
       "Run the configurations with `wrangler dev -c DIR/wrangler.jsonc -c DIR/knot-st0.jsonc ...`\n"
       "or deploy each with `wrangler deploy -c DIR/<name>.jsonc`.\n"};
   return c;

@@ -179,6 +179,19 @@ ojson replica_topology(const ojson& t, int64_t r) {
   return c;
 }
 
+// http[s]://host[:port] with an optional trailing slash (topology.mjs: /^https?:\/\/[^/\s]+\/?$/)
+bool is_station_url(const ojson& u) {
+  if (!u.is_string()) return false;
+  std::string v = u;
+  size_t at = v.rfind("https://", 0) == 0 ? 8 : v.rfind("http://", 0) == 0 ? 7 : 0;
+  if (!at) return false;
+  if (!v.empty() && v.back() == '/') v.pop_back();
+  if (v.size() == at) return false;
+  for (size_t i = at; i < v.size(); i++)
+    if (v[i] == '/' || std::isspace((unsigned char)v[i])) return false;
+  return true;
+}
+
 // the fields describe_deployment reads (validate / validateTopology checks the coverage)
 void require_topology(const ojson& t) {
   const auto pair = [](const ojson& o, const char* k) { return o.is_object() && o.contains(k) && o[k].is_array() && o[k].size() == 2; };
@@ -194,6 +207,27 @@ void require_topology(const ojson& t) {
   if (ok)
     for (const auto& s : t["shards"]) ok = ok && text(s, "name") && pair(s, "vocab");
   if (!ok) fail("deployment: not a topology (needs knot, stations [{layers, role, members [{name}]}], shards [{name, vocab}])");
+  // members named by url (native fat stations, workers/lib/topology.mjs validateTopology)
+  for (const auto& s : t["stations"])
+    for (const auto& m : s["members"]) {
+      const std::string name = m["name"];
+      if (m.value("fat", false) && !m.contains("url") && t.value("chain", false))
+        fail("topology: member " + name + ": a fat station cannot be in a chain (chain links are service bindings)");
+      if (!m.contains("url")) continue;
+      if (!is_station_url(m["url"]))
+        fail("topology: member " + name + ": url must be http[s]://host[:port], got " + m["url"].dump());
+      if (t.value("chain", false))
+        fail("topology: member " + name + ": a URL member (" + m["url"].get<std::string>() + ") cannot be in a chain (chain links are service bindings)");
+    }
+}
+
+// a member outside the Workers: named by url, or a plan's fat station (its url set at deployment)
+bool external_member(const ojson& m) { return m.contains("url") || m.value("fat", false); }
+bool external(const ojson& t, const std::string& name) {
+  for (const auto& s : t["stations"])
+    for (const auto& m : s["members"])
+      if (m["name"] == name) return external_member(m);
+  return false;
 }
 
 ojson link_bindings(const std::string& prefix, const std::vector<std::string>& names) {
@@ -344,6 +378,7 @@ ojson topology_from_plan(const ojson& plan, const std::string& knot) {
       if (s.contains("heads")) m["heads"] = s["heads"];
       if (s.contains("ffn_cols")) m["cols"] = s["ffn_cols"];
     }
+    if (s.value("fat", false)) m["fat"] = true;
     stations.back()["members"].push_back(m);
   }
   ojson shards = ojson::array();
@@ -384,10 +419,12 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
   for (int64_t r = 0; r < nrep; r++) {
     const ojson tr = replica_topology(t, r);
     const Links l = links(tr);
-    bound.insert(bound.end(), l.coordinator.begin(), l.coordinator.end());
+    for (const auto& n : l.coordinator)
+      if (!external(tr, n)) bound.push_back(n);  // a URL member is linked by its url (TOPOLOGY), not a binding
     for (const auto& s : tr["stations"])
       for (const auto& m : s["members"]) {
         const std::string name = m["name"];
+        if (external_member(m)) continue;  // a native fat station at its url: no script
         const StationLinks& sl = l.of(name);
         ojson v = {{"name", name}, {"knot", knot}, {"layers", s["layers"]}};
         if (m.contains("heads")) v["heads"] = m["heads"];

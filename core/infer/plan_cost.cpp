@@ -24,6 +24,7 @@ CostModel cost_model_from_json(const std::string& text) {
   rate("prefill_token_bytes_per_ms", c.prefill_token_bytes_per_ms);
   rate("hop_ms", c.hop_ms);
   rate("fetch_bytes_per_ms", c.fetch_bytes_per_ms);
+  rate("native_speedup", c.native_speedup);
   if (j.contains("prompt_tokens")) {
     const auto& v = j["prompt_tokens"];
     if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (1 << 24))
@@ -46,7 +47,7 @@ double member_ms(const CostMember& m, const CostModel& c, int64_t pos, int64_t t
   const double compute = t == 1 ? (double)m.compute_bytes / c.decode_bytes_per_ms
                                 : (double)m.compute_bytes * (double)t / c.prefill_token_bytes_per_ms;
   const double attn = (double)t * (double)m.kv_bytes_per_token * ((double)pos + (double)t / 2) / c.decode_bytes_per_ms;
-  return compute + attn + (double)m.streamed_bytes / c.fetch_bytes_per_ms;
+  return (compute + attn) / (m.native ? c.native_speedup : 1.0) + (double)m.streamed_bytes / c.fetch_bytes_per_ms;
 }
 
 // Per range: its slowest member for t tokens at pos.

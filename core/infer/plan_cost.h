@@ -9,6 +9,7 @@
 // Per generated token at context position P:
 //   station member  (compute_bytes + kv_bytes_per_token * P) / decode_bytes_per_ms
 //                   + streamed_bytes / fetch_bytes_per_ms   (fluid: weights loaded per token)
+//                   (a native fat station: its compute / native_speedup)
 //   range           max over its members;  stations: sum over ranges
 //   shards          max over shards of lm_head_bytes / decode_bytes_per_ms
 //   hops            hops * hop_ms
@@ -40,10 +41,12 @@ struct CostModel {
   double hop_ms = 0.3;                       // one sequential round trip between isolates
   double fetch_bytes_per_ms = 2.0e5;         // fluid stations: weight bytes loaded per ms (warden / R2; assumed)
   int prompt_tokens = 2000;                  // the prompt of ttft_s; decode is estimated after it
+  double native_speedup = 2.75;              // a native fat station's rates / a Worker station's on the same layers
+                                             // (bench/fat-station-2026-12-01.jsonl "speedup")
 };
 
 // {"decode_bytes_per_ms", "prefill_token_bytes_per_ms", "hop_ms", "fetch_bytes_per_ms",
-//  "prompt_tokens"} (other keys — the file's provenance — are ignored); each present rate
+//  "prompt_tokens", "native_speedup"} (other keys — the file's provenance — are ignored); each present rate
 // must be a positive number. Throws knot::Error naming the field.
 CostModel cost_model_from_json(const std::string& json);
 
@@ -52,6 +55,7 @@ struct CostMember {
   uint64_t compute_bytes = 0;      // weight bytes its matmuls read per token
   uint64_t kv_bytes_per_token = 0; // KV bytes per cached position (read by attention)
   uint64_t streamed_bytes = 0;     // fluid: weight bytes loaded per token (0: resident)
+  bool native = false;             // a native fat station: compute at native_speedup x the rates
 };
 
 struct PlanShape {

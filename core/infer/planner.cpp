@@ -73,6 +73,7 @@ struct Station {
   int l0 = 0, l1 = 0;
   Slice slice;
   bool fluid = false, prefetch = false, aligned = true;
+  int fat = -1;  // index into PlanOptions::fat: a native fat station
   Cost cost;
   int max_context = 0;
 };
@@ -89,7 +90,11 @@ struct Candidate {
   std::vector<Shard> shards;
   int chunk = 0, context = 0;
   PlanEstimate est;
-  size_t isolates() const { return stations.size() + shards.size(); }
+  size_t isolates() const {  // Worker isolates (fat stations are processes of their own)
+    size_t n = shards.size();
+    for (const Station& s : stations) n += s.fat < 0;
+    return n;
+  }
   int min_cut() const {  // the coarsest cut of any layer (1: some layer whole)
     int m = 1 << 30;
     for (const Station& s : stations) m = std::min(m, s.slice.count);
@@ -111,6 +116,7 @@ class Planner {
       fail("plan: budget " + mib(o.budget) + " does not even hold the module (" + mib(o.module_bytes) + ") and the JS heap (" +
            mib(o.js_heap_bytes) + ")");
     if (o.mode != "resident" && o.mode != "fluid") fail("plan: mode must be resident or fluid, got '" + o.mode + "'");
+    if (!o.fat.empty() && o.mode != "resident") fail("plan: --fat needs resident mode (fat stations hold their layers)");
     kinds_ = layer_kinds(c_, m.name + ": plan");
     // Every layer must have its required tensors (the plan is for this file).
     for (int l = 0; l < L; l++)
@@ -206,7 +212,7 @@ class Planner {
     c.context = ctx;
     if (c.chunk > c.context) c.chunk = std::max(1, c.context);
     for (auto& s : c.stations) {
-      s.cost = station_cost(s.l0, s.l1, s.slice, s.fluid, c.context, c.chunk);
+      s.cost = station_cost(s.l0, s.l1, s.slice, s.fluid, c.context, c.chunk, nullptr, s.fat);
       if (s.fluid) s.prefetch = s.cost.total() + s.cost.phase <= o_.budget;  // room to load the next phase early
     }
     for (auto& s : c.shards) s.cost = shard_cost(s.v1 - s.v0, c.chunk);
@@ -257,6 +263,7 @@ class Planner {
             if (s.fluid && !always_resident(*t)) m.streamed_bytes += b;
           }
       m.kv_bytes_per_token = kv_per_token(s.l1 - s.l0, s.slice);
+      m.native = s.fat >= 0;
       p.members.push_back(m);
     }
     const PlanTensor* head = find("output_weight");
@@ -328,7 +335,9 @@ class Planner {
     return 2ull * (uint64_t)nl * (uint64_t)kvs * (uint64_t)D * kKvElem;
   }
 
-  Cost station_cost(int l0, int l1, const Slice& s, bool fluid, int64_t ctx, int k, bool* aligned_out = nullptr) const {
+  uint64_t budget_of(int fat) const { return fat < 0 ? o_.budget : o_.fat[(size_t)fat]; }
+
+  Cost station_cost(int l0, int l1, const Slice& s, bool fluid, int64_t ctx, int k, bool* aligned_out = nullptr, int fat = -1) const {
     Cost c;
     bool aligned = true;
     for (int l = l0; l < l1; l++) {
@@ -350,18 +359,19 @@ class Planner {
       if (const PlanTensor* t = find("output_norm_weight")) c.resident += t->size;
     c.kv = kv_per_token(l1 - l0, s) * (uint64_t)ctx;
     c.act = station_act(s, k, ctx);
-    c.module = o_.module_bytes;
-    c.js = o_.js_heap_bytes;
+    c.module = fat < 0 ? o_.module_bytes : 0;  // a native process: no wasm module, no JS heap
+    c.js = fat < 0 ? o_.js_heap_bytes : 0;
     if (aligned_out) *aligned_out = aligned;
     return c;
   }
 
   // Largest context whose KV (and attention scratch) fits; 0 when nothing fits.
-  int max_context(int l0, int l1, const Slice& s, bool fluid, int k) const {
-    const Cost c0 = station_cost(l0, l1, s, fluid, 0, k);
-    if (c0.total() >= o_.budget) return 0;
+  int max_context(int l0, int l1, const Slice& s, bool fluid, int k, int fat = -1) const {
+    const Cost c0 = station_cost(l0, l1, s, fluid, 0, k, nullptr, fat);
+    const uint64_t budget = budget_of(fat);
+    if (c0.total() >= budget) return 0;
     const uint64_t per = kv_per_token(l1 - l0, s) + (uint64_t)(2 * D + 1) * 4;
-    const uint64_t n = (o_.budget - c0.total()) / per;
+    const uint64_t n = (budget - c0.total()) / per;
     return (int)std::min<uint64_t>(n, 1u << 30);
   }
 
@@ -379,24 +389,24 @@ class Planner {
     return sl;
   }
 
-  bool fits(int l0, int l1, const Slice& s, bool fluid, int target, int k, std::string* why) const {
-    const Cost c = station_cost(l0, l1, s, fluid, target, k);
-    if (c.total() <= o_.budget) return true;
+  bool fits(int l0, int l1, const Slice& s, bool fluid, int target, int k, std::string* why, int fat = -1) const {
+    const Cost c = station_cost(l0, l1, s, fluid, target, k, nullptr, fat);
+    if (c.total() <= budget_of(fat)) return true;
     if (why) {
-      std::string what = "layers [" + std::to_string(l0) + "," + std::to_string(l1) + ")";
+      std::string what = (fat >= 0 ? "fat station " + std::to_string(fat) + ": " : std::string()) + "layers [" + std::to_string(l0) + "," + std::to_string(l1) + ")";
       if (s.count > 1) what += " slice " + std::to_string(s.index + 1) + "/" + std::to_string(s.count);
       *why = what + " needs " + mib(c.total()) + " (weights " + mib(c.resident) + ", largest phase " + mib(c.phase) +
              ", KV at context " + std::to_string(target) + " " + mib(c.kv) + ", activations for chunk " + std::to_string(k) +
-             " " + mib(c.act) + ", module + JS " + mib(c.module + c.js) + ") > budget " + mib(o_.budget);
+             " " + mib(c.act) + ", module + JS " + mib(c.module + c.js) + ") > " + (fat >= 0 ? "its memory " : "budget ") + mib(budget_of(fat));
     }
     return false;
   }
 
-  Station station(int l0, int l1, const Slice& s, bool fluid, int k) const {
+  Station station(int l0, int l1, const Slice& s, bool fluid, int k, int fat = -1) const {
     Station st;
-    st.l0 = l0, st.l1 = l1, st.slice = s, st.fluid = fluid;
-    st.cost = station_cost(l0, l1, s, fluid, 0, k, &st.aligned);
-    st.max_context = max_context(l0, l1, s, fluid, k);
+    st.l0 = l0, st.l1 = l1, st.slice = s, st.fluid = fluid, st.fat = fat;
+    st.cost = station_cost(l0, l1, s, fluid, 0, k, &st.aligned, fat);
+    st.max_context = max_context(l0, l1, s, fluid, k, fat);
     return st;
   }
 
@@ -422,8 +432,26 @@ class Planner {
       }
       return false;
     }
+    // fat stations first, from layer 0: each takes as many whole layers as fit its memory
+    int from = 0;
+    for (size_t f = 0; f < o_.fat.size(); f++) {
+      if (from == L) {
+        why = "fat station " + std::to_string(f) + " (" + mib(o_.fat[f]) + ") gets no layer: the fat stations before it hold all " +
+              std::to_string(L);
+        return false;
+      }
+      int l1 = from;
+      std::string fwhy;
+      while (l1 < L && fits(from, l1 + 1, whole, false, target, k, l1 == from ? &fwhy : nullptr, (int)f)) l1++;
+      if (l1 == from) {
+        why = "fat station " + std::to_string(f) + " does not hold layer " + std::to_string(from) + ": " + fwhy;
+        return false;
+      }
+      out.push_back(station(from, l1, whole, false, k, (int)f));
+      from = l1;
+    }
     // resident: pack whole layers greedily; a layer that does not fit alone is sliced.
-    for (int l0 = 0; l0 < L;) {
+    for (int l0 = from; l0 < L;) {
       int l1 = l0;
       if (min_slices <= 1)
         while (l1 < L && fits(l0, l1 + 1, whole, false, target, k, l1 == l0 ? &why : nullptr)) l1++;
@@ -552,6 +580,10 @@ class Planner {
         fluid++;
         e["prefetch"] = s.prefetch;
       }
+      if (s.fat >= 0) {
+        e["fat"] = true;
+        e["fat_memory"] = o_.fat[(size_t)s.fat];
+      }
       e["max_context"] = s.max_context;
       e["memory"] = cost_json(s.cost);
       st.push_back(e);
@@ -566,10 +598,12 @@ class Planner {
     }
     j["shards"] = sh;
     j["padding_rows"] = {c_.n_vocab, c_.n_vocab_tensor};
-    const int isolates = (int)(c.stations.size() + c.shards.size());
+    const int isolates = (int)c.isolates();
     j["isolates"] = isolates;
-    uint64_t peak = 0;
-    for (const auto& s : c.stations) peak = std::max(peak, s.cost.total());
+    if (!o_.fat.empty()) j["fat_stations"] = o_.fat.size();
+    uint64_t peak = 0;  // of the Worker isolates
+    for (const auto& s : c.stations)
+      if (s.fat < 0) peak = std::max(peak, s.cost.total());
     for (const auto& s : c.shards) peak = std::max(peak, s.cost.total());
     j["largest_isolate"] = peak;
     // Per generated token (decode): embed at the one shard owning the token, one request
@@ -639,7 +673,8 @@ class Planner {
     ojson alts = ojson::array();
     for (const Candidate& a : rejected_) {
       uint64_t largest = 0;
-      for (const auto& s : a.stations) largest = std::max(largest, s.cost.total());
+      for (const auto& s : a.stations)
+        if (s.fat < 0) largest = std::max(largest, s.cost.total());
       for (const auto& s : a.shards) largest = std::max(largest, s.cost.total());
       alts.push_back({{"min_slices", a.min_slices}, {"isolates", a.isolates()}, {"stations", a.stations.size()},
                       {"largest_isolate", largest}, {"context", a.context}, {"chunk", a.chunk},
@@ -649,6 +684,7 @@ class Planner {
     j["cost_model"] = {{"decode_bytes_per_ms", o_.cost.decode_bytes_per_ms},
                        {"prefill_token_bytes_per_ms", o_.cost.prefill_token_bytes_per_ms},
                        {"hop_ms", o_.cost.hop_ms}, {"fetch_bytes_per_ms", o_.cost.fetch_bytes_per_ms}};
+    if (!o_.fat.empty()) j["cost_model"]["native_speedup"] = o_.cost.native_speedup;
     j["min_slices"] = c.min_slices;
     return j.dump(2) + "\n";
   }
@@ -677,6 +713,20 @@ uint64_t parse_bytes(const std::string& s, const std::string& what) {
   const double b = v * mul;
   if (!(b >= 1) || b > 1e15) fail(what + ": '" + s + "' is out of range");
   return (uint64_t)b;
+}
+
+std::vector<uint64_t> parse_byte_list(const std::string& s, const std::string& what) {
+  std::vector<uint64_t> out;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = s.find(',', at);
+    const std::string item = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (item.empty()) fail(what + ": '" + s + "' has an empty size (e.g. 8GiB,8GiB)");
+    out.push_back(parse_bytes(item, what));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
 }
 
 PlanModel plan_model_from_header(const uint8_t* p, size_t len, uint64_t file_size, const std::string& name, uint64_t* need) {
@@ -741,6 +791,16 @@ PlanOptions plan_options_from_json(const std::string& text) {
     } else if (k == "cost") {
       if (!v.is_object()) fail("plan options: cost must be an object (bench/cost-model.json)");
       o.cost = cost_model_from_json(v.dump());
+    } else if (k == "fat") {
+      if (v.is_string()) o.fat = parse_byte_list(v.get<std::string>(), "fat");
+      else if (v.is_array()) {
+        o.fat.clear();
+        for (const auto& x : v) {
+          if (x.is_string()) o.fat.push_back(parse_bytes(x.get<std::string>(), "fat"));
+          else if (x.is_number_unsigned() && x.get<uint64_t>() > 0) o.fat.push_back(x.get<uint64_t>());
+          else fail("plan options: fat must list sizes such as \"8GiB\" or byte counts, got " + x.dump());
+        }
+      } else fail("plan options: fat must be sizes such as \"8GiB,8GiB\" or a list of them, got " + v.dump());
     } else fail("plan options: unknown option '" + k + "'");
   }
   return o;

@@ -21,6 +21,13 @@
 //             constants in cost_model), and alternatives: the same figures for the plans
 //             the objective rejected (resident: every layer cut into at least s slices,
 //             s = 1 .. n_head_kv — more parallel compute per token, more isolates).
+// Fat stations (PlanOptions::fat, `--fat 8GiB,8GiB`; resident mode): native `knot station`
+// processes of the given memory each. From layer 0, fat station i takes as many whole layers
+// as fit its memory (weights + KV at the target context + activations; no wasm module or JS
+// heap), the Worker isolates the rest as usual. Their plan entries say "fat": true and
+// "fat_memory"; the time model runs their compute native_speedup times faster (plan_cost.h);
+// "isolates" counts the Worker isolates only. A fat station that holds no layer (the ones
+// before it took them all, or its memory holds not one layer) is an error naming it.
 // Objective: "memory" (default) takes the fewest isolates (ties: the faster), "latency"
 // the highest decode tok/s (ties: the fewer isolates).
 // A budget that cannot be met throws knot::Error with the reason (which isolate, which
@@ -74,6 +81,7 @@ struct PlanOptions {
   std::string objective = "memory";     // memory | latency
   int replicas = 1;                     // copies of every station member and shard (routes to fail over to)
   CostModel cost;                       // the time model's measured rates (bench/cost-model.json)
+  std::vector<uint64_t> fat;            // memory of each native fat station (`knot station`), in order
 };
 
 // Header bytes -> PlanModel. GGUF or .knot; *need > 0 (and an empty model) when the
@@ -84,12 +92,16 @@ PlanModel plan_model_from_header(const uint8_t* prefix, size_t len, uint64_t fil
 // Parses "128MB", "128MiB", "1.5GB", "134217728" (MB/GB are binary, like the wasm cap).
 uint64_t parse_bytes(const std::string& s, const std::string& what);
 
+// "8GiB,8GiB" -> sizes (each as parse_bytes), what names the option in errors.
+std::vector<uint64_t> parse_byte_list(const std::string& s, const std::string& what);
+
 // The plan as pretty JSON (2-space indent, trailing newline). Throws knot::Error when the
 // budget cannot be met.
 std::string plan_json(const PlanModel& m, const PlanOptions& o);
 
 // PlanOptions from a JSON object {"budget": "128MB"|N, "context", "chunk", "shards",
-// "stations", "mode", "module_bytes", "js_heap_bytes", "objective", "replicas", "cost": {cost model}}
+// "stations", "mode", "module_bytes", "js_heap_bytes", "objective", "replicas", "cost": {cost model},
+// "fat": "8GiB,8GiB" | ["8GiB", N, ...]}
 // (unknown keys are errors).
 PlanOptions plan_options_from_json(const std::string& json);
 

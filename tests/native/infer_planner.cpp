@@ -364,3 +364,90 @@ TEST(Planner, ObjectiveAndCostOptionsAreChecked) {
     EXPECT_NE(std::string(e.what()).find("hop_ms"), std::string::npos);
   }
 }
+
+TEST(Planner, FatStationsTakeTheLayersThatFitTheirMemoryAndWorkersTheRest) {
+  const SynthOptions so = qwen7b();
+  const PlanModel m = table_of(so);
+  const json none = plan(m);
+  PlanOptions o;
+  o.fat = {2ull << 30};
+  const json p = plan(m, o);
+  EXPECT_EQ(p["fat_stations"], 1);
+  const json& f = p["stations"][0];
+  ASSERT_TRUE(f.value("fat", false));
+  EXPECT_EQ(f["fat_memory"], 2ull << 30);
+  EXPECT_EQ(f["layers"][0], 0);
+  const int n = f["layers"][1];
+  // a qwen7b Q4_K_M layer is ~130-170 MB with its KV: 2 GiB holds a dozen or so of the 28
+  EXPECT_GT(n, 8);
+  EXPECT_LT(n, 28);
+  EXPECT_EQ(f["memory"]["module"], 0) << "a native process: no wasm module";
+  EXPECT_EQ(f["memory"]["js_heap"], 0);
+  const uint64_t total = f["memory"]["total"], per_layer = (f["memory"]["resident_weights"].get<uint64_t>() + f["memory"]["kv"].get<uint64_t>()) / n;
+  EXPECT_LE(total, 2ull << 30);
+  EXPECT_GT(total + per_layer, 2ull << 30) << "as many layers as fit: one more (all layers alike) would not";
+  // the Worker isolates take the rest, each within the budget; every layer once
+  std::vector<int> seen(28, 0);
+  size_t workers = 0;
+  for (const auto& s : p["stations"]) {
+    if (s.value("fat", false)) {
+      for (int l = s["layers"][0]; l < s["layers"][1]; l++) seen[l] += 2;
+      continue;
+    }
+    workers++;
+    EXPECT_LE(s["memory"]["total"].get<uint64_t>(), 128ull << 20) << s["id"];
+    EXPECT_GE(s["layers"][0].get<int>(), n);
+    for (int l = s["layers"][0]; l < s["layers"][1]; l++) seen[l] += s.contains("slice") ? 1 : 2;
+  }
+  for (int l = 0; l < 28; l++) EXPECT_EQ(seen[l], 2) << "layer " << l << " once: whole (2) or two halves (1 + 1)";
+  EXPECT_EQ(p["isolates"].get<size_t>(), workers + p["shards"].size()) << "isolates: the Worker ones";
+  EXPECT_LT(p["isolates"].get<size_t>(), none["isolates"].get<size_t>());
+  EXPECT_GT(p["estimate"]["decode_tok_s"].get<double>(), none["estimate"]["decode_tok_s"].get<double>());
+  EXPECT_EQ(p["cost_model"]["native_speedup"], 2.75);
+  // a native speedup of 1 still counts fewer hops, but less compute saved
+  o.cost.native_speedup = 1;
+  EXPECT_LT(plan(m, o)["estimate"]["decode_tok_s"].get<double>(), p["estimate"]["decode_tok_s"].get<double>());
+}
+
+TEST(Planner, FatStationsThatHoldEverythingOrNothingAreRefused) {
+  const PlanModel m = table_of(qwen7b());
+  PlanOptions o;
+  o.fat = {8ull << 30, 8ull << 30};  // the first holds all 28 layers
+  EXPECT_NE(error_of(m, o).find("fat station 1 (8192.0 MiB) gets no layer: the fat stations before it hold all 28"), std::string::npos)
+      << error_of(m, o);
+  o.fat = {8ull << 30};
+  const json all = plan(m, o);
+  ASSERT_EQ(all["stations"].size(), 1u);
+  EXPECT_EQ(all["stations"][0]["role"], "entry-exit");
+  EXPECT_EQ(all["isolates"].get<size_t>(), all["shards"].size());
+  o.fat = {64ull << 20};  // not one layer
+  EXPECT_NE(error_of(m, o).find("fat station 0 does not hold layer 0: fat station 0: layers [0,1) needs"), std::string::npos) << error_of(m, o);
+  o.fat = {8ull << 30};
+  o.mode = "fluid";
+  EXPECT_NE(error_of(m, o).find("--fat needs resident mode"), std::string::npos);
+  // options: a list as text or as an array
+  EXPECT_EQ(plan_options_from_json(R"({"fat": "8GiB,512MB"})").fat, (std::vector<uint64_t>{8ull << 30, 512ull << 20}));
+  EXPECT_EQ(plan_options_from_json(R"({"fat": ["1GB", 1024]})").fat, (std::vector<uint64_t>{1ull << 30, 1024}));
+  for (const char* bad : {R"({"fat": "8GiB,"})", R"({"fat": [true]})", R"({"fat": 3})", R"({"fat": "8XB"})"}) {
+    std::string e;
+    try {
+      plan_options_from_json(bad);
+    } catch (const Error& x) {
+      e = x.what();
+    }
+    EXPECT_NE(e.find("fat"), std::string::npos) << bad << ": " << e;
+  }
+}
+
+TEST(PlanCost, NativeMembersComputeAtTheNativeSpeedup) {
+  PlanShape s;
+  s.members = {{0, 1000, 10, 0}, {1, 4000, 20, 0}};
+  s.hops = 3;
+  CostModel c;
+  c.decode_bytes_per_ms = 100, c.prompt_tokens = 4, c.native_speedup = 4;
+  const double m0 = 1000.0 / 100 + 10 * 4.5 / 100, m1 = 4000.0 / 100 + 20 * 4.5 / 100;
+  EXPECT_DOUBLE_EQ(estimate_plan(s, c).station_ms, m0 + m1);
+  s.members[1].native = true;
+  EXPECT_DOUBLE_EQ(estimate_plan(s, c).station_ms, m0 + m1 / 4);
+  EXPECT_DOUBLE_EQ(cost_model_from_json(R"({"native_speedup": 3.5})").native_speedup, 3.5);
+}

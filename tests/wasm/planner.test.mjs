@@ -34,6 +34,7 @@ const CASES = [
   [["--budget", "256MB", "--context", "8192"], {budget: "256MB", context: 8192}],
   [["--objective", "latency"], {objective: "latency"}],
   [["--replicas", "2"], {replicas: 2}],
+  [["--fat", "1GiB,1GiB"], {fat: "1GiB,1GiB"}],
 ];
 
 test("knot plan and the wasm planner print the same JSON for a 7B-shaped header", async () => {
@@ -45,7 +46,7 @@ test("knot plan and the wasm planner print the same JSON for a 7B-shaped header"
     const js = await planText(q7, opts);
     assert.equal(js, nat.stdout, `plan ${flags.join(" ")}: native and wasm differ`);
     const p = JSON.parse(js);
-    for (const s of [...p.stations, ...p.shards]) assert.ok(s.memory.total <= p.budget, `${s.id} over budget`);
+    for (const s of [...p.stations, ...p.shards]) assert.ok(s.memory.total <= (s.fat_memory ?? p.budget), `${s.id} over budget`);
     assert.equal(p.replicas, opts.replicas, "replicas in the plan only when asked (more than one)");
   }
 });

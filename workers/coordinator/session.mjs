@@ -24,7 +24,8 @@
 import {DurableObject} from "cloudflare:workers";
 import {memoryStats} from "../../bindings/knotwork.mjs";
 import {defaultContext} from "../../bindings/options.mjs";
-import {Link, Counter} from "../lib/link.mjs";
+import {Link, Counter, peerFetcher} from "../lib/link.mjs";
+import {memberOf} from "../lib/topology.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {MeshCoordinator} from "./mesh.mjs";
 import {Health} from "./routes.mjs";
@@ -44,7 +45,7 @@ function coordinator(env, text = null, counter = new Counter(), snapshot = {}) {
   const health = new Health(timeouts).merge(replicaCount(topology) > 1 ? snapshot : {});
   health.onFail = (name, reason) => { index(env).report(name, reason).catch(() => {}); };
   return new MeshCoordinator({topology, text, counter, timeouts, health,
-    connect: (name, sid) => new Link(name, env[`M_${name}`], {mode, counter, sid})});
+    connect: (name, sid) => new Link(name, peerFetcher(env, "M", name, memberOf(topology, name)), {mode, counter, sid})});
 }
 
 const index = (env) => env.PREFIXES.get(env.PREFIXES.idFromName(routeKey(jsonBinding(env.TOPOLOGY, "TOPOLOGY"))));

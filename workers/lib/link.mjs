@@ -23,6 +23,26 @@ export class LinkError extends Error {
 }
 
 /**
+ * A fetcher for a peer outside the Workers (a topology member's url: a native fat station):
+ * fetch(u, init) goes to u's path and query under `base`, over the network (one subrequest,
+ * as through a service binding; a WebSocket upgrade works the same way).
+ */
+export function urlFetcher(base) {
+  return {fetch: (u, init) => { const p = new URL(u); return fetch(new URL(p.pathname + p.search, base), init); }};
+}
+
+/**
+ * The fetcher of a peer the coordinator links to: for a station member named by url (member:
+ * its topology entry, lib/topology.mjs) urlFetcher(url), else its service binding
+ * `${prefix}_${name}` in env. A fat member with no url is an error naming it.
+ */
+export function peerFetcher(env, prefix, name, member = null) {
+  if (member?.url) return urlFetcher(member.url);
+  if (member?.fat) throw new LinkError(name, 500, "a fat station with no url (set the member's url in the topology)");
+  return env[`${prefix}_${name}`];
+}
+
+/**
  * One peer (a service binding `fetcher`). mode "ws" keeps a WebSocket open; "http" POSTs
  * each frame. request(frame) resolves with the answer frame's bytes.
  */

@@ -1,7 +1,7 @@
 // topology.mjs — a mesh topology: which Worker script owns which layers, heads, FFN columns
 // and vocab rows. Shape (JSON, what `knot mesh --plan` reads and the coordinator receives):
 //   {knot, n_embd, n_vocab,
-//    stations: [{layers: [l0, l1], role, resident, members: [{name, heads?: [h0, h1], cols?: [c0, c1]}]}],
+//    stations: [{layers: [l0, l1], role, resident, members: [{name, url?, heads?: [h0, h1], cols?: [c0, c1]}]}],
 //    shards: [{name, vocab: [v0, v1]}],
 //    shardGroups?: [[hub, follower, ...], ...],   consecutive shards; the coordinator links to hubs only
 //    chain?: true,                                 stations linked in a chain (below)
@@ -10,6 +10,12 @@
 // range: member i holds head group heads_i and FFN columns cols_i, and their partial
 // residuals are summed per layer (the merge rule of docs/architecture.md) — by the coordinator, or in a
 // chain by the station's leader (members[0]).
+// A member with a url (http[s]://host:port, a native fat station: `knot station`, docs/protocol.md)
+// runs outside the Workers: the deployment renders no script for it and the coordinator links
+// to the url instead of a service binding (lib/link.mjs urlFetcher). A member {fat: true} (a
+// planner plan's fat station, topologyFromPlan) is one whose url is given at deployment: it too
+// gets no script, and linking to it before its url is set is an error naming it. A chain holds
+// no URL or fat members (its links are service bindings between station scripts).
 // Links (docs/limits.md: at most 6 simultaneous outgoing connections per holder): without a
 // chain the coordinator's session DO links to every station member and shard hub; with one
 // it links to the first station's leader only, and each leader links to its own members and
@@ -113,6 +119,12 @@ export function validateTopology(c, t) {
     if (s.layers[0] !== l || !(s.layers[1] > s.layers[0])) fail(`station layers [${s.layers}] do not continue from layer ${l}`);
     l = s.layers[1];
     if (!s.members?.length) fail(`station [${s.layers}] has no members`);
+    for (const m of s.members) {
+      if (m.fat && m.url === undefined && t.chain) fail(`member ${m.name}: a fat station cannot be in a chain (chain links are service bindings)`);
+      if (m.url === undefined) continue;
+      if (typeof m.url !== "string" || !/^https?:\/\/[^/\s]+\/?$/.test(m.url)) fail(`member ${m.name}: url must be http[s]://host[:port], got ${JSON.stringify(m.url)}`);
+      if (t.chain) fail(`member ${m.name}: a URL member (${m.url}) cannot be in a chain (chain links are service bindings)`);
+    }
     if (s.members.length > 1) {
       for (const [key, total, step] of [["heads", c.n_head, c.n_head / c.n_head_kv], ["cols", c.n_ff, 1]]) {
         let at = 0;
@@ -146,6 +158,28 @@ export function validateTopology(c, t) {
     for (const g of t.shardGroups) if (g.length - 1 > LIMITS.connections) fail(`hub ${g[0]} would hold ${g.length - 1} links (limit ${LIMITS.connections})`);
   }
   return t;
+}
+
+/** Station member `name` of t ({name, url?, fat?, ...}), or null (a shard, or no such member). */
+export function memberOf(t, name) {
+  for (const s of t.stations) for (const m of s.members) if (m.name === name) return m;
+  return null;
+}
+
+/**
+ * t with the members of stations `urls` named by URL ({station index: url, or [url per
+ * member] for a split station}), checked again.
+ */
+export function withUrls(config, t, urls) {
+  const out = structuredClone(t);
+  for (const [i, url] of Object.entries(urls)) {
+    const s = out.stations[+i];
+    if (!s) throw new Error(`topology: no station ${i} (the topology has ${out.stations.length})`);
+    const list = Array.isArray(url) ? url : [url];
+    if (list.length !== s.members.length) throw new Error(`topology: station ${i} has ${s.members.length} members, ${list.length} urls given`);
+    s.members.forEach((m, j) => { m.url = list[j]; });
+  }
+  return validateTopology(config, out);
 }
 
 /** Per generated token: hops (messages) and the links a session DO keeps open. */
@@ -190,7 +224,8 @@ export function checkLimits(t, {tokens, mode = "ws", perToken = linkBudget(t).pe
 /**
  * A topology from a planner plan (`knot plan` / bindings/planner.mjs JSON: stations
  * [{id, role, layers, slice?, heads?, ffn_cols?, mode}], shards [{id, vocab}], context,
- * chunk). Slices of one layer range become the members of one station. Script names are
+ * chunk). Slices of one layer range become the members of one station; a fat station of the
+ * plan ("fat": true) a member {fat: true} whose url is set at deployment (withUrls). Script names are
  * short (st<i>[s<j>], sh<i>); the plan's ids are kept as `id`.
  */
 export function topologyFromPlan(config, plan, {knot, maxLinks = LIMITS.connections, chain} = {}) {
@@ -203,7 +238,7 @@ export function topologyFromPlan(config, plan, {knot, maxLinks = LIMITS.connecti
     if (!same) stations.push(st);
     const i = stations.length - 1;
     st.members.push({name: s.slice ? `st${i}s${s.slice[0]}` : `st${i}`, id: s.id,
-                     ...(s.slice ? {heads: s.heads, cols: s.ffn_cols} : {})});
+                     ...(s.slice ? {heads: s.heads, cols: s.ffn_cols} : {}), ...(s.fat ? {fat: true} : {})});
   }
   const shards = plan.shards.map((s, i) => ({name: `sh${i}`, id: s.id, vocab: [...s.vocab]}));
   const t = {knot, n_embd: config.n_embd, n_vocab: config.n_vocab, stations, shards,
