@@ -308,7 +308,7 @@ export async function runChaos({clients = 32, seconds = 60, seed = 1, model = "s
     for (const [n, v] of Object.entries(after)) {
       const b = baseline[n]?.memory?.heap, a = v?.memory?.heap;
       memory[n] = {baseline: b ?? null, after: a ?? null, delta: a !== undefined && b !== undefined ? a - b : null,
-                   ...(v?.stats ? {liveSessions: v.stats.liveSessions, ...(v.stats.phasesInFlight ? {phasesInFlight: v.stats.phasesInFlight} : {})} : {})};
+                   ...(v?.stats ? {liveSessions: v.stats.liveSessions, ...(v.stats.phasesInFlight ? {phasesInFlight: v.stats.phasesInFlight, phaseTurns: v.phaseTurns} : {})} : {})};
     }
     const obs = result.observed;
     result = {
