@@ -17,7 +17,7 @@
 //   station-restart  a station member's Durable Object of a live session restarted (kinds:
 //                    restore from the KV snapshot, wipe it too (re-prefill), ctx.abort() only)
 //   shard-500        a shard answers HTTP 500 (the coordinator abstains that slice)
-//   shard-stall      a shard holds its answers past the shard timeout (abstain)
+//   shard-stall      a shard holds its answers past the shard timeout (4 s; abstain)
 //   warden-corrupt   bytes of a cached tensor flipped in the fluid station's layer warden
 //                    (the station's hash check rejects them, reads R2, invalidates)
 //   replica-kill     (only when the topology has replicas R > 1) one copy of a station member
@@ -63,6 +63,8 @@ function rng(seed) {
 
 // A replica's name (workers/lib/topology.mjs replicaName once replicas are on main): r = 0 the name itself
 const replicaName = (name, r) => (r ? `${name}r${r}` : name);
+// The shard timeout: above what a shard takes under the load (so an abstain is the fault's), and a stall is longer
+const SHARD_MS = 4000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const pct = (xs, p) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))] : null);
 
@@ -196,7 +198,7 @@ function faultDriver(mesh, {seed, everyMs, kinds, live, fluid, wardenNames, log}
       return true;
     },
     async "shard-500"() { return shardFault({status: 500}); },
-    async "shard-stall"() { return shardFault({hangMs: r.int(1500, 3000)}); },
+    async "shard-stall"() { return shardFault({hangMs: r.int(SHARD_MS + 500, 2 * SHARD_MS)}); },
     async "warden-corrupt"() {
       if (!fluid) return false;
       const key = `${t.knot}|${fluid.layers[0]}-${fluid.layers[1]}`, name = r.pick(wardenNames);
@@ -276,7 +278,8 @@ export async function runChaos({clients = 32, seconds = 60, seed = 1, model = "s
   kinds ??= ["station-restart", "shard-500", "shard-stall", ...(fluid ? ["warden-corrupt"] : []), ...(replicas > 1 ? ["replica-kill"] : [])];
   const t0 = Date.now();
   const mesh = await startMesh({knotBytes: bytes, topology, port: 0, testHooks: true, warden: true,
-                                timeouts: {shardMs: 1000, stationMs: 30_000}, ttlMs: 20_000, prefixCache: {ttlMs: 2000}});
+                                timeouts: {shardMs: SHARD_MS, stationMs: 30_000}, ttlMs: 20_000,
+                                prefixCache: {ttlMs: 2000, kvTokens: (clients + 4) * defaultContext(config)}});  // a held session per client
   const baseURL = new URL("/v1", mesh.url).href;
   const live = new Map(), out = [];
   let result;
