@@ -160,21 +160,45 @@ async function bootStation(env, ctx, follow = false) {
 // isolate's phase lock: load, run and evict of one phase never interleave with another
 // session's, and the fluid invariant holds per isolate, not only per session. Sessions wait
 // their turn phase by phase (stats.phaseWaits counts the phases that waited).
-let phaseLock = Promise.resolve();
+// The lock is a queue of turns, each woken through a promise it made itself: under workerd a
+// promise made in one request's context and resolved from another never wakes its waiters
+// once the first request is gone, so a turn must not wait on the turn before it.
+// A Durable Object instance aborted (restarted, evicted) while it holds or waits for the lock
+// never runs its finally: its turns are given up for it (releasePhases) when the next instance
+// of the same object starts, or by restart(), so the isolate's other sessions do not wait for
+// ever behind it. A holder's half-loaded phase is evicted and the byte source reset.
+const phaseQueue = [];  // turns waiting, in arrival order
+let phaseHolder = null;
+const phaseTurns = new Set();  // every turn waiting or holding
+function releasePhases(owner) {
+  for (const t of [...phaseTurns]) if (t.owner === owner) t.leave(true);
+}
 async function phase(st, l, name, fn, io) {
   if (st.cfg.resident !== false) return fn();
-  const prev = phaseLock;
-  let release;
-  phaseLock = new Promise((ok) => { release = ok; });
+  const turn = {owner: io?.ctx?.id?.toString() ?? null, gone: false, what: `${name} ${l}`, since: Date.now(), leave(forced) {
+    if (!phaseTurns.delete(turn)) return;
+    stats.phasesInFlight--;
+    if (forced) { turn.gone = true; stats.phasesReleased = (stats.phasesReleased ?? 0) + 1; }
+    if (phaseHolder !== turn) { phaseQueue.splice(phaseQueue.indexOf(turn), 1); return; }
+    if (forced) {
+      st.parts.source = st.r2;
+      st.parts.evict([...st.parts.loaded].filter((n) => !/norm/.test(n)));
+    }
+    phaseHolder = phaseQueue.shift() ?? null;
+    phaseHolder?.wake();
+  }};
+  phaseTurns.add(turn);
   if (stats.phasesInFlight++ > 0) stats.phaseWaits++;
   try {
-    await prev;
+    if (phaseHolder) await new Promise((ok) => { turn.wake = ok; phaseQueue.push(turn); });
+    else phaseHolder = turn;
     const names = await loadPhase(st, l, name, io);
+    if (turn.gone) throw new HttpError(409, `station ${st.cfg.name}: the session's object was restarted`);
     let held = 0;
     for (const n of st.parts.loaded) if (!/norm/.test(n)) held += st.parts.entries.get(n).size;
     stats.peakPhaseBytes = Math.max(stats.peakPhaseBytes ?? 0, held);
     try { return fn(); } finally { st.parts.evict(names.filter((n) => !/norm/.test(n))); }
-  } finally { stats.phasesInFlight--; release(); }
+  } finally { turn.leave(false); }
 }
 
 async function attnPartial(st, sess, l, pos, x, n, io) {
@@ -211,6 +235,7 @@ export class StationDO extends DurableObject {
     super(ctx, env);
     const id = ctx.id.toString(), old = held.get(id);
     if (old) for (const [sid, s] of old) { s.station.free(); old.delete(sid); stats.liveSessions--; }
+    releasePhases(id);  // the phases an aborted instance of this object held or waited for
     held.set(id, this.sessions);
     try {
       this.store = new SnapshotStore(ctx.storage.sql, snapshotOptions);
@@ -537,13 +562,15 @@ export class StationDO extends DurableObject {
    * alone, the KV left in the isolate's heap (as an eviction leaves it).
    */
   async restart({wipe = false, abortOnly = false} = {}) {
-    if (abortOnly) return this.ctx.abort("abort requested by test");
+    const id = this.ctx.id.toString();
+    if (abortOnly) { releasePhases(id); return this.ctx.abort("abort requested by test"); }
     for (const sid of [...this.sessions.keys()]) this.#free(sid);
     if (wipe) {
       for (const s of this.store.sessions()) this.store.drop(s.sid);
       await this.ctx.storage.sync();  // durable before the abort, which drops unconfirmed writes
     }
     this.#closeLinks();
+    releasePhases(id);  // after the awaits above: a frame may have taken a turn meanwhile
     this.ctx.abort?.("restart requested by test");
   }
 
@@ -580,7 +607,8 @@ export default {
         // the isolate's stats; with ?sid= also that session object's sessions and snapshot storage
         const st = await bootStation(env, ctx);
         const session = sid ? await env.STATION_DO.get(env.STATION_DO.idFromName(sid)).usage() : undefined;
-        return Response.json({name: st.cfg.name, boot: st.key, memory: await memoryStats(), stats, session});
+        const turns = [...phaseTurns].map((t) => ({owner: t.owner?.slice(0, 12), holding: t === phaseHolder, what: t.what, ms: Date.now() - t.since}));
+        return Response.json({name: st.cfg.name, boot: st.key, memory: await memoryStats(), stats, session, ...(turns.length ? {phaseTurns: turns} : {})});
       }
       if (!sid) throw new HttpError(400, "station: no session id (?sid= or x-knot-session header)");
       await bootStation(env, ctx);  // boot errors answer here, before a WebSocket is opened
