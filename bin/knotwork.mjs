@@ -80,6 +80,11 @@ async function generate(args) {
   const [model] = cl.args, {options, cli} = cl;
   const prompt = promptBytes(cli);
   const idsOnly = cli.ids === true;
+  if (cli.draft !== undefined) {  // the option table is shared with knot generate, which runs it
+    process.stderr.write("knotwork: error: --draft: draft-model speculation runs in the native CLI only so far " +
+                         "(knot generate MODEL --draft DRAFT); here use --lookup K\n");
+    return 2;
+  }
   // --grammar FILE / --json-schema FILE: their text, as the options object takes it
   if (cli.grammar_file !== undefined) options.grammar = readPromptFile(cli.grammar_file).toString("utf8");
   if (cli.json_schema_file !== undefined) options.json_schema = readPromptFile(cli.json_schema_file).toString("utf8");
