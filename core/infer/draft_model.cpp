@@ -29,16 +29,28 @@ void DraftModel::reset() {
   e_.reset();
 }
 
-std::vector<int32_t> DraftModel::propose(const std::vector<int32_t>& hist, int room) {
-  const int k = std::min(k_, room);
-  if (k <= 0 || hist.empty()) return {};
-  // the KV positions that still match hist
+size_t DraftModel::keep(const std::vector<int32_t>& hist) {
   size_t c = 0;
   const size_t lim = std::min(fed_.size(), (size_t)e_.n_pos());
   while (c < lim && c < hist.size() && fed_[c] == hist[c]) c++;
-  if (c == hist.size()) c--;  // the last token is re-fed for its logits
+  if (c == hist.size() && c > 0) c--;  // the last token is re-fed for its logits
   e_.truncate((int)c);
   fed_.resize(c);
+  return c;
+}
+
+void DraftModel::prime(const std::vector<int32_t>& hist) {
+  if (hist.size() < 2 || (int)hist.size() > e_.n_ctx()) return;
+  const size_t c = keep(hist), n = hist.size() - 1;
+  if (c >= n) return;
+  e_.eval(hist.data() + c, (int)(n - c));
+  fed_.insert(fed_.end(), hist.begin() + c, hist.begin() + n);
+}
+
+std::vector<int32_t> DraftModel::propose(const std::vector<int32_t>& hist, int room) {
+  const int k = std::min(k_, room);
+  if (k <= 0 || hist.empty()) return {};
+  const size_t c = keep(hist);  // the KV positions that still match hist
   // hist[c..], then each proposal but the last; stop where the draft's context ends
   if ((int)hist.size() + k - 1 > e_.n_ctx()) return {};
   const float* lg = e_.eval(hist.data() + c, (int)(hist.size() - c));

@@ -36,11 +36,15 @@ class DraftModel {
   // Up to min(k, room) greedy tokens after hist (hist: prompt + generated ids, non-empty);
   // fewer when the draft's context runs out.
   std::vector<int32_t> propose(const std::vector<int32_t>& hist, int room);
-  // Forget the fed tokens (a new generation).
+  // Feed hist but its last token (the prompt, during the target's prefill), so the first
+  // propose() runs one position; optional — propose() feeds whatever is missing.
+  void prime(const std::vector<int32_t>& hist);
+  // Forget the fed tokens.
   void reset();
   int passes() const { return passes_; }  // draft forward passes, for telemetry
 
  private:
+  size_t keep(const std::vector<int32_t>& hist);  // truncate to the common prefix with hist
   Engine& e_;
   int k_;
   std::vector<int32_t> fed_;  // the tokens in the draft's KV, positions 0 .. n-1

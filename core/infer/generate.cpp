@@ -238,6 +238,7 @@ GenerateResult Engine::generate(const Tokenizer& tok, const std::vector<int32_t>
   tel_ = Telemetry{};
   const double t0 = now();
   const float* lg = eval(prompt.data(), (int)prompt.size());
+  if (draft) draft->prime(prompt);  // the draft model's prefill counts as prefill
   const double t1 = now();
   tel_.n_prompt = (int)prompt.size();
   tel_.prefill_s = t1 - t0;

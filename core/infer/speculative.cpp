@@ -33,7 +33,6 @@ void DecodeLoop::begin(const std::vector<int32_t>& prompt, const float* logits) 
   pending_ = -1;
   rows_ = nullptr;
   batch_.clear();
-  if (draft_) draft_->reset();
 }
 
 DecodeLoop::Next DecodeLoop::next() {
