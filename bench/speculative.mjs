@@ -10,7 +10,7 @@
 // the median of --runs. Fields: decodeTokS {plain, lookup}, speedup (lookup / plain, same
 // runtime), acceptance (accepted / drafted), drafted, accepted, sameIds (lookup == plain ==
 // single process), draft: "lookup".
-// Draft-model speculation (--draft MODEL) runs in the native CLI only so far, so its lines
+// Draft-model speculation (--draft MODEL) is not on the mesh yet; its lines
 // come from build/bin/knot generate (runtime "native": plain vs --lookup vs --draft, same
 // binary, same run): the q8_0 target stories260K-pad256 with its own q4_k_m as the draft,
 // and the synth llama in Q8_0 with its Q4_K_M twin as the draft (same shape: the draft is

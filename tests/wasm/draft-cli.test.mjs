@@ -1,7 +1,7 @@
 // `knot generate --draft SMALL`: speculative decoding with a draft model in the native CLI —
 // the same ids as plain greedy decoding, drafted/accepted on stderr, a vocabulary mismatch
-// named; `knotwork generate --draft` (the shared option table) refuses it clearly, since the
-// wasm session has no draft model yet.
+// named; the same through wasm: `knotwork generate --draft` and the JS API's {draft, draftN}
+// (the draft model's own engine in the target's session, kw_session_new "draft_model").
 import {test} from "node:test";
 import assert from "node:assert/strict";
 import {execFile} from "node:child_process";
@@ -10,6 +10,7 @@ import {existsSync, mkdtempSync, rmSync} from "node:fs";
 import {tmpdir} from "node:os";
 import {join} from "node:path";
 import {ROOT, KNOT_BIN} from "./helpers.mjs";
+import * as kw from "../../bindings/knotwork.mjs";
 
 const run = promisify(execFile);
 const exec = (cmd, args) => run(cmd, args, {maxBuffer: 1 << 24}).catch((e) => e);
@@ -31,7 +32,7 @@ test("knot generate --draft: the same greedy ids as plain decoding, speculation 
   }
 });
 
-test("knot generate --draft with another vocabulary names both models; knotwork generate --draft is refused", async (t) => {
+test("knot generate --draft with another vocabulary names both models", async (t) => {
   if (!existsSync(Q8) || !existsSync(KNOT_BIN)) return t.skip("shared models or build/bin/knot missing");
   const dir = mkdtempSync(join(tmpdir(), "knot-draft-cli-"));
   try {
@@ -44,7 +45,29 @@ test("knot generate --draft with another vocabulary names both models; knotwork 
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /--draft-n/);
   } finally { rmSync(dir, {recursive: true}); }
-  const node = await exec(process.execPath, [join(ROOT, "bin/knotwork.mjs"), "generate", Q8, "-p", "x", "--draft", Q8]);
-  assert.equal(node.code, 2);
-  assert.match(node.stderr, /--draft: draft-model speculation runs in the native CLI only/);
+});
+
+test("wasm: knotwork generate --draft and {draft, draftN} give the plain greedy ids; telemetry reports the draft", async (t) => {
+  if (!existsSync(Q8) || !existsSync(Q4)) return t.skip("shared models missing");
+  const cli = (extra) => exec(process.execPath, [join(ROOT, "bin/knotwork.mjs"), "generate", Q8, "-p", "Once upon a time, Lily",
+                                                "-n", "30", "--temp", "0", "--ignore-eos", "--ids", ...extra]);
+  const plain = await cli([]), spec = await cli(["--draft", Q4, "--draft-n", "3"]);
+  assert.ok(!(plain instanceof Error) && !(spec instanceof Error), `${plain.stderr}${spec.stderr}`);
+  assert.equal(spec.stdout, plain.stdout);
+  assert.match(spec.stderr, /speculative \(draft .*q4_k_m\.gguf, n 3\): \d+ drafted, [1-9]\d* accepted/);
+  const target = await kw.openModel(await kw.fileSource(Q8)), draft = await kw.openModel(await kw.fileSource(Q4));
+  try {
+    const o = {maxTokens: 36, temperature: 0, ignoreEos: true};
+    const a = await target.complete("Tom had a red ball. He", o);
+    for (const draftN of [1, 4]) {
+      let last;
+      for await (const ev of target.generate("Tom had a red ball. He", {...o, draft, draftN})) if (ev.type === "token") last = ev.telemetry.speculative;
+      const b = await target.complete("Tom had a red ball. He", {...o, draft, draftN});
+      assert.deepEqual(b.ids, a.ids, `draftN ${draftN}`);
+      assert.equal(b.speculative.draftN, draftN);
+      assert.ok(b.speculative.accepted > 0 && b.speculative.accepted <= b.speculative.drafted, JSON.stringify(b.speculative));
+      assert.equal(last.drafted, b.speculative.drafted);
+    }
+    await assert.rejects(async () => target.complete("x", {...o, draft: {}}), /draft must be a loaded Model/);
+  } finally { target.close(); draft.close(); }
 });
