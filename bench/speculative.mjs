@@ -11,8 +11,8 @@
 // runtime), acceptance (accepted / drafted), drafted, accepted, sameIds (lookup == plain ==
 // single process), draft: "lookup".
 // Draft-model speculation (--draft MODEL) is not on the mesh yet; its lines
-// come from build/bin/knot generate (runtime "native": plain vs --lookup vs --draft, same
-// binary, same run): the q8_0 target stories260K-pad256 with its own q4_k_m as the draft,
+// come from build/bin/knot generate (runtime "native") and the wasm API (runtime "wasm"):
+// plain vs lookup vs draft model, same runtime, same run: the q8_0 target stories260K-pad256 with its own q4_k_m as the draft,
 // and the synth llama in Q8_0 with its Q4_K_M twin as the draft (same shape: the draft is
 // only ~1.6x cheaper than the target there, an upper-bound acceptance, not a speedup case).
 // Fields: decodeTokS {plain, lookup, draft}, speedup {lookup, draft} over plain, acceptance
@@ -169,6 +169,27 @@ for (const model of nativeOnly ? [] : models) {
         };
         console.log(JSON.stringify(line));
         if (outFile) appendFileSync(outFile, JSON.stringify(line) + "\n");
+        // the same in wasm (one runtime: the draft's engine lives in the target's session)
+        const tm = await kw.openModel(await kw.fileSource(pair.target)), dm = await kw.openModel(await kw.fileSource(pair.draft));
+        try {
+          const ids = tm.tokenize(text), o = {maxTokens: nDecode, temperature: 0, ignoreEos: true};
+          const w = {plain: [], lookup: [], draft: []};
+          for (let i = 0; i <= nRuns; i++) {
+            const a = await tm.complete(ids, o), b = await tm.complete(ids, {...o, lookup}), c = await tm.complete(ids, {...o, draft: dm, draftN});
+            if (i > 0) w.plain.push(a), w.lookup.push(b), w.draft.push(c);
+          }
+          const wm = (k) => median(w[k].map((x) => x.decodeTokS));
+          const wl = {...line, date: new Date().toISOString(), runtime: "wasm",
+            decodeTokS: {plain: wm("plain"), lookup: wm("lookup"), draft: wm("draft")},
+            speedup: {lookup: wm("lookup") / wm("plain"), draft: wm("draft") / wm("plain")},
+            acceptance: {lookup: w.lookup[0].speculative.acceptance, draft: w.draft[0].speculative.acceptance},
+            drafted: {lookup: w.lookup[0].speculative.drafted, draft: w.draft[0].speculative.drafted},
+            accepted: {lookup: w.lookup[0].speculative.accepted, draft: w.draft[0].speculative.accepted},
+            sameIds: [...w.plain, ...w.lookup, ...w.draft].every((x) => JSON.stringify(x.ids) === JSON.stringify(w.plain[0].ids)),
+            loadavg: +loadavg()[0].toFixed(2)};
+          console.log(JSON.stringify(wl));
+          if (outFile) appendFileSync(outFile, JSON.stringify(wl) + "\n");
+        } finally { tm.close(); dm.close(); }
       }
     }
   } finally { rmSync(dir, {recursive: true}); }
