@@ -10,7 +10,14 @@
 // the median of --runs. Fields: decodeTokS {plain, lookup}, speedup (lookup / plain, same
 // runtime), acceptance (accepted / drafted), drafted, accepted, sameIds (lookup == plain ==
 // single process), draft: "lookup".
-import {execFileSync} from "node:child_process";
+// Draft-model speculation (--draft MODEL) is not on the mesh yet; its lines
+// come from build/bin/knot generate (runtime "native") and the wasm API (runtime "wasm"):
+// plain vs lookup vs draft model, same runtime, same run: the q8_0 target stories260K-pad256 with its own q4_k_m as the draft,
+// and the synth llama in Q8_0 with its Q4_K_M twin as the draft (same shape: the draft is
+// only ~1.6x cheaper than the target there, an upper-bound acceptance, not a speedup case).
+// Fields: decodeTokS {plain, lookup, draft}, speedup {lookup, draft} over plain, acceptance
+// {lookup, draft}, sameIds. --native-only skips the wasm and mesh runs.
+import {execFileSync, spawnSync} from "node:child_process";
 import {mkdtempSync, readFileSync, rmSync, existsSync, appendFileSync} from "node:fs";
 import {tmpdir, cpus, loadavg} from "node:os";
 import {join, resolve, dirname} from "node:path";
@@ -24,7 +31,8 @@ const args = process.argv.slice(2);
 const opt = (name, def) => { const i = args.indexOf(name); return i >= 0 ? args.splice(i, 2)[1] : def; };
 const lookup = Number(opt("--lookup", 6)), nDecode = Number(opt("--decode", 48)), nRuns = Number(opt("--runs", 3));
 const stations = opt("--stations", "2,2").split(",").map(Number), shards = Number(opt("--shards", 2));
-const outFile = opt("--out", null);
+const outFile = opt("--out", null), draftN = Number(opt("--draft-n", 4));
+const nativeOnly = args.includes("--native-only");
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
 const CODE = `function area(width, height) {
@@ -65,7 +73,7 @@ if (existsSync(stories)) {
 }
 
 const lines = [];
-for (const model of models) {
+for (const model of nativeOnly ? [] : models) {
   const m = await kw.openModel(kw.bytesSource(model.bytes, "bench.knot"));
   // a synth model's tokenizer is arbitrary: its "code edit" is a token block and its copy's start
   const promptIds = model.synth
@@ -118,4 +126,77 @@ for (const model of models) {
       if (outFile) appendFileSync(outFile, JSON.stringify(line) + "\n");
     }
   }
+}
+
+// ---- native: plain vs lookup vs draft model (knot generate) ----------------------------
+{
+  const knot = process.env.KNOT_BIN ?? join(root, "build/bin/knot");
+  const dir = mkdtempSync(join(tmpdir(), "knot-bench-draft-"));
+  const pairs = [];
+  const q8 = join(sharedDir, "stories260K-pad256-llama-q8_0.gguf"), q4 = join(sharedDir, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (existsSync(q8) && existsSync(q4)) pairs.push({name: "stories260K-pad256-llama-q8_0", target: q8, draft: q4, draftName: "stories260K-pad256-llama-q4_k_m"});
+  for (const type of ["Q8_0", "Q4_K_M"])
+    execFileSync(knot, ["synth", "--arch", "llama", "--hidden", "768", "--layers", "4", "--heads", "12", "--kv-heads", "4",
+      "--ffn", "2048", "--vocab", "512", "--type", type, "--seed", "1", join(dir, `synth-${type}.knot`)]);
+  pairs.push({name: "synth llama hidden 768 FFN 2048 Q8_0", target: join(dir, "synth-Q8_0.knot"), draft: join(dir, "synth-Q4_K_M.knot"),
+              draftName: "synth llama hidden 768 FFN 2048 Q4_K_M (same seed)"});
+  const run = (model, prompt, extra) => {
+    const r = requireSpawn(knot, ["generate", model, "--prompt-file", prompt, "-n", String(nDecode), "--temp", "0", "--ignore-eos", "--ids", ...extra]);
+    const dec = /decode (\d+) tokens in ([\d.]+) s \(([\d.]+) tok\/s\)/.exec(r.stderr), sp = /: (\d+) drafted, (\d+) accepted/.exec(r.stderr);
+    return {ids: r.stdout.trim(), decodeTokS: Number(dec[3]), drafted: sp ? Number(sp[1]) : 0, accepted: sp ? Number(sp[2]) : 0};
+  };
+  try {
+    for (const pair of pairs) {
+      for (const [kind, text] of Object.entries(PROMPTS)) {
+        const pf = join(dir, `${kind}.txt`);
+        execFileSync("sh", ["-c", 'printf %s "$1" > "$2"', "sh", text, pf]);
+        const r = {plain: [], lookup: [], draft: []};
+        for (let i = 0; i <= nRuns; i++) {
+          const a = run(pair.target, pf, []), b = run(pair.target, pf, ["--lookup", String(lookup)]);
+          const c = run(pair.target, pf, ["--draft", pair.draft, "--draft-n", String(draftN)]);
+          if (i > 0) r.plain.push(a), r.lookup.push(b), r.draft.push(c);
+        }
+        const med = (k) => median(r[k].map((x) => x.decodeTokS)), acc = (k) => r[k][0].drafted ? r[k][0].accepted / r[k][0].drafted : 0;
+        const line = {
+          bench: "speculative", date: new Date().toISOString(), model: pair.name, prompt: kind, runtime: "native",
+          draft: "lookup+model", draftModel: pair.draftName, lookup, draftN, decodeTokens: nDecode, runs: nRuns,
+          decodeTokS: {plain: med("plain"), lookup: med("lookup"), draft: med("draft")},
+          speedup: {lookup: med("lookup") / med("plain"), draft: med("draft") / med("plain")},
+          acceptance: {lookup: acc("lookup"), draft: acc("draft")},
+          drafted: {lookup: r.lookup[0].drafted, draft: r.draft[0].drafted}, accepted: {lookup: r.lookup[0].accepted, draft: r.draft[0].accepted},
+          sameIds: [...r.lookup, ...r.draft].every((x) => x.ids === r.plain[0].ids),
+          cores: cpus().length, loadavg: +loadavg()[0].toFixed(2),
+        };
+        console.log(JSON.stringify(line));
+        if (outFile) appendFileSync(outFile, JSON.stringify(line) + "\n");
+        // the same in wasm (one runtime: the draft's engine lives in the target's session)
+        const tm = await kw.openModel(await kw.fileSource(pair.target)), dm = await kw.openModel(await kw.fileSource(pair.draft));
+        try {
+          const ids = tm.tokenize(text), o = {maxTokens: nDecode, temperature: 0, ignoreEos: true};
+          const w = {plain: [], lookup: [], draft: []};
+          for (let i = 0; i <= nRuns; i++) {
+            const a = await tm.complete(ids, o), b = await tm.complete(ids, {...o, lookup}), c = await tm.complete(ids, {...o, draft: dm, draftN});
+            if (i > 0) w.plain.push(a), w.lookup.push(b), w.draft.push(c);
+          }
+          const wm = (k) => median(w[k].map((x) => x.decodeTokS));
+          const wl = {...line, date: new Date().toISOString(), runtime: "wasm",
+            decodeTokS: {plain: wm("plain"), lookup: wm("lookup"), draft: wm("draft")},
+            speedup: {lookup: wm("lookup") / wm("plain"), draft: wm("draft") / wm("plain")},
+            acceptance: {lookup: w.lookup[0].speculative.acceptance, draft: w.draft[0].speculative.acceptance},
+            drafted: {lookup: w.lookup[0].speculative.drafted, draft: w.draft[0].speculative.drafted},
+            accepted: {lookup: w.lookup[0].speculative.accepted, draft: w.draft[0].speculative.accepted},
+            sameIds: [...w.plain, ...w.lookup, ...w.draft].every((x) => JSON.stringify(x.ids) === JSON.stringify(w.plain[0].ids)),
+            loadavg: +loadavg()[0].toFixed(2)};
+          console.log(JSON.stringify(wl));
+          if (outFile) appendFileSync(outFile, JSON.stringify(wl) + "\n");
+        } finally { tm.close(); dm.close(); }
+      }
+    }
+  } finally { rmSync(dir, {recursive: true}); }
+}
+
+function requireSpawn(cmd, argv) {
+  const r = spawnSync(cmd, argv, {encoding: "utf8"});
+  if (r.status !== 0) throw new Error(`${cmd} ${argv.join(" ")}: exit ${r.status}: ${r.stderr}`);
+  return r;
 }

@@ -92,11 +92,19 @@ async function generate(args) {
     process.stderr.write(`knotwork: warning: --ctx ${options.n_ctx} is larger than the model's trained context (${trained})\n`);
   const ids = m.tokenize(prompt, {parseSpecial: cli.parse_special ?? true});  // --no-special: plain text
   if (ids.length === 0) throw new Error("the prompt encodes to no tokens and the vocab adds no BOS");
-  let summary;
-  for await (const ev of m.generate(ids, {options})) {
-    if (ev.type === "summary") summary = ev;
-    else if (!idsOnly && ev.text) process.stdout.write(ev.text);
+  // --draft SMALL [--draft-n K]: speculative decoding with a draft model (same vocabulary)
+  let draft = null;
+  if (cli.draft !== undefined) {
+    const dsrc = await source(cli.draft);
+    try { draft = await kw.openModel(dsrc); } finally { await dsrc.close?.(); }
   }
+  let summary;
+  try {
+    for await (const ev of m.generate(ids, {options, ...(draft ? {draft, draftN: cli.draft_n} : {})})) {
+      if (ev.type === "summary") summary = ev;
+      else if (!idsOnly && ev.text) process.stdout.write(ev.text);
+    }
+  } finally { draft?.close(); }
   process.stdout.write(idsOnly ? `[${summary.ids.join(",")}]\n` : "\n");
   const s = summary, mib = (b) => (b / 1048576).toFixed(2);
   process.stderr.write(
@@ -107,8 +115,8 @@ async function generate(args) {
     `peak wasm linear memory ${mib(s.memory.peakLinear)} MiB\n`);
   if (s.speculative) {
     const sp = s.speculative;
-    process.stderr.write(`knotwork: speculative (lookup ${sp.lookup}): ${sp.drafted} drafted, ${sp.accepted} accepted ` +
-                         `(${(100 * sp.acceptance).toFixed(0)}%)\n`);
+    process.stderr.write(`knotwork: speculative (${sp.draft ? `draft ${cli.draft}, n ${sp.draftN}` : `lookup ${sp.lookup}`}): ` +
+                         `${sp.drafted} drafted, ${sp.accepted} accepted (${(100 * sp.acceptance).toFixed(0)}%)\n`);
   }
   m.close();
   return 0;

@@ -468,7 +468,11 @@ export class Model {
       : Array.from(prompt);
     const o = coreOptions(opts);
     const mem0 = readMemoryStats(w);
-    const slot = opts.slot, engineKey = JSON.stringify(ENGINE_KEYS.map((k) => o[k] ?? null));
+    // {draft: Model, draftN}: speculative decoding with a draft model of the same vocabulary,
+    // loaded in this runtime (its own engine and KV in the session; core/infer/draft_model.h)
+    const draft = opts.draft ?? null;
+    if (draft !== null && !(draft instanceof Model)) throw new Error("generate: draft must be a loaded Model (openModel)");
+    const slot = opts.slot, engineKey = JSON.stringify([...ENGINE_KEYS.map((k) => o[k] ?? null), draft ? draft.#h() : 0, opts.draftN ?? 4]);
     if (slot && slot.model !== this) throw new Error("generate: the slot is another model's (model.slot())");
     let sess = 0, keep = 0, kept = false, chunk, mode;
     if (slot?.handle) {  // the slot is this generation's now: reused, or freed before a new session takes its memory
@@ -478,7 +482,8 @@ export class Model {
       Object.assign(slot, {handle: 0, ids: []});
     }
     if (!sess) {
-      sess = w.withString(JSON.stringify(o), (p, n) => withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
+      const so = draft ? {...o, draft_model: draft.#h(), ...(opts.draftN !== undefined ? {draft_n: opts.draftN} : {})} : o;
+      sess = w.withString(JSON.stringify(so), (p, n) => withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
       ({chunk, mode} = w.resultJSON());
     }
     try {
@@ -543,7 +548,8 @@ export class Model {
              prefillTokS: (ids.length - keep) / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0,
              mode, memory: {...mem, atStart: mem0.linear},
-             ...(o.lookup > 0 ? {speculative: {lookup: o.lookup, drafted, accepted, acceptance: drafted ? accepted / drafted : 0}} : {})};
+             ...(draft ? {speculative: {draft: draft.info?.name ?? "draft", draftN: opts.draftN ?? 4, drafted, accepted, acceptance: drafted ? accepted / drafted : 0}}
+                 : o.lookup > 0 ? {speculative: {lookup: o.lookup, drafted, accepted, acceptance: drafted ? accepted / drafted : 0}} : {})};
     } finally {
       if (!kept) w.exports.kw_session_free(sess);
     }

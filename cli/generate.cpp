@@ -6,11 +6,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "kernels/common.h"
+#include "infer/draft_model.h"
 #include "infer/generate.h"
 #include "container/loader.h"
 #include "infer/options.h"
@@ -49,6 +51,21 @@ int cmd_generate(int argc, char** argv) {
                    model.config.n_ctx_train);
     knot::Tokenizer tok(model.tokenizer);
     knot::Engine engine(model, eo);
+    // --draft MODEL: its own Engine (own KV cache) with the target's context
+    std::optional<knot::Model> draft_model;
+    std::optional<knot::Engine> draft_engine;
+    std::optional<knot::DraftModel> draft;
+    if (cli.contains("draft")) {
+      const std::string dpath = cli["draft"];
+      draft_model.emplace(knot::load_model_file(dpath));
+      knot::check_same_vocab(model.tokenizer, draft_model->tokenizer, path, dpath);
+      knot::EngineOptions deo = eo;
+      deo.n_ctx = engine.n_ctx();
+      deo.kv_budget = SIZE_MAX;
+      draft_engine.emplace(*draft_model, deo);
+      draft.emplace(*draft_engine, cli.value("draft_n", 4));
+    }
+    knot::DraftModel* dm = draft ? &*draft : nullptr;
     // BOS when the vocab asks for it (encode checks tokenizer.ggml.add_bos_token); special-token
     // text such as <|im_start|> becomes its token unless --no-special, as in llama.cpp's CLI
     const std::vector<int32_t> ids = tok.encode(prompt, true, parse_special);
@@ -56,7 +73,7 @@ int cmd_generate(int argc, char** argv) {
 
     knot::GenerateResult r;
     if (ids_only) {
-      r = engine.generate(tok, ids, gp);
+      r = engine.generate(tok, ids, gp, {}, dm);
       std::string out = "[";
       for (size_t i = 0; i < r.ids.size(); i++) out += (i ? "," : "") + std::to_string(r.ids[i]);
       out += "]\n";
@@ -67,7 +84,7 @@ int cmd_generate(int argc, char** argv) {
         if (std::fwrite(piece.data(), 1, piece.size(), stdout) != piece.size() || std::fflush(stdout) != 0)
           stdout_closed = true;
         return !stdout_closed;
-      });
+      }, dm);
       if (!stdout_closed) std::fputc('\n', stdout);
     }
     // text before the stats on a shared terminal
@@ -84,7 +101,12 @@ int cmd_generate(int argc, char** argv) {
                  knot::kv_type_name(engine.forward_options().kv_type), engine.n_ctx(), eo.chunk,
                  t.n_prompt, t.prefill_s, t.prefill_tok_s(), std::max(0, t.n_generated - 1), t.decode_s,
                  t.decode_tok_s(), r.stop_reason.c_str(), t.peak_bytes / 1048576.0);
-    if (run.gen.lookup > 0)
+    if (dm)
+      std::fprintf(stderr, "knot: speculative (draft %s, n %d): %d drafted, %d accepted (%.0f%%), %d forward passes for %d tokens, %d draft passes\n",
+                   cli["draft"].get<std::string>().c_str(), dm->k(), t.n_drafted, t.n_accepted,
+                   t.n_drafted ? 100.0 * t.n_accepted / t.n_drafted : 0.0, t.n_decoded, std::max(0, t.n_generated - 1),
+                   dm->passes());
+    else if (run.gen.lookup > 0)
       std::fprintf(stderr, "knot: speculative (lookup %d): %d drafted, %d accepted (%.0f%%), %d forward passes for %d tokens\n",
                    run.gen.lookup, t.n_drafted, t.n_accepted, t.n_drafted ? 100.0 * t.n_accepted / t.n_drafted : 0.0,
                    t.n_decoded, std::max(0, t.n_generated - 1));

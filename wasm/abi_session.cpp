@@ -38,6 +38,7 @@
 #include "infer/generate.h"
 #include "text/generator.h"
 #include "infer/options.h"
+#include "infer/draft_model.h"
 #include "infer/speculative.h"
 #include "text/sampler.h"
 
@@ -54,6 +55,9 @@ struct Session {
   knot::GenerateParams params;
   std::optional<knot::Generator> gen;
   std::optional<knot::DecodeLoop> loop;  // plain or speculative (params.lookup) decoding over engine + gen
+  std::unique_ptr<knot::Engine> draft_engine;  // opts "draft_model": a draft model's own engine (own KV)
+  std::optional<knot::DraftModel> draft;       // ... drafting "draft_n" tokens per pass instead of the lookup
+  knot::DraftModel* drafter() { return draft ? &*draft : nullptr; }
   std::vector<int32_t> prompt;
   bool prefilled = false;
   int logprobs = -1;          // >= 0: each step reports its token's logprob and the top k
@@ -162,6 +166,19 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
     if (m.text_only)
       knot::fail("kw_session_new: model " + m.what + " holds no tensors (kw_model_text_finish): sample with kw_generator_new");
     json j = options_object(opts, opts_len, "kw_session_new");
+    // "draft_model": the handle of a loaded model with the same vocabulary (speculative
+    // decoding with a draft model, infer/draft_model.h); "draft_n": its tokens per pass
+    int draft_model = 0, draft_n = 4;
+    if (j.contains("draft_model")) {
+      if (!j["draft_model"].is_number_integer()) knot::fail("kw_session_new: draft_model must be a model handle");
+      draft_model = j["draft_model"].get<int>();
+      j.erase("draft_model");
+    }
+    if (j.contains("draft_n")) {
+      if (!j["draft_n"].is_number_integer()) knot::fail("kw_session_new: draft_n must be an integer in 1..64");
+      draft_n = j["draft_n"].get<int>();
+      j.erase("draft_n");
+    }
     // keys, kinds and ranges: the option table of core/infer/options.h (a bad one: KW_ERR_USAGE)
     knot::RunOptions run;
     knot::apply_options(j, run);
@@ -185,6 +202,16 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
                  " KV cache (" + std::to_string(per_tok) + " bytes/token) but only " + std::to_string(limit) +
                  " bytes are available under the 128 MB wasm memory cap");
     s->engine = std::make_unique<knot::Engine>(m.model, eo);
+    if (draft_model) {
+      ModelEntry& dm = ready_model(draft_model, "kw_session_new");
+      if (dm.text_only) knot::fail("kw_session_new: draft model " + dm.what + " holds no tensors");
+      knot::check_same_vocab(m.model.tokenizer, dm.model.tokenizer, m.what, dm.what);
+      knot::EngineOptions deo = eo;
+      deo.n_ctx = s->engine->n_ctx();
+      deo.kv_budget = SIZE_MAX;
+      s->draft_engine = std::make_unique<knot::Engine>(dm.model, deo);
+      s->draft.emplace(*s->draft_engine, draft_n);
+    }
     *out_handle = g_sessions.add(std::move(s));
     const int ctx = g_sessions.get(*out_handle, "").engine->n_ctx();
     set_result(json{{"n_ctx", ctx}, {"chunk", std::max(1, std::min(eo.chunk, ctx))},  // as the Engine clamps it
@@ -205,8 +232,9 @@ int kw_session_prefill(int32_t h, const int32_t* ids, uint32_t n) {
     s.gen.emplace(*s.m->tok, s.params, s.engine->n_logits(), s.engine->n_ctx());
     s.gen->start(ids, (int)n);
     s.prompt.assign(ids, ids + n);
-    s.loop.emplace(*s.engine, *s.gen, s.params.lookup);
+    s.loop.emplace(*s.engine, *s.gen, s.params.lookup, s.drafter());
     s.loop->begin(s.prompt, s.engine->eval(ids, (int)n));
+    if (s.draft) s.draft->prime(s.prompt);
     s.prefilled = true;
   });
 }
@@ -237,7 +265,7 @@ int kw_session_renew(int32_t h, const char* opts, uint32_t opts_len, const int32
     s.gen.emplace(*s.m->tok, s.params, s.engine->n_logits(), s.engine->n_ctx());
     s.gen->start(ids, (int)n);
     s.prompt.assign(ids, ids + n);
-    s.loop.emplace(*s.engine, *s.gen, s.params.lookup);
+    s.loop.emplace(*s.engine, *s.gen, s.params.lookup, s.drafter());
     s.loop->begin(s.prompt, s.engine->eval(ids + n_keep, (int)(n - n_keep)));
     s.prefilled = true;
   });
@@ -277,7 +305,7 @@ int kw_session_step(int32_t h) {
       for (size_t k = 0; k < top.ids.size(); k++) arr.push_back({top.ids[k], (double)top.logits[k] - top.lse});
       lp = json{{"logprob", (double)nx.logits[st.id] - top.lse}, {"top", std::move(arr)}};
     }
-    if (s.params.lookup > 0) {
+    if (s.params.lookup > 0 || s.draft) {
       if (lp.is_null()) lp = json::object();
       lp["drafted"] = s.loop->drafted();
       lp["accepted"] = s.loop->accepted();

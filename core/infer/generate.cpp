@@ -230,7 +230,7 @@ const float* Engine::embed(const int32_t* ids, int n) {
 }
 
 GenerateResult Engine::generate(const Tokenizer& tok, const std::vector<int32_t>& prompt,
-                                const GenerateParams& p, const TextCallback& on_text) {
+                                const GenerateParams& p, const TextCallback& on_text, DraftModel* draft) {
   if (prompt.empty()) fail("generate: empty prompt (at least BOS is needed)");
   Generator gen(tok, p, n_logits_, n_ctx_);
   gen.start(prompt.data(), (int)prompt.size());
@@ -238,10 +238,11 @@ GenerateResult Engine::generate(const Tokenizer& tok, const std::vector<int32_t>
   tel_ = Telemetry{};
   const double t0 = now();
   const float* lg = eval(prompt.data(), (int)prompt.size());
+  if (draft) draft->prime(prompt);  // the draft model's prefill counts as prefill
   const double t1 = now();
   tel_.n_prompt = (int)prompt.size();
   tel_.prefill_s = t1 - t0;
-  DecodeLoop loop(*this, gen, p.lookup);
+  DecodeLoop loop(*this, gen, p.lookup, draft);
   loop.begin(prompt, lg);
   while (!gen.done()) {
     const GenStep s = loop.next().step;

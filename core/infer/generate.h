@@ -69,6 +69,8 @@ struct GenerateResult {
 // Called with each piece of complete UTF-8 text; return false to stop.
 using TextCallback = std::function<bool(const std::string& piece)>;
 
+class DraftModel;  // infer/draft_model.h
+
 class Engine {
  public:
   // Checks every layer's tensors up front (missing tensor -> error naming layer, phase,
@@ -102,7 +104,8 @@ class Engine {
   // Prefill prompt (from position 0), then sample up to n_predict tokens: a loop of
   // Generator steps over eval(). on_text returning false ends it with reason "callback".
   GenerateResult generate(const Tokenizer& tok, const std::vector<int32_t>& prompt,
-                          const GenerateParams& p, const TextCallback& on_text = {});
+                          const GenerateParams& p, const TextCallback& on_text = {},
+                          DraftModel* draft = nullptr);  // speculative decoding with a draft model
 
   const Telemetry& telemetry() const { return tel_; }
   size_t bytes() const;  // KV + activation buffers now

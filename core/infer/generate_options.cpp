@@ -104,6 +104,13 @@ const OptionSpec kLookup = {KEY("lookup"), .flag = "--lookup", .kind = OptKind::
   .note = "0 = off; greedy output is unchanged",
   .set = [](RunOptions& o, const json& v) { o.gen.lookup = as<int>(v); },
   .get = [](const RunOptions& o) -> json { return o.gen.lookup; }};
+// A draft model (infer/draft_model.h): the command lines load it; the JS API takes the
+// model itself ({draft}), so these are command-line-only rows.
+const OptionSpec kDraft = {KEY("draft"), .flag = "--draft", .kind = OptKind::Text, .lo = 1, .metavar = "MODEL",
+  .help = "speculative decoding: draft tokens with this small model (same vocabulary), verified in one pass",
+  .note = "greedy output is unchanged"};
+const OptionSpec kDraftN = {KEY("draft_n"), .flag = "--draft-n", .kind = OptKind::Int, .lo = 1, .hi = 64,
+  .metavar = "K", .help = "tokens the draft model proposes per pass", .dflt = "4"};
 const OptionSpec kReference = {KEY("mode"), .flag = "--reference", .kind = OptKind::Flag,
   .help = "reference mode: dequantized f32 math, f32 KV cache", .value = "\"reference\"",
   .set = [](RunOptions& o, const json& v) {
@@ -141,7 +148,7 @@ const CommandSpec& generate_command() {
       "generate", "MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]", "MODEL", kModelHelp, nullptr,
       {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
        &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos, &kLookup,
-       &kGrammarFile, &kJsonSchemaFile, &kReference, &kNoSpecial, &kIds},
+       &kDraft, &kDraftN, &kGrammarFile, &kJsonSchemaFile, &kReference, &kNoSpecial, &kIds},
       nullptr};
   return c;
 }

@@ -14,7 +14,7 @@ namespace knot::opt {
 
 extern const OptionSpec kPrompt, kPromptFile, kNPredict, kTemp, kTopK, kTopP, kMinP, kRepeatPenalty, kRepeatLastN,
     kPresencePenalty, kFrequencyPenalty, kLogprobs, kSeed, kCtx, kChunk, kKvBudget, kStop, kIgnoreEos, kReference,
-    kNoSpecial, kIds, kLookup, kGrammar, kJsonSchema, kGrammarFile, kJsonSchemaFile;
+    kNoSpecial, kIds, kLookup, kDraft, kDraftN, kGrammar, kJsonSchema, kGrammarFile, kJsonSchemaFile;
 
 // The positional MODEL of every command.
 extern const char* const kModelHelp;

@@ -22,7 +22,8 @@ std::vector<int32_t> draft_lookup(const std::vector<int32_t>& hist, int k, int n
   return {};
 }
 
-DecodeLoop::DecodeLoop(Engine& e, Generator& g, int lookup) : e_(e), g_(g), lookup_(lookup) {
+DecodeLoop::DecodeLoop(Engine& e, Generator& g, int lookup, DraftModel* draft)
+    : e_(e), g_(g), lookup_(draft ? draft->k() : lookup), draft_(draft) {
   if (lookup < 0) fail("lookup must be >= 0, got " + std::to_string(lookup));
 }
 
@@ -43,7 +44,7 @@ DecodeLoop::Next DecodeLoop::next() {
     std::vector<int32_t> drafts;
     if (lookup_ > 0) {
       const int room = std::min({e_.n_ctx() - e_.n_pos() - 1, e_.chunk() - 1, g_.params().n_predict - g_.n_generated(), lookup_});
-      if (room > 0) drafts = draft_lookup(hist_, room);
+      if (room > 0) drafts = draft_ ? draft_->propose(hist_, room) : draft_lookup(hist_, room);
     }
     passes_++;
     if (drafts.empty()) {

@@ -1,6 +1,8 @@
 // speculative.h — the decode loop over an Engine: one forward pass per token, or, with
-// prompt-lookup drafting (llama.cpp's lookup decoding), up to K drafted tokens verified in
-// one pass.
+// drafting, up to K drafted tokens verified in one pass. Two draft sources: prompt lookup
+// (llama.cpp's lookup decoding, below) and a small draft model with the same vocabulary
+// (infer/draft_model.h, run greedily in its own Engine, kept in step with the accepted
+// tokens).
 //
 // Drafting: draft_lookup finds the most recent earlier occurrence of the history's last n
 // tokens (n = ngram_max .. 1) and proposes the tokens that followed it — no draft model;
@@ -23,6 +25,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "infer/draft_model.h"
 #include "infer/generate.h"
 #include "text/generator.h"
 
@@ -34,9 +37,10 @@ std::vector<int32_t> draft_lookup(const std::vector<int32_t>& hist, int k, int n
 
 class DecodeLoop {
  public:
-  // lookup: draft up to this many tokens per pass (0: plain decoding). e and g must
-  // outlive the loop; g has been started with the prompt.
-  DecodeLoop(Engine& e, Generator& g, int lookup);
+  // lookup: draft up to this many tokens per pass (0: plain decoding). draft: a draft
+  // model instead of the lookup (its k() tokens per pass; lookup is then ignored). e, g
+  // and draft must outlive the loop; g has been started with the prompt.
+  DecodeLoop(Engine& e, Generator& g, int lookup, DraftModel* draft = nullptr);
 
   // After the prefill: the prompt (the lookup's history) and its last position's logits.
   void begin(const std::vector<int32_t>& prompt, const float* logits);
@@ -56,6 +60,7 @@ class DecodeLoop {
   Engine& e_;
   Generator& g_;
   int lookup_;
+  DraftModel* draft_;
   std::vector<int32_t> hist_;    // prompt + generated ids
   const float* lg_ = nullptr;    // logits for the next plain step
   int32_t pending_ = -1;         // sampled, not yet fed

@@ -1,0 +1,73 @@
+// `knot generate --draft SMALL`: speculative decoding with a draft model in the native CLI —
+// the same ids as plain greedy decoding, drafted/accepted on stderr, a vocabulary mismatch
+// named; the same through wasm: `knotwork generate --draft` and the JS API's {draft, draftN}
+// (the draft model's own engine in the target's session, kw_session_new "draft_model").
+import {test} from "node:test";
+import assert from "node:assert/strict";
+import {execFile} from "node:child_process";
+import {promisify} from "node:util";
+import {existsSync, mkdtempSync, rmSync} from "node:fs";
+import {tmpdir} from "node:os";
+import {join} from "node:path";
+import {ROOT, KNOT_BIN} from "./helpers.mjs";
+import * as kw from "../../bindings/knotwork.mjs";
+
+const run = promisify(execFile);
+const exec = (cmd, args) => run(cmd, args, {maxBuffer: 1 << 24}).catch((e) => e);
+const shared = process.env.KNOT_SHARED_MODELS ?? "/work/shared/models";
+const Q8 = join(shared, "stories260K-pad256-llama-q8_0.gguf"), Q4 = join(shared, "stories260K-pad256-llama-q4_k_m.gguf");
+
+test("knot generate --draft: the same greedy ids as plain decoding, speculation on stderr", async (t) => {
+  if (!existsSync(Q8) || !existsSync(Q4) || !existsSync(KNOT_BIN)) return t.skip("shared models or build/bin/knot missing");
+  const args = [Q8, "-p", "Once upon a time, there was a little girl named Lily. She", "-n", "40", "--temp", "0", "--ignore-eos", "--ids"];
+  const plain = await exec(KNOT_BIN, ["generate", ...args]);
+  assert.ok(!(plain instanceof Error), plain.stderr);
+  for (const n of ["2", "5"]) {
+    const spec = await exec(KNOT_BIN, ["generate", ...args, "--draft", Q4, "--draft-n", n]);
+    assert.ok(!(spec instanceof Error), spec.stderr);
+    assert.equal(spec.stdout, plain.stdout, `--draft-n ${n}`);
+    const m = new RegExp(`speculative \\(draft .*q4_k_m\\.gguf, n ${n}\\): (\\d+) drafted, (\\d+) accepted`).exec(spec.stderr);
+    assert.ok(m, spec.stderr);
+    assert.ok(Number(m[2]) > 0 && Number(m[2]) <= Number(m[1]), spec.stderr);
+  }
+});
+
+test("knot generate --draft with another vocabulary names both models", async (t) => {
+  if (!existsSync(Q8) || !existsSync(KNOT_BIN)) return t.skip("shared models or build/bin/knot missing");
+  const dir = mkdtempSync(join(tmpdir(), "knot-draft-cli-"));
+  try {
+    const other = join(dir, "other.knot");
+    await run(KNOT_BIN, ["synth", "--arch", "llama", "--vocab", "300", other]);
+    const r = await exec(KNOT_BIN, ["generate", Q8, "-p", "x", "-n", "2", "--draft", other]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /draft model .*other\.knot and target model .*q8_0\.gguf have different vocabularies: 300 vs 512 tokens/);
+    const bad = await exec(KNOT_BIN, ["generate", Q8, "-p", "x", "--draft-n", "0"]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--draft-n/);
+  } finally { rmSync(dir, {recursive: true}); }
+});
+
+test("wasm: knotwork generate --draft and {draft, draftN} give the plain greedy ids; telemetry reports the draft", async (t) => {
+  if (!existsSync(Q8) || !existsSync(Q4)) return t.skip("shared models missing");
+  const cli = (extra) => exec(process.execPath, [join(ROOT, "bin/knotwork.mjs"), "generate", Q8, "-p", "Once upon a time, Lily",
+                                                "-n", "30", "--temp", "0", "--ignore-eos", "--ids", ...extra]);
+  const plain = await cli([]), spec = await cli(["--draft", Q4, "--draft-n", "3"]);
+  assert.ok(!(plain instanceof Error) && !(spec instanceof Error), `${plain.stderr}${spec.stderr}`);
+  assert.equal(spec.stdout, plain.stdout);
+  assert.match(spec.stderr, /speculative \(draft .*q4_k_m\.gguf, n 3\): \d+ drafted, [1-9]\d* accepted/);
+  const target = await kw.openModel(await kw.fileSource(Q8)), draft = await kw.openModel(await kw.fileSource(Q4));
+  try {
+    const o = {maxTokens: 36, temperature: 0, ignoreEos: true};
+    const a = await target.complete("Tom had a red ball. He", o);
+    for (const draftN of [1, 4]) {
+      let last;
+      for await (const ev of target.generate("Tom had a red ball. He", {...o, draft, draftN})) if (ev.type === "token") last = ev.telemetry.speculative;
+      const b = await target.complete("Tom had a red ball. He", {...o, draft, draftN});
+      assert.deepEqual(b.ids, a.ids, `draftN ${draftN}`);
+      assert.equal(b.speculative.draftN, draftN);
+      assert.ok(b.speculative.accepted > 0 && b.speculative.accepted <= b.speculative.drafted, JSON.stringify(b.speculative));
+      assert.equal(last.drafted, b.speculative.drafted);
+    }
+    await assert.rejects(async () => target.complete("x", {...o, draft: {}}), /draft must be a loaded Model/);
+  } finally { target.close(); draft.close(); }
+});
