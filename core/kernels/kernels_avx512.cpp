@@ -328,7 +328,7 @@ void q6_K_avx512(int64_t n, const void* w, const void* const* act, float* out) {
   for (int t = 0; t < NT; t++) out[t] = acc[t];
 }
 
-// ---- K-quant prefill (2+ tokens): 16 rows x 4 tokens register tiles, lanes = rows.
+// ---- K-quant prefill (2+ tokens): 16 rows x 8 tokens register tiles, lanes = rows.
 // Each 16-row panel is unpacked once per call into unsigned 8-bit quants in element
 // order and transposed so that zmm g of a block holds elements 4g..4g+3 of all 16 rows
 // (one dword per row); a token's 4 activations are broadcast and vpdpbusd (u8 weight x
@@ -417,35 +417,49 @@ inline __m512i bcast4(const void* p) {
 }
 
 // SUB: elements per sub-block (32 for Q4_K, 16 for Q6_K).
+#if defined(__clang__)
+#define KNOT_UNROLL _Pragma("unroll")
+#else
+#define KNOT_UNROLL _Pragma("GCC unroll 16")
+#endif
+
 template <bool Q6, int TT>
 void kgemm_tile(const KPanelBlock* pb, int64_t nb, const block_q8_K* const* a, __m512* acc) {
   constexpr int NSUB = Q6 ? 16 : 8, GPS = Q6 ? 4 : 8;  // sub-blocks, dword groups per sub-block
+  KNOT_UNROLL
   for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; i++) {
     const KPanelBlock& b = pb[i];
-    __m512i isum[TT], corr[TT];
-    for (int t = 0; t < TT; t++) isum[t] = corr[t] = _mm512_setzero_si512();
+    __m512i isum[TT];
+    KNOT_UNROLL
+    for (int t = 0; t < TT; t++) isum[t] = _mm512_setzero_si512();
     for (int j = 0; j < NSUB; j++) {  // hot loop: one sub-block, 16 rows x TT tokens
       __m512i s[TT];
+      KNOT_UNROLL
       for (int t = 0; t < TT; t++) s[t] = _mm512_setzero_si512();
+      KNOT_UNROLL
       for (int g = GPS * j; g < GPS * (j + 1); g++) {
         const __m512i wv = _mm512_load_si512((const void*)(b.w + g));
+        KNOT_UNROLL
         for (int t = 0; t < TT; t++) s[t] = _mm512_dpbusd_epi32(s[t], wv, bcast4(a[t][i].qs + 4 * g));
       }
+      KNOT_UNROLL
       for (int t = 0; t < TT; t++) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t], b.sc[j]));
     }
-    for (int k = 0; k < 8; k++)
-      for (int t = 0; t < TT; t++) corr[t] = _mm512_dpwssd_epi32(corr[t], b.pair[k], bcast4(a[t][i].bsums + 2 * k));
+    KNOT_UNROLL
     for (int t = 0; t < TT; t++) {
+      __m512i corr = _mm512_setzero_si512();
+      KNOT_UNROLL
+      for (int k = 0; k < 8; k++) corr = _mm512_dpwssd_epi32(corr, b.pair[k], bcast4(a[t][i].bsums + 2 * k));
       const __m512 da = _mm512_set1_ps(a[t][i].d);
       if (Q6) {  // block_accum lanewise: acc + (dw*da)*(sumi - 32*off)
-        const __m512i sumi = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(corr[t], 5));
+        const __m512i sumi = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(corr, 5));
         const __m512 d = _mm512_mul_ps(b.d, da);
         acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)));
       } else {  // block_accum_kmin lanewise: acc + ((dw*da)*sumi - (dminw*da)*summs)
         const __m512 d = _mm512_mul_ps(b.d, da), dm = _mm512_mul_ps(b.dmin, da);
         const __m512 x = _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum[t]));
-        const __m512 y = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(corr[t]));
+        const __m512 y = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(corr));
         acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(x, y));
       }
     }
@@ -454,6 +468,8 @@ void kgemm_tile(const KPanelBlock* pb, int64_t nb, const block_q8_K* const* a, _
 
 void dot_q4_K_avx512(int64_t n, const void* w, const void* const* act, int nt, float* out);
 void dot_q6_K_avx512(int64_t n, const void* w, const void* const* act, int nt, float* out);
+
+constexpr int KT = 8;  // token tile of the K-quant prefill kernel
 
 template <bool Q6>
 void mm_kquant16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
@@ -475,16 +491,20 @@ void mm_kquant16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const ui
     const uint8_t* row[16];
     for (int r = 0; r < 16; r++) row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;  // tail repeats, not stored
     pack_k_panel<Q6>(row, nb, pb.data());
-    for (int64_t t0 = 0; t0 < nt; t0 += 4) {
-      const int tt = (int)std::min<int64_t>(4, nt - t0);
-      const block_q8_K* a[4];
+    for (int64_t t0 = 0; t0 < nt; t0 += KT) {
+      const int tt = (int)std::min<int64_t>(KT, nt - t0);
+      const block_q8_K* a[KT];
       for (int t = 0; t < tt; t++) a[t] = (const block_q8_K*)(act + (size_t)(t0 + t) * ab);
-      __m512 acc[4];
-      switch (tt) {
+      __m512 acc[KT];
+      switch (tt) {  // 8 independent vpdpbusd chains per weight load; tails of 1..7 tokens
         case 1: kgemm_tile<Q6, 1>(pb.data(), nb, a, acc); break;
         case 2: kgemm_tile<Q6, 2>(pb.data(), nb, a, acc); break;
         case 3: kgemm_tile<Q6, 3>(pb.data(), nb, a, acc); break;
-        default: kgemm_tile<Q6, 4>(pb.data(), nb, a, acc); break;
+        case 4: kgemm_tile<Q6, 4>(pb.data(), nb, a, acc); break;
+        case 5: kgemm_tile<Q6, 5>(pb.data(), nb, a, acc); break;
+        case 6: kgemm_tile<Q6, 6>(pb.data(), nb, a, acc); break;
+        case 7: kgemm_tile<Q6, 7>(pb.data(), nb, a, acc); break;
+        default: kgemm_tile<Q6, 8>(pb.data(), nb, a, acc); break;
       }
       for (int t = 0; t < tt; t++) _mm512_mask_storeu_ps(Y + (t0 + t) * ldy + r0, keep, acc[t]);
     }
