@@ -35,6 +35,14 @@
 
 namespace knot {
 
+// Full unroll of the short token / pair loops of the prefill tiles (GCC otherwise keeps
+// them rolled with the accumulators in memory).
+#if defined(__clang__)
+#define KNOT_UNROLL _Pragma("unroll")
+#else
+#define KNOT_UNROLL _Pragma("GCC unroll 16")
+#endif
+
 namespace {
 
 inline int32_t hsum512(__m512i v) { return _mm512_reduce_add_epi32(v); }
@@ -157,16 +165,20 @@ inline void gemm_tile(const __m512i* pw, const __m512* pd, int64_t nb, const blo
   for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; i++) {  // hot loop: one block, 16 rows x TT tokens
     __m512i s[TT];
+    KNOT_UNROLL
     for (int t = 0; t < TT; t++) s[t] = _mm512_setzero_si512();
     const __m512i* w = pw + 16 * i;
+    KNOT_UNROLL
     for (int p = 0; p < 16; p++) {
       const __m512i wv = _mm512_load_si512((const void*)(w + p));
+      KNOT_UNROLL
       for (int t = 0; t < TT; t++) {
         int32_t pair;
         std::memcpy(&pair, a[t][i].qs + 2 * p, 4);
         s[t] = _mm512_dpwssd_epi32(s[t], wv, _mm512_set1_epi32(pair));
       }
     }
+    KNOT_UNROLL
     for (int t = 0; t < TT; t++) {
       const __m512 d = _mm512_mul_ps(pd[i], _mm512_set1_ps(a[t][i].d));      // block_accum, lanewise:
       acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(d, _mm512_cvtepi32_ps(s[t])));  // acc + (dw*da)*sumi
@@ -417,12 +429,6 @@ inline __m512i bcast4(const void* p) {
 }
 
 // SUB: elements per sub-block (32 for Q4_K, 16 for Q6_K).
-#if defined(__clang__)
-#define KNOT_UNROLL _Pragma("unroll")
-#else
-#define KNOT_UNROLL _Pragma("GCC unroll 16")
-#endif
-
 template <bool Q6, int TT>
 void kgemm_tile(const KPanelBlock* pb, int64_t nb, const block_q8_K* const* a, __m512* acc) {
   constexpr int NSUB = Q6 ? 16 : 8, GPS = Q6 ? 4 : 8;  // sub-blocks, dword groups per sub-block
