@@ -11,6 +11,8 @@
 //   Q4_K / Q6_K x Q8_K: 512-bit dot kernels (NT <= 4 tokens share each weight decode):
 //     vpmaddubsw (u8 weights x s8 activations, pairs <= 2*63*128, no saturation) then
 //     vpdpwssd with the sub-block scales; integer block sums exact, block_accum* in scalar.
+//   Q4_K / Q6_K prefill (2+ tokens): 16-row x 8-token vpdpbusd tiles (mm, see below).
+//   Q8_K activations: a 16-lane quantizer with the scalar one's bytes.
 // Float weights, Q5_K and the Q8_0-activation vec_dot stay on the AVX2 kernels.
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -28,6 +30,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -524,6 +527,38 @@ void mm_q6_K_avx512(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const ui
   mm_kquant16<true>(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 
+// ---- Q8_K activation quantizer: the scalar quant_block_q8_K's bytes (same first
+// largest-magnitude element, iscale = -127/x[jm], products in f32, round-to-nearest-even
+// (vcvtps2dq under the default MXCSR, as nearest_int), min 127, bsums of 16), 16 lanes.
+void quant_q8_K_avx512(const float* x, void* dst, int64_t n) {
+  block_q8_K* y = (block_q8_K*)dst;
+  const float* x0 = x;
+  for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+    __m512 m = _mm512_setzero_ps();
+    for (int j = 0; j < QK_K; j += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + j)));
+    const float amax = _mm512_reduce_max_ps(m);
+    if (!(amax < INFINITY)) {  // inf or nan: the scalar quantizer throws, naming the row index
+      quantize_row(DType::Q8_K, x0, dst, n);
+      return;
+    }
+    if (!(amax >= 1e-30f)) {  // zero or tiny (inf scale): scalar reference for this block
+      quantize_row(DType::Q8_K, x, y + i, QK_K);
+      continue;
+    }
+    int jm = 0;  // first element of largest magnitude (as the scalar scan picks it)
+    while (std::fabs(x[jm]) != amax) jm++;
+    const float iscale = -127.f / x[jm];
+    const __m512 vs = _mm512_set1_ps(iscale);
+    const __m512i k127 = _mm512_set1_epi32(127);
+    for (int g = 0; g < QK_K / 16; g++) {
+      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(vs, _mm512_loadu_ps(x + 16 * g))), k127);
+      y[i].bsums[g] = (int16_t)_mm512_reduce_add_epi32(q);
+      _mm_storeu_si128((__m128i*)(y[i].qs + 16 * g), _mm512_cvtsepi32_epi8(q));
+    }
+    y[i].d = 1.f / iscale;
+  }
+}
+
 #define KNOT_NT_DISPATCH(name, tmpl)                                                     \
   void name(int64_t n, const void* w, const void* const* act, int nt, float* out) {      \
     switch (nt) {                                                                        \
@@ -546,6 +581,7 @@ DotKernels make_avx512_table() {
   k.mm[type_index(DType::Q8_0)] = mm_q8_0_avx512;
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_avx512;
   k.mm[type_index(DType::Q6_K)] = mm_q6_K_avx512;
+  k.quant_act[(int)ActFormat::Q8_K] = quant_q8_K_avx512;
   k.mm_min_tokens = 1;  // the 16-row kernels are the decode (one token) path too
   return k;
 }
