@@ -11,6 +11,8 @@
 //   Q4_K / Q6_K x Q8_K: 512-bit dot kernels (NT <= 4 tokens share each weight decode):
 //     vpmaddubsw (u8 weights x s8 activations, pairs <= 2*63*128, no saturation) then
 //     vpdpwssd with the sub-block scales; integer block sums exact, block_accum* in scalar.
+//   Q4_K / Q6_K prefill (2+ tokens): 16-row x 8-token vpdpbusd tiles (mm, see below).
+//   Q8_K activations: a 16-lane quantizer with the scalar one's bytes.
 // Float weights, Q5_K and the Q8_0-activation vec_dot stay on the AVX2 kernels.
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -28,12 +30,21 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "kernels/kernels_internal.h"
 
 namespace knot {
+
+// Full unroll of the short token / pair loops of the prefill tiles (GCC otherwise keeps
+// them rolled with the accumulators in memory).
+#if defined(__clang__)
+#define KNOT_UNROLL _Pragma("unroll")
+#else
+#define KNOT_UNROLL _Pragma("GCC unroll 16")
+#endif
 
 namespace {
 
@@ -157,16 +168,20 @@ inline void gemm_tile(const __m512i* pw, const __m512* pd, int64_t nb, const blo
   for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; i++) {  // hot loop: one block, 16 rows x TT tokens
     __m512i s[TT];
+    KNOT_UNROLL
     for (int t = 0; t < TT; t++) s[t] = _mm512_setzero_si512();
     const __m512i* w = pw + 16 * i;
+    KNOT_UNROLL
     for (int p = 0; p < 16; p++) {
       const __m512i wv = _mm512_load_si512((const void*)(w + p));
+      KNOT_UNROLL
       for (int t = 0; t < TT; t++) {
         int32_t pair;
         std::memcpy(&pair, a[t][i].qs + 2 * p, 4);
         s[t] = _mm512_dpwssd_epi32(s[t], wv, _mm512_set1_epi32(pair));
       }
     }
+    KNOT_UNROLL
     for (int t = 0; t < TT; t++) {
       const __m512 d = _mm512_mul_ps(pd[i], _mm512_set1_ps(a[t][i].d));      // block_accum, lanewise:
       acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(d, _mm512_cvtepi32_ps(s[t])));  // acc + (dw*da)*sumi
@@ -328,6 +343,222 @@ void q6_K_avx512(int64_t n, const void* w, const void* const* act, float* out) {
   for (int t = 0; t < NT; t++) out[t] = acc[t];
 }
 
+// ---- K-quant prefill (2+ tokens): 16 rows x 8 tokens register tiles, lanes = rows.
+// Each 16-row panel is unpacked once per call into unsigned 8-bit quants in element
+// order and transposed so that zmm g of a block holds elements 4g..4g+3 of all 16 rows
+// (one dword per row); a token's 4 activations are broadcast and vpdpbusd (u8 weight x
+// s8 activation, exact: 4*63*128 < 2^31) accumulates every row's dot at once — no
+// horizontal reduction. Per sub-block the i32 dots are scaled with vpmullo by the 16
+// rows' sub-block scales; the min / -32 corrections come from the Q8_K bsums with
+// vpdpwssd. All integer sums are exact, so they equal the scalar kernels' sums, and the
+// per-block float combine is block_accum_kmin / block_accum lanewise in block order
+// (contraction off): every (row, token) equals the scalar dot bit for bit.
+
+struct KPanelBlock {
+  __m512i w[64];     // w[g] lane r: row r's quants 4g..4g+3 (u8)
+  __m512i sc[16];    // Q4_K: sub-block scales sc[0..7]; Q6_K: int8 scales sc[0..15] (i32 lanes)
+  __m512i pair[8];   // Q4_K: (m[j], m[j]) i16 pairs; Q6_K: (sc[2k], sc[2k+1]) i16 pairs
+  __m512 d, dmin;    // rows' fp16 d / dmin as f32
+};
+thread_local std::vector<KPanelBlock> g_kpanel;
+
+inline uint32_t pair16(int a, int b) { return (uint32_t)(uint16_t)(int16_t)a | ((uint32_t)(uint16_t)(int16_t)b << 16); }
+
+// Q4_K row block -> 4 zmm of quants in element order (zmm c: elements 64c..64c+63).
+inline void unpack_q4_K(const block_q4_K& b, __m512i q[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; c++) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * c));
+    q[c] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(x, m4)),
+                              _mm256_and_si256(_mm256_srli_epi16(x, 4), m4), 1);
+  }
+}
+// Q6_K row block -> 4 zmm of unsigned quants 0..63 in element order.
+inline void unpack_q6_K(const block_q6_K& b, __m512i q[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i sh_v01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i sh_v23 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  for (int h = 0; h < 2; h++) {
+    const __m512i x = _mm512_loadu_si512((const void*)(b.ql + 64 * h));
+    const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(b.qh + 32 * h)));
+    q[2 * h] = _mm512_or_si512(_mm512_and_si512(x, m4), _mm512_and_si512(_mm512_sllv_epi16(hb, sh_v01), m30));
+    q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(x, 4), m4),
+                                   _mm512_and_si512(_mm512_srlv_epi16(hb, sh_v23), m30));
+  }
+}
+
+template <bool Q6>
+void pack_k_panel(const uint8_t* const* row, int64_t nb, KPanelBlock* pb) {
+  for (int64_t i = 0; i < nb; i++) {
+    KPanelBlock& o = pb[i];
+    __m512i q[16][4];
+    alignas(64) int32_t sc[16][16], pr[8][16];
+    alignas(64) float d[16], dm[16];
+    for (int r = 0; r < 16; r++) {
+      if (Q6) {
+        const block_q6_K& b = ((const block_q6_K*)row[r])[i];
+        unpack_q6_K(b, q[r]);
+        for (int j = 0; j < 16; j++) sc[j][r] = b.scales[j];
+        for (int k = 0; k < 8; k++) pr[k][r] = (int32_t)pair16(b.scales[2 * k], b.scales[2 * k + 1]);
+        d[r] = half_to_float(b.d);
+        dm[r] = 0.f;
+      } else {
+        const block_q4_K& b = ((const block_q4_K*)row[r])[i];
+        unpack_q4_K(b, q[r]);
+        uint8_t s8[8], m8[8];
+        k4_unpack_scales(b.scales, s8, m8);
+        for (int j = 0; j < 8; j++) sc[j][r] = s8[j], pr[j][r] = (int32_t)pair16(m8[j], m8[j]);
+        for (int j = 8; j < 16; j++) sc[j][r] = 0;
+        d[r] = half_to_float(b.d);
+        dm[r] = half_to_float(b.dmin);
+      }
+    }
+    for (int c = 0; c < 4; c++) {
+      __m512i in[16];
+      for (int r = 0; r < 16; r++) in[r] = q[r][c];
+      transpose16(in, o.w + 16 * c);
+    }
+    for (int j = 0; j < 16; j++) o.sc[j] = _mm512_load_si512(sc[j]);
+    for (int k = 0; k < 8; k++) o.pair[k] = _mm512_load_si512(pr[k]);
+    o.d = _mm512_load_ps(d);
+    o.dmin = _mm512_load_ps(dm);
+  }
+}
+
+inline __m512i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// SUB: elements per sub-block (32 for Q4_K, 16 for Q6_K).
+template <bool Q6, int TT>
+void kgemm_tile(const KPanelBlock* pb, int64_t nb, const block_q8_K* const* a, __m512* acc) {
+  constexpr int NSUB = Q6 ? 16 : 8, GPS = Q6 ? 4 : 8;  // sub-blocks, dword groups per sub-block
+  KNOT_UNROLL
+  for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {
+    const KPanelBlock& b = pb[i];
+    __m512i isum[TT];
+    KNOT_UNROLL
+    for (int t = 0; t < TT; t++) isum[t] = _mm512_setzero_si512();
+    for (int j = 0; j < NSUB; j++) {  // hot loop: one sub-block, 16 rows x TT tokens
+      __m512i s[TT];
+      KNOT_UNROLL
+      for (int t = 0; t < TT; t++) s[t] = _mm512_setzero_si512();
+      KNOT_UNROLL
+      for (int g = GPS * j; g < GPS * (j + 1); g++) {
+        const __m512i wv = _mm512_load_si512((const void*)(b.w + g));
+        KNOT_UNROLL
+        for (int t = 0; t < TT; t++) s[t] = _mm512_dpbusd_epi32(s[t], wv, bcast4(a[t][i].qs + 4 * g));
+      }
+      KNOT_UNROLL
+      for (int t = 0; t < TT; t++) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(s[t], b.sc[j]));
+    }
+    KNOT_UNROLL
+    for (int t = 0; t < TT; t++) {
+      __m512i corr = _mm512_setzero_si512();
+      KNOT_UNROLL
+      for (int k = 0; k < 8; k++) corr = _mm512_dpwssd_epi32(corr, b.pair[k], bcast4(a[t][i].bsums + 2 * k));
+      const __m512 da = _mm512_set1_ps(a[t][i].d);
+      if (Q6) {  // block_accum lanewise: acc + (dw*da)*(sumi - 32*off)
+        const __m512i sumi = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(corr, 5));
+        const __m512 d = _mm512_mul_ps(b.d, da);
+        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)));
+      } else {  // block_accum_kmin lanewise: acc + ((dw*da)*sumi - (dminw*da)*summs)
+        const __m512 d = _mm512_mul_ps(b.d, da), dm = _mm512_mul_ps(b.dmin, da);
+        const __m512 x = _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum[t]));
+        const __m512 y = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(corr));
+        acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(x, y));
+      }
+    }
+  }
+}
+
+void dot_q4_K_avx512(int64_t n, const void* w, const void* const* act, int nt, float* out);
+void dot_q6_K_avx512(int64_t n, const void* w, const void* const* act, int nt, float* out);
+
+constexpr int KT = 8;  // token tile of the K-quant prefill kernel
+
+template <bool Q6>
+void mm_kquant16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+                 int64_t nt, float* Y, int64_t ldy) {
+  const int64_t nb = n / QK_K;
+  if (nt < 2) {  // decode: the 512-bit dot kernel per row
+    for (int64_t t = 0; t < nt; t++) {
+      const void* a[1] = {act + (size_t)t * ab};
+      for (int64_t r = 0; r < nrows; r++)
+        (Q6 ? dot_q6_K_avx512 : dot_q4_K_avx512)(n, W + (size_t)r * rb, a, 1, Y + t * ldy + r);
+    }
+    return;
+  }
+  std::vector<KPanelBlock>& pb = g_kpanel;
+  if ((int64_t)pb.size() < nb) pb.resize((size_t)nb);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+    const int nr = (int)std::min<int64_t>(16, nrows - r0);
+    const __mmask16 keep = (__mmask16)((1u << nr) - 1);
+    const uint8_t* row[16];
+    for (int r = 0; r < 16; r++) row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;  // tail repeats, not stored
+    pack_k_panel<Q6>(row, nb, pb.data());
+    for (int64_t t0 = 0; t0 < nt; t0 += KT) {
+      const int tt = (int)std::min<int64_t>(KT, nt - t0);
+      const block_q8_K* a[KT];
+      for (int t = 0; t < tt; t++) a[t] = (const block_q8_K*)(act + (size_t)(t0 + t) * ab);
+      __m512 acc[KT];
+      switch (tt) {  // 8 independent vpdpbusd chains per weight load; tails of 1..7 tokens
+        case 1: kgemm_tile<Q6, 1>(pb.data(), nb, a, acc); break;
+        case 2: kgemm_tile<Q6, 2>(pb.data(), nb, a, acc); break;
+        case 3: kgemm_tile<Q6, 3>(pb.data(), nb, a, acc); break;
+        case 4: kgemm_tile<Q6, 4>(pb.data(), nb, a, acc); break;
+        case 5: kgemm_tile<Q6, 5>(pb.data(), nb, a, acc); break;
+        case 6: kgemm_tile<Q6, 6>(pb.data(), nb, a, acc); break;
+        case 7: kgemm_tile<Q6, 7>(pb.data(), nb, a, acc); break;
+        default: kgemm_tile<Q6, 8>(pb.data(), nb, a, acc); break;
+      }
+      for (int t = 0; t < tt; t++) _mm512_mask_storeu_ps(Y + (t0 + t) * ldy + r0, keep, acc[t]);
+    }
+  }
+}
+
+void mm_q4_K_avx512(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_kquant16<false>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+void mm_q6_K_avx512(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_kquant16<true>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+
+// ---- Q8_K activation quantizer: the scalar quant_block_q8_K's bytes (same first
+// largest-magnitude element, iscale = -127/x[jm], products in f32, round-to-nearest-even
+// (vcvtps2dq under the default MXCSR, as nearest_int), min 127, bsums of 16), 16 lanes.
+void quant_q8_K_avx512(const float* x, void* dst, int64_t n) {
+  block_q8_K* y = (block_q8_K*)dst;
+  const float* x0 = x;
+  for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+    __m512 m = _mm512_setzero_ps();
+    for (int j = 0; j < QK_K; j += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + j)));
+    const float amax = _mm512_reduce_max_ps(m);
+    if (!(amax < INFINITY)) {  // inf or nan: the scalar quantizer throws, naming the row index
+      quantize_row(DType::Q8_K, x0, dst, n);
+      return;
+    }
+    if (!(amax >= 1e-30f)) {  // zero or tiny (inf scale): scalar reference for this block
+      quantize_row(DType::Q8_K, x, y + i, QK_K);
+      continue;
+    }
+    int jm = 0;  // first element of largest magnitude (as the scalar scan picks it)
+    while (std::fabs(x[jm]) != amax) jm++;
+    const float iscale = -127.f / x[jm];
+    const __m512 vs = _mm512_set1_ps(iscale);
+    const __m512i k127 = _mm512_set1_epi32(127);
+    for (int g = 0; g < QK_K / 16; g++) {
+      const __m512i q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(vs, _mm512_loadu_ps(x + 16 * g))), k127);
+      y[i].bsums[g] = (int16_t)_mm512_reduce_add_epi32(q);
+      _mm_storeu_si128((__m128i*)(y[i].qs + 16 * g), _mm512_cvtsepi32_epi8(q));
+    }
+    y[i].d = 1.f / iscale;
+  }
+}
+
 #define KNOT_NT_DISPATCH(name, tmpl)                                                     \
   void name(int64_t n, const void* w, const void* const* act, int nt, float* out) {      \
     switch (nt) {                                                                        \
@@ -348,6 +579,9 @@ DotKernels make_avx512_table() {
   k.dot[type_index(DType::Q6_K)] = dot_q6_K_avx512;
   k.mm[type_index(DType::Q4_0)] = mm_q4_0_avx512;
   k.mm[type_index(DType::Q8_0)] = mm_q8_0_avx512;
+  k.mm[type_index(DType::Q4_K)] = mm_q4_K_avx512;
+  k.mm[type_index(DType::Q6_K)] = mm_q6_K_avx512;
+  k.quant_act[(int)ActFormat::Q8_K] = quant_q8_K_avx512;
   k.mm_min_tokens = 1;  // the 16-row kernels are the decode (one token) path too
   return k;
 }
