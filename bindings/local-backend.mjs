@@ -206,7 +206,7 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
         try {
           yield {type: "telemetry", event: "slot", slot, slots};
           await tick();  // the "accepted" bytes leave before the prefill blocks this thread
-          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), jsonSchema: call.jsonSchema, nCtx: ctx, chunk, reference, prefillProgress, slot: held[slot]});
+          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), ...(call.jsonSchema ? {jsonSchema: call.jsonSchema} : {}), nCtx: ctx, chunk, reference, prefillProgress, slot: held[slot]});
           for await (const ev of gen) {
             yield ev;  // Model.generate's events as they are (bindings/events.mjs)
             await tick();

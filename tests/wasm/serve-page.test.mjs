@@ -106,6 +106,7 @@ test("serve chat page in Chromium: Stop ends the generation and the server's liv
   await page.waitForFunction(() => document.querySelector("#model").options.length === 1, null, {timeout: 10_000});
   assert.equal(await page.isDisabled("#stop"), true, "nothing to stop yet");
   await page.fill("#max", "2000");
+  await page.fill("#temp", "0");  // greedy: the same reply every run (a sampled one could meet EOS before Stop)
   await page.fill("#input", "Tell me a story.");
   await page.press("#input", "Enter");
   await page.waitForFunction(() => Number(document.querySelector("#tokens").textContent) >= 5, null, {timeout: 30_000});

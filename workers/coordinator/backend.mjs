@@ -69,7 +69,7 @@ export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {})
         throw new ApiError(400, `This model's maximum context length is ${nCtx} tokens; the request needs ${ids.length + (req.maxTokens ?? 1)}.`,
                            {param: req.maxTokens !== undefined ? "max_tokens" : param, code: "context_length_exceeded"});
       const seed = req.seed ?? Math.floor(Math.random() * 2 ** 32);
-      const options = {...requestOptions(req, {maxTokens: req.maxTokens ?? nCtx - ids.length, seed}), jsonSchema: call.jsonSchema, nCtx};
+      const options = {...requestOptions(req, {maxTokens: req.maxTokens ?? nCtx - ids.length, seed}), ...(call.jsonSchema ? {jsonSchema: call.jsonSchema} : {}), nCtx};
       for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k];
       try { await checkOptions(m, options, {prefix: ""}); } catch (e) {
         throw call.jsonSchema ? new ApiError(400, `tools: the parameters cannot constrain a forced call: ${e.message}`, {param: "tools"})
