@@ -43,7 +43,7 @@ import * as kw from "../bindings/knotwork.mjs";
 import {parseRequest} from "../bindings/openai.mjs";
 import {requestOptions, defaultContext} from "../bindings/options.mjs";
 import {startMesh} from "../deploy/miniflare.mjs";
-import {topologyFromCounts} from "../workers/lib/topology.mjs";
+import {topologyFromCounts, replicaName} from "../workers/lib/topology.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const MODELS = process.env.KNOT_SHARED_MODELS ?? resolve(root, "../shared/models");
@@ -61,8 +61,6 @@ function rng(seed) {
   return {next, int: (lo, hi) => lo + Math.floor(next() * (hi - lo + 1)), pick: (xs) => xs[Math.floor(next() * xs.length)]};
 }
 
-// A replica's name (workers/lib/topology.mjs replicaName once replicas are on main): r = 0 the name itself
-const replicaName = (name, r) => (r ? `${name}r${r}` : name);
 // The shard timeout: above what a shard takes under the load (so an abstain is the fault's), and a stall is longer
 const SHARD_MS = 4000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
