@@ -25,6 +25,7 @@ import {fileURLToPath} from "node:url";
 import * as kw from "../bindings/knotwork.mjs";
 import {startMesh} from "../deploy/miniflare.mjs";
 import {topologyFromCounts} from "../workers/lib/topology.mjs";
+import {PROMPTS} from "./lib/prompts.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const args = process.argv.slice(2);
@@ -35,23 +36,6 @@ const outFile = opt("--out", null), draftN = Number(opt("--draft-n", 4));
 const nativeOnly = args.includes("--native-only");
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
-const CODE = `function area(width, height) {
-  const w = Number(width);
-  const h = Number(height);
-  if (w < 0 || h < 0) throw new Error("negative size");
-  return w * h;
-}
-function perimeter(width, height) {
-  const w = Number(width);
-  const h = Number(height);
-  if (w < 0 || h < 0) throw new Error("negative size");
-  return 2 * (w + h);
-}
-`;
-const PROMPTS = {
-  "code-edit": `Rename width to x in this code:\n${CODE}\nThe code with width renamed to x:\nfunction area(x, height) {\n  const w = Number(x);\n`,
-  story: "Once upon a time there was a little girl named Lily. She loved to play in the park with her",
-};
 
 const models = [];
 const sharedDir = process.env.KNOT_SHARED_MODELS ?? "/work/shared/models";

@@ -50,13 +50,14 @@
  *            promptIds: number[], nPrompt: number, cachedTokens?: number, nGenerated: number, nDecoded: number, nCtx: number,
  *            prefillMs: number, decodeMs: number, prefillTokS: number, decodeTokS: number,
  *            mode: string, engine?: object, memory?: object, prefill?: "pipelined"|"sequential", passes?: number,
- *            speculative?: {lookup: number, drafted: number, accepted: number, acceptance: number, verifyPasses?: number},
+ *            speculative?: {lookup: number, drafted: number, accepted: number, acceptance: number, verifyPasses?: number, rowsCached?: number},
  *            hops?: number, subrequests?: number, maxConnections?: number, messages?: number,
  *            abstains?: number, reprefills?: number, failovers?: number, rowsPrefetched?: number, flaggedTokens?: number[],
  *            shardK?: number|"full", coordinatorMemory?: object}} SummaryEvent
  *   cachedTokens: prompt tokens reused from a held session (its KV already held them);
  *   engine / memory: a single process's (Model.generate); speculative (lookup > 0): both
- *   (the mesh adds verifyPasses: passes that carried drafts); prefill, passes (decode
+ *   (the mesh adds verifyPasses: passes that carried drafts, and rowsCached: input rows taken from
+ *   the rows already seen instead of an embed fan-out); prefill, passes (decode
  *   passes through the stations), hops ... coordinatorMemory: the mesh's
  * @typedef {{type: "error", error: string, status: number}} ErrorEvent
  * @typedef {AcceptedEvent|PrefillEvent|TelemetryEvent|TokenEvent|SummaryEvent|ErrorEvent} GenerationEvent
