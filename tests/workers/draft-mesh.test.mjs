@@ -9,6 +9,13 @@ import assert from "node:assert/strict";
 import {sharedKnot, synthKnot, single, meshFor, SYNTH_TIED} from "./helpers.mjs";
 import {describeDeployment} from "../../deploy/description.mjs";
 import {topologyFromCounts} from "../../workers/lib/topology.mjs";
+import {execFile} from "node:child_process";
+import {promisify} from "node:util";
+import {join} from "node:path";
+import {sharedModel} from "./helpers.mjs";
+import {ROOT} from "../wasm/helpers.mjs";
+
+const run = promisify(execFile);
 
 const TARGET = "stories260K-pad256-llama-q8_0.gguf";
 const STORY = "Once upon a time there was a little girl named Lily. She loved to play";
@@ -128,4 +135,27 @@ test("the deployment description carries the draft as the coordinator's DRAFT va
   await assert.rejects(describeDeployment(topology, {draft: {knot: "draft.knot", n: 65}}), /draft\.n must be an integer in \[1, 64\], got 65/);
   await assert.rejects(describeDeployment(topology, {draft: {n: 2}}), /draft needs knot/);
   await assert.rejects(describeDeployment(topology, {draft: {knot: "d.knot", url: "x"}}), /unknown option draft\.url/);
+});
+
+test("knotwork mesh --draft: the plain mesh's greedy ids; the drafts and the draft's memory on stderr", async (t) => {
+  const q8 = sharedModel(t, TARGET), q6 = sharedModel(t, "stories260K-pad256-llama-q6_k.gguf");
+  if (!q8 || !q6) return;
+  const mesh = (extra) => run(process.execPath, [join(ROOT, "bin/knotwork.mjs"), "mesh", q8, "--stations", "2,3", "--shards", "2", "-p", STORY,
+                                                  "-n", "30", "--temp", "0", "--ignore-eos", "--ids", ...extra], {maxBuffer: 1 << 24}).catch((e) => e);
+  const plain = await mesh([]), spec = await mesh(["--draft", q6, "--draft-n", "3"]);
+  assert.ok(!(plain instanceof Error) && !(spec instanceof Error), `${plain.stderr}${spec.stderr}`);
+  assert.equal(spec.stdout, plain.stdout);
+  assert.match(spec.stderr, /speculative \(draft .*q6_k\.gguf, n 3\): \d+ drafted, [1-9]\d* accepted \(\d+%\) in \d+ verify passes; draft \d+ passes in [\d.]+ s, [\d.]+ MiB weights \+ [\d.]+ MiB KV in the coordinator/);
+  assert.doesNotMatch(plain.stderr, /speculative/);
+  const other = synthKnot(t, "tied", SYNTH_TIED);
+  if (!other) return;
+  const {writeFileSync, mkdtempSync, rmSync} = await import("node:fs");
+  const {tmpdir} = await import("node:os");
+  const dir = mkdtempSync(join(tmpdir(), "knot-mesh-draft-"));
+  try {
+    writeFileSync(join(dir, "other.knot"), other);
+    const r = await mesh(["--draft", join(dir, "other.knot")]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.match(r.stderr, /draft model .*other\.knot and target model .*q8_0\.gguf have different vocabularies: 300 vs 512 tokens/);
+  } finally { rmSync(dir, {recursive: true}); }
 });
