@@ -138,7 +138,7 @@ export class MeshCoordinator {
         await new Promise((r) => setTimeout(r, 0));
         const td = Date.now();
         drafter.prime(ids);
-        spec.draftMs += Date.now() - td;
+        spec.draftPrimeMs = Date.now() - td;
       }
       let xn = yield* live(q, feeding);
       prefillMs = Date.now() - t0;
@@ -180,6 +180,7 @@ export class MeshCoordinator {
         // the chunk and the tokens still to generate (the rule of core/infer/speculative.cpp);
         // a pass below the positions the stations hold rewinds them (docs/protocol.md)
         const pos = ids.length + out.length - 1;
+        const ts = Date.now();  // the decode time of a pass counts its drafting in the coordinator
         let drafts = [], dq = null;
         if (drafting) {
           const left = gen.params.n_predict >= 0 ? gen.params.n_predict - out.length : Infinity;
@@ -194,7 +195,6 @@ export class MeshCoordinator {
         if (drafts.length) spec.passes++;
         batch = [pending, ...drafts];
         qs = [null, ...drafts.map((_, i) => dq?.[i] ?? null)];
-        const ts = Date.now();
         rows = yield* live(q, (async () => {
           const want = shardK(gen.params, hist, logprobs);
           const x = await this.#feed(state, batch, pos, chunk, undefined, batch.length > 1);
@@ -208,7 +208,7 @@ export class MeshCoordinator {
       yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length, cachedTokens: cached, nGenerated: out.length, nDecoded,
              nCtx, shardK: state.maxK || "full", prefillMs, decodeMs, prefillTokS: (ids.length - cached) / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", prefill, passes: passTokens, hops: state.hops,
-             ...(lookup || dm ? {speculative: {...(dm ? {draft: dm.knot, draftN, draftMs: spec.draftMs, ...draftMemory(drafter, dm)} : {lookup}),
+             ...(lookup || dm ? {speculative: {...(dm ? {draft: dm.knot, draftN, draftMs: spec.draftMs, draftPrimeMs: spec.draftPrimeMs ?? 0, ...draftMemory(drafter, dm)} : {lookup}),
                                                drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
                                                verifyPasses: spec.passes}} : {}),
              reprefills: state.reprefills, failovers: links.failovers, abstains: state.abstains, widened: state.widened, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
