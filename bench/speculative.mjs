@@ -70,7 +70,7 @@ if (args.includes("--mesh-draft")) {
   const knotOf = async (p) => { const mm = await kw.openModel(await kw.fileSource(p)); try { return mm.toKnot(); } finally { mm.close(); } };
   const target = await knotOf(q8);
   const tm = await kw.openModel(kw.bytesSource(target, "bench.knot"));
-  const promptIds = Object.fromEntries(Object.entries(PROMPTS).map(([k, p]) => [k, tm.tokenize(p)]));
+  const promptIds = Object.fromEntries(kinds.map((k) => [k, tm.tokenize(PROMPTS[k])]));
   tm.close();
   const config = (await kw.parseKnotHeader(kw.bytesSource(target, "bench.knot"))).config;
   const topology = topologyFromCounts(config, {knot: "model.knot", stations: [2, 3], shards});
