@@ -3,7 +3,8 @@
 // Integer block dots are exact; per-block float combine is the shared scalar
 // block_accum_* with contraction off, so results equal kernels_generic.cpp bit for bit.
 // Multi-token (NT <= 4): each weight block is loaded and unpacked once, then multiplied
-// with every token's activation block.
+// with every token's activation block. Prefill (matmul, 2+ tokens) has batched kernels:
+// Q4_0/Q8_0 x Q16_0 (int16 rows) and Q4_K/Q6_K x Q8_K (8-row x 8-token maddubs tiles).
 #if defined(__x86_64__) || defined(__i386__)
 
 #include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
@@ -280,10 +281,8 @@ static void q6_K_avx2(int64_t n, const void* w, const void* const* act, float* o
 
 
 // ---- Batched prefill kernels (mm_fn) for Q4_0/Q8_0 x Q16_0: same scheme as
-// kernels_wasm.cpp. (K-quants stay on the dot kernels above: maddubs multiplies 32 u8 x s8
-// per instruction, twice the int16 madd rate, measured 32 vs 23 G products/s.) Per
-// 256 weights, RD rows are decoded once into int16, activations copied to int16 rows once;
-// 4 rows x 2 tokens of madd accumulators; at each float block the 4 rows' sums come out
+// kernels_wasm.cpp. Per 256 weights, RD rows are decoded once into int16, activations
+// copied to int16 rows once; 4 rows x 2 tokens of madd accumulators; at each float block the 4 rows' sums come out
 // of a hadd tree as one __m128i and the float combine runs on 4 lanes with exactly the
 // operations and order of block_accum (contraction off, no FMA).
 

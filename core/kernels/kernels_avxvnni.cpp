@@ -1,13 +1,15 @@
 // kernels_avxvnni.cpp — AVX-VNNI (VEX, 256-bit: Alder Lake and later cores without
 // AVX-512) kernels for Kernel::Simd natively; chosen at run time when the CPU has AVX2 +
 // AVX-VNNI but not AVX-512 VNNI (kernels.cpp). Compiled with -mavxvnni -mavx2 -mfma
-// -mf16c (CMakeLists.txt). The table is kDotAvx2 with one slot pair replaced:
+// -mf16c (CMakeLists.txt). The table is kDotAvx2 with these slots replaced:
 //   Q4_0 / Q8_0 x Q16_0: the batched kernel for decode AND prefill (mm, also for one
 //     token): 8 weight rows at a time, one row per 32-bit lane; per 32-weight block and
 //     row two vpdpwssd of the int16-widened weights with the int16 activations (exact), a
 //     hadd tree puts the 8 rows' block sums into one vector, and block_accum runs on the
 //     8 lanes in block order (contraction off): every row equals the scalar dot bit for bit.
-// Same scheme as the 16-row AVX-512 kernel in kernels_avx512.cpp, at half the width.
+//   Q4_K / Q6_K x Q8_K prefill (2+ tokens): 8-row x 8-token vpdpbusd tiles (mm, below);
+//     one token goes to kDotAvx2's dot kernels.
+// Same schemes as the AVX-512 kernels in kernels_avx512.cpp, at half the width.
 #if defined(__x86_64__) || defined(__i386__)
 
 #include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
@@ -256,7 +258,7 @@ void kgemm8_tile(const KPanel8* pb, int64_t nb, const block_q8_K* const* a, __m2
   }
 }
 
-constexpr int KT8 = 4;  // token tile of the K-quant prefill kernel
+constexpr int KT8 = 8;  // token tile of the K-quant prefill kernel
 
 template <bool Q6>
 void mm_kquant8(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
@@ -286,7 +288,11 @@ void mm_kquant8(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uin
         case 1: kgemm8_tile<Q6, 1>(pb.data(), nb, a, acc); break;
         case 2: kgemm8_tile<Q6, 2>(pb.data(), nb, a, acc); break;
         case 3: kgemm8_tile<Q6, 3>(pb.data(), nb, a, acc); break;
-        default: kgemm8_tile<Q6, 4>(pb.data(), nb, a, acc); break;
+        case 4: kgemm8_tile<Q6, 4>(pb.data(), nb, a, acc); break;
+        case 5: kgemm8_tile<Q6, 5>(pb.data(), nb, a, acc); break;
+        case 6: kgemm8_tile<Q6, 6>(pb.data(), nb, a, acc); break;
+        case 7: kgemm8_tile<Q6, 7>(pb.data(), nb, a, acc); break;
+        default: kgemm8_tile<Q6, 8>(pb.data(), nb, a, acc); break;
       }
       for (int t = 0; t < tt; t++) {
         float* y = Y + (t0 + t) * ldy + r0;
