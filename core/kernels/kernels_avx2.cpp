@@ -12,6 +12,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kernels/kernels_internal.h"
@@ -644,6 +645,52 @@ void mm_kquant8_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, cons
 
 }  // namespace
 
+// ---- Q8_K activation quantizer: the scalar quant_block_q8_K's bytes, 8 lanes (the
+// 256-bit form of quant_q8_K_avx512: same first largest-magnitude element, iscale =
+// -127/x[jm], products in f32, round-to-nearest-even (vcvtps2dq under the default MXCSR,
+// as nearest_int), min 127, saturating packs, bsums of 16).
+static void quant_q8_K_avx2(const float* x, void* dst, int64_t n) {
+  block_q8_K* y = (block_q8_K*)dst;
+  const float* x0 = x;
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+    __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    for (int j = 0; j < QK_K; j += 8) {
+      const __m256 v = _mm256_loadu_ps(x + j);
+      m = _mm256_max_ps(m, _mm256_and_ps(v, absmask));
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    // inf or nan (max_ps can drop a nan, hence the separate mask): the scalar quantizer
+    // throws, naming the index
+    if (!(amax < INFINITY) || _mm256_movemask_ps(nan) != 0) {
+      quantize_row(DType::Q8_K, x0, dst, n);
+      return;
+    }
+    if (!(amax >= 1e-30f)) {  // zero or tiny (inf scale): scalar reference for this block
+      quantize_row(DType::Q8_K, x, y + i, QK_K);
+      continue;
+    }
+    int jm = 0;  // first element of largest magnitude (as the scalar scan picks it)
+    while (std::fabs(x[jm]) != amax) jm++;
+    const float iscale = -127.f / x[jm];
+    const __m256 vs = _mm256_set1_ps(iscale);
+    const __m256i k127 = _mm256_set1_epi32(127);
+    for (int g = 0; g < QK_K / 16; g++) {
+      const __m256i q0 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + 16 * g))), k127);
+      const __m256i q1 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + 16 * g + 8))), k127);
+      y[i].bsums[g] = (int16_t)hsum_i32(_mm256_add_epi32(q0, q1));
+      const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);  // 16 i16 in order
+      _mm_storeu_si128((__m128i*)(y[i].qs + 16 * g),
+                       _mm_packs_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1)));
+    }
+    y[i].d = 1.f / iscale;
+  }
+}
+
 // nt -> template instantiation
 #define KNOT_NT_DISPATCH(name, tmpl)                                                     \
   static void name(int64_t n, const void* w, const void* const* act, int nt, float* out) { \
@@ -682,7 +729,7 @@ static void mm_q6_K_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, con
   mm_kquant8_avx2<true>(n, W, rb, nr, a, ab, nt, Y, ldy, dot_q6_K_avx2);
 }
 
-// Scalar activation quantizers.
+// The Q8_K activation quantizer above; scalar Q16_0 / Q8_0 ones.
 static constexpr DotKernels make_avx2_table() {
   DotKernels k;
   k.name = "avx2";
@@ -700,6 +747,7 @@ static constexpr DotKernels make_avx2_table() {
   k.mm[type_index(DType::Q8_0)] = mm_q8_0_avx2;
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_avx2;
   k.mm[type_index(DType::Q6_K)] = mm_q6_K_avx2;
+  k.quant_act[(int)ActFormat::Q8_K] = quant_q8_K_avx2;
   return k;
 }
 
