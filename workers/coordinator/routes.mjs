@@ -25,14 +25,19 @@
 //                another copy while the fan-out's time lasts.
 //   recover(e)   a station failure during a feed: moves the failed member (a chain: every station
 //                member) to a healthy copy (when every other copy is backing off, the one whose
-//                back-off ends first) and returns {rebuilt: "replay"}: the coordinator
-//                re-feeds the token history it keeps from position 0 (the Petals way; the stations
-//                that did not move rewind and recompute the same KV). Without another copy a
+//                back-off ends first) and returns {rebuilt: "restore", member, from, replica}:
+//                the coordinator sends the feed again from the positions every station completed,
+//                and the new copy restores the session from the snapshot the failed copy
+//                persisted (workers/station #restoreFromCopy). When that copy's snapshot cannot
+//                be read (the new copy answers 409), or the member is a URL member (no
+//                snapshot), it is {rebuilt: "replay"}: the coordinator re-feeds the token
+//                history it keeps from position 0 (the Petals way; the stations that did not
+//                move rewind and recompute the same KV). Without another copy a
 //                lost session (409) or a dropped link re-prefills in place, and anything else is
 //                not recovered (the error stands). Telemetry: a "failover" event
 //                {member, from, replica, reason, rebuilt} (bindings/events.mjs).
 import {LinkError} from "../lib/link.mjs";
-import {replicaName, replicaCount} from "../lib/topology.mjs";
+import {replicaName, replicaCount, memberOf} from "../lib/topology.mjs";
 
 export const FAILOVER_DEFAULTS = Object.freeze({backoffMs: 2000, backoffMaxMs: 60_000});
 
@@ -245,8 +250,10 @@ export class RouteLinks {
 
   // move logical names to copy r; the old link closes. The failed copy is not asked again (not even
   // to end the session: it is backing off); whatever KV it still holds goes with its idle TTL.
+  #moved(name) { return this.t.chain && !this.isHub.has(name) ? this.names.stations : [name]; }
+
   #move(name, r, reason, rebuilt) {
-    const moved = this.t.chain && !this.isHub.has(name) ? this.names.stations : [name];
+    const moved = this.#moved(name);
     const from = this.physical(name);
     for (const n of moved) {
       this.links.get(n)?.link.close();
@@ -270,8 +277,12 @@ export class RouteLinks {
     if (e.status !== 409) this.health.fail(failedPhys, e.message);
     const alt = this.R > 1 ? this.#healthyCopy(name) ?? this.#soonestCopy(name) : null;
     if (alt !== null) {
-      this.#move(name, alt, e.message, "replay");
-      return {rebuilt: "replay"};
+      // a Worker station restores from the snapshot the failed copy persisted; a URL member
+      // (a native fat station) keeps none: the history is replayed there
+      const from = this.physical(name);
+      const rebuilt = this.#moved(name).some((n) => memberOf(this.t, n)?.url !== undefined || memberOf(this.t, n)?.fat) ? "replay" : "restore";
+      this.#move(name, alt, e.message, rebuilt);
+      return {rebuilt, member: name, from, replica: this.physical(name)};
     }
     if (e.status === 409 || e.status === 0) return {rebuilt: "replay", inPlace: true};
     return null;
