@@ -134,6 +134,45 @@ test("a copy killed mid-generation (503, as the chaos run kills): the other copy
   } finally { await mesh.close(); }
 });
 
+test("the copy a failover left is told the session ended once it answers again: its sessions are back to baseline long before the TTL", async (t) => {
+  const bytes = await sharedKnot(t, MODEL);
+  if (!bytes) return;
+  const opts = {maxTokens: 16, temperature: 0};
+  const want = await single(bytes, PROMPT, opts);
+  const ttlMs = 10 * 60_000;
+  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2, replicas: 2},
+                             {testHooks: true, ttlMs, timeouts: {stationMs: 4000, backoffMs: 500, backoffMaxMs: 2000}, prefixCache: {kvTokens: 0}});
+  try {
+    const base = {st1: (await stationStats(mesh, "st1")).stats.liveSessions, st1r1: (await stationStats(mesh, "st1r1")).stats.liveSessions};
+    await slowShards(mesh, {hangMs: 100});
+    let failed = null, sid0 = null;
+    const r = await generateWith(mesh, want.promptIds, opts, 6, async (route, sid) => {
+      failed = replicaName("st1", route.st1);
+      sid0 = sid;
+      await mesh.fault(failed, {status: 503});
+    });
+    await slowShards(mesh, null);
+    assert.deepEqual(r.summary.ids, want.ids);
+    assert.equal(r.failovers.filter((e) => e.rebuilt === "restore").length, 1);
+    const held = async () => {
+      const s = await (await (await mesh.worker(`knot-${failed}`)).fetch(`http://x/stats?sid=${encodeURIComponent(sid0)}`)).json();
+      return {live: s.session.live.length, stored: s.session.stored.sessions, isolate: s.stats.liveSessions};
+    };
+    // still failing: the end sent when the generation ended was refused, the copy holds the session
+    const during = await held();
+    assert.deepEqual([during.live, during.stored], [1, 1], `${failed} holds the session while it fails: ${JSON.stringify(during)}`);
+    const t0 = Date.now();
+    await mesh.fault(failed, null);
+    let now = during;
+    while (Date.now() - t0 < 20_000 && (now.live || now.stored)) {
+      await new Promise((ok) => setTimeout(ok, 200));
+      now = await held();
+    }
+    assert.deepEqual(now, {live: 0, stored: 0, isolate: base[failed]}, `${failed} freed the session (KV and snapshot) after ${Date.now() - t0} ms (TTL ${ttlMs} ms)`);
+    assert.ok(Date.now() - t0 < ttlMs / 10);
+  } finally { await mesh.close(); }
+});
+
 test("a failed copy is not asked again during its back-off: the next sessions route around it", async (t) => {
   const bytes = await sharedKnot(t, MODEL);
   if (!bytes) return;

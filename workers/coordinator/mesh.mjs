@@ -187,7 +187,26 @@ export class MeshCoordinator {
       gen.free();
       if (!kept) await this.#end(sid, links, state);
       for (const l of links.values()) l.close();
+      // the copies a failover left: the session ends there now (their snapshot was needed
+      // until the new copies restored); this.left: those that did not answer (try again later)
+      this.left = links.left.length ? await this.endLeft(sid, links.left) : [];
     }
+  }
+
+  /**
+   * End session `sid` at station copies a failover left (routes.mjs RouteLinks.left:
+   * [{physical, chain}]; a chain's first leader passes it on). Returns the ones that did not
+   * answer, to be asked again (session.mjs: an alarm, while back-off lasts).
+   */
+  async endLeft(sid, left) {
+    const failed = [];
+    await Promise.all(left.map(async (x) => {
+      const l = this.connect(x.physical, sid);
+      try {
+        await l.request(encodeFrame({kind: "end", sid, reqId: 1, width: 0, flags: x.chain ? FLAG.chain : 0}), x.chain ? 5000 : 1000);
+      } catch { failed.push(x); } finally { l.close(); }
+    }));
+    return failed;
   }
 
   /** End session `sid` at every station (a held session the prefix index evicted; route: its replicas). */

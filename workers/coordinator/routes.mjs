@@ -146,6 +146,7 @@ export class RouteLinks {
     this.links = new Map();  // logical -> {physical, link}
     this.failovers = 0;
     this.skipped = 0;  // shard requests refused at once (backing off, no other copy)
+    this.left = [];    // station copies moved away from: [{physical, chain}] (a chain: its first leader)
   }
 
   physical(name) { return replicaName(name, this.assign[name] ?? 0); }
@@ -248,13 +249,16 @@ export class RouteLinks {
     return best;
   }
 
-  // move logical names to copy r; the old link closes. The failed copy is not asked again (not even
-  // to end the session: it is backing off); whatever KV it still holds goes with its idle TTL.
+  // move logical names to copy r; the old link closes. The failed copy is not asked again during
+  // the session; a station copy left is in this.left, and the coordinator ends the session there
+  // once the session's feed no longer needs its snapshot (mesh.mjs endLeft: at the generation's
+  // end, and again later while it does not answer), so it does not hold the KV until its TTL.
   #moved(name) { return this.t.chain && !this.isHub.has(name) ? this.names.stations : [name]; }
 
   #move(name, r, reason, rebuilt) {
     const moved = this.#moved(name);
     const from = this.physical(name);
+    if (!this.isHub.has(name) && !this.left.some((x) => x.physical === from)) this.left.push({physical: from, chain: !!this.t.chain});
     for (const n of moved) {
       this.links.get(n)?.link.close();
       this.links.delete(n);

@@ -15,6 +15,8 @@
 //   schema of bindings/events.mjs) as they are, the summary with coordinatorMemory added;
 //   a failure is a last {type: "error", error, status} event.
 //   end(sid) — the session's stations free its KV (the index evicted it).
+// A failover's copies left behind are told the session ended (mesh.mjs endLeft) when the
+// generation ends; those that do not answer are asked again by this object's alarm.
 // Callers: sessionStream (NDJSON for POST /v1/mesh/generate) and sessionEvents (the OpenAI
 // backend, backend.mjs) below.
 // Events go through a callback, not a ReadableStream returned by the RPC method: under
@@ -28,7 +30,9 @@ import {Link, Counter, peerFetcher} from "../lib/link.mjs";
 import {memberOf} from "../lib/topology.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {MeshCoordinator} from "./mesh.mjs";
-import {Health} from "./routes.mjs";
+import {Health, FAILOVER_DEFAULTS} from "./routes.mjs";
+
+const LEAVE_TRIES = 8;
 import {replicaCount} from "../lib/topology.mjs";
 import {textModel} from "./prompt.mjs";
 import {routeKey} from "./prefixes.mjs";
@@ -68,13 +72,48 @@ export class SessionDO extends DurableObject {
           if (e.type === "summary") e.coordinatorMemory = await memoryStats();
           await send(e);
         }
-      } finally { held = coord.held; route = coord.route ?? route; }
+      } finally {
+        held = coord.held; route = coord.route ?? route;
+        if (coord.left?.length) await this.#leave(body.sid, coord.left);
+      }
     } catch (e) {
       await Promise.resolve(send({type: "error", error: e.message, status: e.status ?? 500})).catch(() => {});
     } finally {
       await index(env).release(body.sid, held, route).catch(() => {});
     }
   }
+
+  // Station copies a failover left that did not answer the session's end (mesh.mjs endLeft):
+  // kept in storage, asked again by the alarm after TIMEOUTS.backoffMs, doubling per try up to
+  // backoffMaxMs, at most LEAVE_TRIES times (a copy that stays down frees the KV at its TTL).
+  async #leave(sid, left, tries = 0) {
+    const list = (await this.ctx.storage.get("left")) ?? [];
+    for (const x of left) if (!list.some((y) => y.sid === sid && y.physical === x.physical)) list.push({sid, ...x, tries});
+    await this.ctx.storage.put("left", list);
+    await this.#armLeave(list);
+  }
+
+  async #armLeave(list) {
+    if (!list.length) return;
+    const {backoffMs, backoffMaxMs} = {...FAILOVER_DEFAULTS, ...jsonBinding(this.env.TIMEOUTS ?? "{}", "TIMEOUTS")};
+    const tries = Math.min(...list.map((x) => x.tries));
+    await this.ctx.storage.setAlarm(Date.now() + Math.min(backoffMaxMs, backoffMs * 2 ** tries));
+  }
+
+  /** The alarm: end the session again at the copies a failover left (#leave). */
+  async alarm() {
+    const list = (await this.ctx.storage.get("left")) ?? [];
+    const coord = coordinator(this.env), keep = [];
+    for (const x of list) {
+      const failed = await coord.endLeft(x.sid, [{physical: x.physical, chain: x.chain}]);
+      if (failed.length && x.tries + 1 < LEAVE_TRIES) keep.push({...x, tries: x.tries + 1});
+    }
+    await this.ctx.storage.put("left", keep);
+    await this.#armLeave(keep);
+  }
+
+  /** RPC (tests): the copies still to be told the session ended ([{sid, physical, chain, tries}]). */
+  async leftCopies() { return (await this.ctx.storage.get("left")) ?? []; }
 
   /** RPC (the prefix index): end session `sid` at every station (route: its copies). */
   async end(sid, route) {
