@@ -214,10 +214,19 @@ void require_topology(const ojson& t) {
       if (m.value("fat", false) && !m.contains("url") && t.value("chain", false))
         fail("topology: member " + name + ": a fat station cannot be in a chain (chain links are service bindings)");
       if (!m.contains("url")) continue;
-      if (!is_station_url(m["url"]))
-        fail("topology: member " + name + ": url must be http[s]://host[:port], got " + m["url"].dump());
+      // with replicas R > 1: a list of R urls, one per copy (topology.mjs)
+      const ojson& u = m["url"];
+      const int64_t R = replica_count(t);
+      if (u.is_array() ? (int64_t)u.size() != R : R > 1)
+        fail("topology: member " + name + ": with replicas " + std::to_string(R) + " its url must be a list of " + std::to_string(R) +
+             " urls (one per copy), got " + u.dump());
+      std::string all;
+      for (const auto& x : u.is_array() ? u : ojson::array({u})) {
+        if (!is_station_url(x)) fail("topology: member " + name + ": url must be http[s]://host[:port], got " + x.dump());
+        all += (all.empty() ? "" : ", ") + x.get<std::string>();
+      }
       if (t.value("chain", false))
-        fail("topology: member " + name + ": a URL member (" + m["url"].get<std::string>() + ") cannot be in a chain (chain links are service bindings)");
+        fail("topology: member " + name + ": a URL member (" + all + ") cannot be in a chain (chain links are service bindings)");
     }
 }
 

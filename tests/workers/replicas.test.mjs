@@ -100,15 +100,19 @@ test("a copy killed mid-generation (503, as the chaos run kills): the other copy
   const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2, replicas: 2},
                              {testHooks: true, timeouts: {stationMs: 4000, backoffMs: 60_000}, prefixCache: {kvTokens: 0}});
   try {
+    // greedy: blocks of one position and pages of one block, so the restore reads page after page
+    for (const name of ["st1", "st1r1"])
+      assert.ok((await (await mesh.worker(`knot-${name}`)).fetch("http://x/debug/snapshot", {method: "POST", body: JSON.stringify({blockBytes: 1, pageBytes: 1})})).ok);
     for (const [what, opts] of SETTINGS) {
       const want = await single(bytes, PROMPT, opts);
       await slowShards(mesh, {hangMs: 100});
-      let failed = null, other = null, sid0 = null, before = null;
+      let failed = null, other = null, sid0 = null, before = null, served = 0;
       const r = await generateWith(mesh, want.promptIds, opts, 6, async (route, sid) => {
         failed = replicaName("st1", route.st1);
         other = replicaName("st1", 1 - route.st1);
         sid0 = sid;
         before = (await stationStats(mesh, other)).stats;
+        served = (await stationStats(mesh, failed)).stats.copyPagesServed;
         await mesh.fault(failed, {status: 503});
       }, what);
       await slowShards(mesh, null);
@@ -126,6 +130,11 @@ test("a copy killed mid-generation (503, as the chaos run kills): the other copy
       const after = (await stationStats(mesh, other)).stats;
       assert.equal(after.copyRestores - before.copyRestores, 1);
       assert.deepEqual(after.lastCopyRestore, {sid: sid0, from: failed, positions: P});
+      const pages = (await stationStats(mesh, failed)).stats.copyPagesServed - served;
+      assert.equal(pages, what === "greedy" ? P : 1, what === "greedy" ? "one position per block, one block per page: a page per position"
+                                                                      : "default blocks and pages: the rows in one page");
+      if (what === "greedy")
+        for (const name of ["st1", "st1r1"]) await (await mesh.worker(`knot-${name}`)).fetch("http://x/debug/snapshot", {method: "POST", body: "{}"});
       assert.deepEqual(await coverage(mesh, other, sid0, P), new Array(P).fill(0), `${other} computed none of [0, ${P})`);
       // the station that did not move computed each stored position once: none fed again
       const st0 = replicaName("st0", r.route.st0);

@@ -227,8 +227,9 @@ const startsSession = (b) => b.length >= 16 && b[6] === KIND.prefill && new Data
 // instance that is aborted or evicted leaves them behind, and the next instance of the same
 // object frees them (its sessions restore from the snapshot instead).
 const held = new Map();  // Durable Object id -> the sessions Map of its live instance
-// TEST_HOOKS: POST /debug/snapshot {blockBytes} shrinks snapshot blocks (a test of the cut)
-const snapshotOptions = {blockBytes: BLOCK_BYTES};
+// TEST_HOOKS: POST /debug/snapshot {blockBytes, pageBytes} shrinks snapshot blocks (a test of
+// the cut) and the pages another copy reads (a test of the paging)
+const snapshotOptions = {blockBytes: BLOCK_BYTES, pageBytes: PAGE_BYTES};
 
 export class StationDO extends DurableObject {
   sessions = new Map();  // sid -> {station, nPos, nCtx, bpt, used}
@@ -634,7 +635,7 @@ export class StationDO extends DurableObject {
   /** RPC (another copy of this station): one page of the session's persisted rows (SnapshotStore.page). */
   snapshotPage(sid, from, to) {
     stats.copyPagesServed++;
-    return this.store.page(sid, from, to, PAGE_BYTES);
+    return this.store.page(sid, from, to, snapshotOptions.pageBytes);
   }
 
   /** RPC (/stats?sid=): the sessions this object holds and its snapshot storage. */
@@ -661,9 +662,10 @@ export default {
       const dbg = await debugRoute(url, req, env);
       if (dbg) return dbg;
       if (url.pathname === "/debug/snapshot" && env.TEST_HOOKS) {
-        const {blockBytes} = await req.json();
+        const {blockBytes, pageBytes} = await req.json();
         snapshotOptions.blockBytes = blockBytes ?? BLOCK_BYTES;
-        return Response.json({ok: true, blockBytes: snapshotOptions.blockBytes});
+        snapshotOptions.pageBytes = pageBytes ?? PAGE_BYTES;
+        return Response.json({ok: true, ...snapshotOptions});
       }
       const sid = url.searchParams.get("sid") ?? req.headers.get("x-knot-session");
       if (url.pathname === "/stats") {
