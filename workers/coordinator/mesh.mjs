@@ -187,9 +187,12 @@ export class MeshCoordinator {
       gen.free();
       if (!kept) await this.#end(sid, links, state);
       for (const l of links.values()) l.close();
-      // the copies a failover left: the session ends there now (their snapshot was needed
-      // until the new copies restored); this.left: those that did not answer (try again later)
-      this.left = links.left.length ? await this.endLeft(sid, links.left) : [];
+      // the copies a failover left: the session ends there (their snapshot was needed until the
+      // new copies restored) now, or when its back-off ends (a copy backing off is not asked);
+      // this.left: those still to be told, each {physical, chain, notBefore} (session.mjs asks later)
+      const due = links.left.filter((x) => !this.health.down(x.physical));
+      this.left = [...(due.length ? await this.endLeft(sid, due) : []), ...links.left.filter((x) => !due.includes(x))]
+        .map((x) => ({...x, notBefore: this.health.state.get(x.physical)?.until ?? 0}));
     }
   }
 

@@ -84,30 +84,33 @@ export class SessionDO extends DurableObject {
     }
   }
 
-  // Station copies a failover left that did not answer the session's end (mesh.mjs endLeft):
-  // kept in storage, asked again by the alarm after TIMEOUTS.backoffMs, doubling per try up to
+  // Station copies a failover left that were not told the session ended (mesh.mjs endLeft: they
+  // were backing off, or did not answer): kept in storage, each asked by the alarm once its
+  // back-off has ended (notBefore), then again after TIMEOUTS.backoffMs, doubling per try up to
   // backoffMaxMs, at most LEAVE_TRIES times (a copy that stays down frees the KV at its TTL).
-  async #leave(sid, left, tries = 0) {
+  async #leave(sid, left) {
     const list = (await this.ctx.storage.get("left")) ?? [];
-    for (const x of left) if (!list.some((y) => y.sid === sid && y.physical === x.physical)) list.push({sid, ...x, tries});
+    for (const x of left)
+      if (!list.some((y) => y.sid === sid && y.physical === x.physical))
+        list.push({sid, physical: x.physical, chain: x.chain, tries: 0, at: Math.max(Date.now(), x.notBefore ?? 0)});
     await this.ctx.storage.put("left", list);
     await this.#armLeave(list);
   }
 
   async #armLeave(list) {
-    if (!list.length) return;
-    const {backoffMs, backoffMaxMs} = {...FAILOVER_DEFAULTS, ...jsonBinding(this.env.TIMEOUTS ?? "{}", "TIMEOUTS")};
-    const tries = Math.min(...list.map((x) => x.tries));
-    await this.ctx.storage.setAlarm(Date.now() + Math.min(backoffMaxMs, backoffMs * 2 ** tries));
+    if (list.length) await this.ctx.storage.setAlarm(Math.min(...list.map((x) => x.at)));
   }
 
-  /** The alarm: end the session again at the copies a failover left (#leave). */
+  /** The alarm: end the session at the copies a failover left whose turn it is (#leave). */
   async alarm() {
     const list = (await this.ctx.storage.get("left")) ?? [];
-    const coord = coordinator(this.env), keep = [];
+    const {backoffMs, backoffMaxMs} = {...FAILOVER_DEFAULTS, ...jsonBinding(this.env.TIMEOUTS ?? "{}", "TIMEOUTS")};
+    const coord = coordinator(this.env), keep = [], now = Date.now();
     for (const x of list) {
+      if (x.at > now) { keep.push(x); continue; }
       const failed = await coord.endLeft(x.sid, [{physical: x.physical, chain: x.chain}]);
-      if (failed.length && x.tries + 1 < LEAVE_TRIES) keep.push({...x, tries: x.tries + 1});
+      if (failed.length && x.tries + 1 < LEAVE_TRIES)
+        keep.push({...x, tries: x.tries + 1, at: Date.now() + Math.min(backoffMaxMs, backoffMs * 2 ** x.tries)});
     }
     await this.ctx.storage.put("left", keep);
     await this.#armLeave(keep);
