@@ -265,7 +265,8 @@ export class RouteLinks {
   // move logical names to copy r; the old link closes. The failed copy is not asked again during
   // the session; a station copy left is in this.left, and the coordinator ends the session there
   // once the session's feed no longer needs its snapshot (mesh.mjs endLeft: at the generation's
-  // end, and again later while it does not answer), so it does not hold the KV until its TTL.
+  // end or when its back-off ends, again while it does not answer), so it does not hold the KV
+  // until its TTL. A copy moved back to leaves this.left (it holds the session again).
   #moved(name) { return this.t.chain && !this.isHub.has(name) ? this.names.stations : [name]; }
 
   #move(name, r, reason, rebuilt) {
@@ -277,6 +278,7 @@ export class RouteLinks {
       this.links.delete(n);
       this.assign[n] = r;
     }
+    this.left = this.left.filter((x) => x.physical !== this.physical(name));
     this.failovers++;
     this.ev({event: "failover", member: name, from, replica: this.physical(name), reason, rebuilt});
   }
