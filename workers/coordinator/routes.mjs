@@ -32,7 +32,8 @@
 //                and the new copy restores the session from the snapshot the failed copy
 //                persisted (workers/station #restoreFromCopy). When that copy's snapshot cannot
 //                be read (the new copy answers 409), or the member is a URL member (no
-//                snapshot), it is {rebuilt: "replay"}: the coordinator re-feeds the token
+//                snapshot), or the copy is one the session left earlier (its own snapshot may
+//                predate a rewind), it is {rebuilt: "replay"}: the coordinator re-feeds the token
 //                history it keeps from position 0 (the Petals way; the stations that did not
 //                move rewind and recompute the same KV). Without another copy a
 //                lost session (409) or a dropped link re-prefills in place, and anything else is
@@ -297,9 +298,11 @@ export class RouteLinks {
     const alt = this.R > 1 ? this.#healthyCopy(name) ?? this.#soonestCopy(name) : null;
     if (alt !== null) {
       // a Worker station restores from the snapshot the failed copy persisted; a URL member
-      // (a native fat station) keeps none: the history is replayed there
+      // (a native fat station) keeps none, and a copy moved back to holds a snapshot of its own
+      // that may predate a rewind made since (rejected drafts): the history is replayed there
       const from = this.physical(name);
-      const rebuilt = this.#moved(name).some((n) => memberOf(this.t, n)?.url !== undefined || memberOf(this.t, n)?.fat) ? "replay" : "restore";
+      const back = this.left.some((x) => x.physical === replicaName(this.#moved(name)[0], alt));
+      const rebuilt = back || this.#moved(name).some((n) => memberOf(this.t, n)?.url !== undefined || memberOf(this.t, n)?.fat) ? "replay" : "restore";
       this.#move(name, alt, e.message, rebuilt);
       return {rebuilt, member: name, from, replica: this.physical(name)};
     }
