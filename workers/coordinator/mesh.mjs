@@ -116,7 +116,7 @@ export class MeshCoordinator {
     const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
     const first = shardK(gen.params, ids, logprobs);
     const cached = Math.max(0, Math.min(opts.cached ?? 0, ids.length - 1));
-    const state = {sid, links, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0, widened: 0,
+    const state = {sid, links, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, restores: 0, abstains: 0, flagged: [], maxK: 0, widened: 0,
                    nextRow: null, rowsPrefetched: 0, pipelined: prefill === "pipelined", inFlight: 0,
                    // drafting: the rows seen so far, so a pass's drafts and pending token skip the embed fan-out
                    rows: lookup && !first.full && gen.params.grammar !== true ? new EmbedRows(this.E) : null, rowsCached: 0};
@@ -216,13 +216,35 @@ export class MeshCoordinator {
              ...(lookup || dm ? {speculative: {...(dm ? {draft: dm.knot, draftN, draftMs: spec.draftMs, draftPrimeMs: spec.draftPrimeMs ?? 0, ...draftMemory(drafter, dm)} : {lookup}),
                                                drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
                                                verifyPasses: spec.passes, ...(state.rows ? {rowsCached: state.rowsCached} : {})}} : {}),
-             reprefills: state.reprefills, failovers: links.failovers, abstains: state.abstains, widened: state.widened, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
+             reprefills: state.reprefills, restores: state.restores, failovers: links.failovers, abstains: state.abstains, widened: state.widened, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
     } finally {
       drafter?.free();
       gen.free();
       if (!kept) await this.#end(sid, links, state);
       for (const l of links.values()) l.close();
+      // the copies a failover left: the session ends there (their snapshot was needed until the
+      // new copies restored) now, or when its back-off ends (a copy backing off is not asked);
+      // this.left: those still to be told, each {physical, chain, notBefore} (session.mjs asks later)
+      const due = links.left.filter((x) => !this.health.down(x.physical));
+      this.left = [...(due.length ? await this.endLeft(sid, due) : []), ...links.left.filter((x) => !due.includes(x))]
+        .map((x) => ({...x, notBefore: this.health.state.get(x.physical)?.until ?? 0}));
     }
+  }
+
+  /**
+   * End session `sid` at station copies a failover left (routes.mjs RouteLinks.left:
+   * [{physical, chain}]; a chain's first leader passes it on). Returns the ones that did not
+   * answer, to be asked again (session.mjs: an alarm, while back-off lasts).
+   */
+  async endLeft(sid, left) {
+    const failed = [];
+    await Promise.all(left.map(async (x) => {
+      const l = this.connect(x.physical, sid);
+      try {
+        await l.request(encodeFrame({kind: "end", sid, reqId: 1, width: 0, flags: x.chain ? FLAG.chain : 0}), x.chain ? 5000 : 1000);
+      } catch { failed.push(x); } finally { l.close(); }
+    }));
+    return failed;
   }
 
   /** End session `sid` at every station (a held session the prefix index evicted; route: its replicas). */
@@ -242,23 +264,43 @@ export class MeshCoordinator {
 
   // Feed ids at positions [pos, pos + n) in chunks; returns the normed last row (allRows:
   // every row of the last chunk, normed: a verify pass fits one chunk). A pos below what was
-  // fed rewinds (the stations truncate their KV on that frame). A lost session at a station
-  // re-feeds everything before pos from position 0 once, then ids.
+  // fed rewinds (the stations truncate their KV on that frame). A member moved to another
+  // copy restores there: the feed goes on from the positions every station completed
+  // (state.fed; the stations ahead of it rewind to there). A lost session at a station, or a
+  // restore that found no snapshot, re-feeds everything before pos from position 0 once, then ids.
   async #feed(state, ids, pos, chunk, progress, allRows = false) {
     if (state.fed.length > pos) state.fed.length = pos;
     let history = null;  // the ids before pos, once a replay is needed
+    let restoring = null;  // recover()'s answer while the moved member restores from a snapshot
     for (;;) {
       try {
         if (history) {
           state.fed.length = 0;
           if (history.length) await this.#feedRaw(state, history, 0, chunk);
         }
-        return await this.#feedRaw(state, ids, pos, chunk, progress, allRows);
+        // a restore goes on after the chunks every station completed
+        const skip = restoring ? Math.max(0, Math.min(state.fed.length - pos, ids.length - 1)) : 0;
+        if (restoring) state.fed.length = pos + skip;
+        const xn = await this.#feedRaw(state, ids.slice(skip), pos + skip, chunk, progress && ((d) => progress(skip + d)), allRows);
+        if (restoring) state.ev({event: "restored", member: restoring.member, replica: restoring.replica, positions: pos + skip});
+        return xn;
       } catch (e) {
         // 409: the station no longer holds the session; 0: its link dropped (DO restarted) and a
         // resend failed; with replicas also a timeout or 5xx: the route moves the member to
-        // another copy (routes.mjs recover) and the token history is replayed there
-        if (!(e instanceof LinkError) || state.reprefills >= 2 * replicaCount(this.topology) || !state.links.recover(e)) throw e;
+        // another copy (routes.mjs recover), which restores from the failed copy's snapshot or
+        // has the token history replayed
+        if (!(e instanceof LinkError) || state.reprefills + state.restores >= 2 * replicaCount(this.topology)) throw e;
+        if (restoring && e.status === 409 && e.link === restoring.replica) {
+          // the new copy found no snapshot to restore from (the failed copy's was lost or unreadable)
+          state.ev({event: "failover", member: restoring.member, from: restoring.from, replica: restoring.replica,
+                    reason: `no snapshot to restore from: ${e.message}`, rebuilt: "replay"});
+          restoring = null;
+        } else {
+          const r = state.links.recover(e);
+          if (!r) throw e;
+          if (r.rebuilt === "restore" && !history) { restoring = r; state.restores++; continue; }
+          restoring = null;
+        }
         state.reprefills++;
         state.ev({event: "reprefill", reason: e.message, tokens: pos + ids.length});
         history ??= state.fed.slice(0, pos);
