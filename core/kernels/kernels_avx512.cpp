@@ -60,8 +60,10 @@ inline int32_t hsum256(__m256i v) {
 // Lane r of the result = sum of the 16 lanes of v[r] (exact integer adds).
 inline __m512i reduce16(const __m512i v[16]) {
   __m512i a[8], b[4];
+  KNOT_UNROLL
   for (int k = 0; k < 8; k++)  // per 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3]
     a[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+  KNOT_UNROLL
   for (int k = 0; k < 4; k++)  // per 128-bit lane L: [S_L(v4k), S_L(v4k+1), S_L(v4k+2), S_L(v4k+3)]
     b[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_epi64(a[2 * k], a[2 * k + 1]));
   const __m512i d01 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(1, 0, 1, 0)),
@@ -91,10 +93,20 @@ struct RowsQ4_0 {
   }
 };
 
+// Decode (one token): the 16 rows' block sums need a 16 -> 1 reduction per block, so the
+// kernel is bound by the weight stream (16 interleaved rows, ~13 KB per panel for 768
+// columns) rather than by vpdpwssd: the next panel is prefetched while this one runs
+// (a proportional slice of its bytes per block), and the 16 accumulators stay in
+// registers (fully unrolled row loop).
+constexpr int64_t PF_PANELS = 2;  // prefetch distance, in 16-row panels
+
 template <class F>
-void mm_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
-               int64_t nt, float* Y, int64_t ldy) {
+void mv_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* Y) {
   const int64_t nb = n / QK8_0;
+  const block_q16_0* a = (const block_q16_0*)act;
+  const uint8_t* const end = W + (size_t)nrows * rb;
+  const size_t panel = 16 * rb;
+  const size_t pf_step = (panel + (size_t)nb - 1) / (size_t)nb;  // bytes of a later panel per block
   for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
     const int nr = (int)std::min<int64_t>(16, nrows - r0);
     const uint8_t* row[16];
@@ -104,25 +116,24 @@ void mm_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint
       offs[r] = (int32_t)(row[r] - row[0]);
     }
     const __m512i voff = _mm512_load_si512(offs);
-    for (int64_t t = 0; t < nt; t++) {
-      const block_q16_0* a = (const block_q16_0*)(act + (size_t)t * ab);
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t i = 0; i < nb; i++) {  // hot loop: one block of 16 rows
-        const __m512i av = _mm512_loadu_si512((const void*)a[i].qs);
-        __m512i s[16];
-        for (int r = 0; r < 16; r++)
-          s[r] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), F::weights(row[r] + (size_t)i * F::BLOCK), av);
-        const __m512i sumi = reduce16(s);
-        // the 16 rows' fp16 block scales (low half of a 4-byte gather at each block)
-        const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + (size_t)i * F::BLOCK), 1);
-        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
-        const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(a[i].d));                // block_accum, lanewise:
-        acc = _mm512_add_ps(acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)));     // acc + (dw*da)*sumi
-      }
-      alignas(64) float o[16];
-      _mm512_store_ps(o, acc);
-      for (int r = 0; r < nr; r++) Y[t * ldy + r0 + r] = o[r];
+    const uint8_t* pf = row[0] + PF_PANELS * panel;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {  // hot loop: one block of 16 rows
+      for (size_t o = 0; o < pf_step; o += 64)
+        if (pf + o < end) _mm_prefetch((const char*)(pf + o), _MM_HINT_T0);
+      pf += pf_step;
+      const __m512i av = _mm512_loadu_si512((const void*)a[i].qs);
+      __m512i s[16];
+      KNOT_UNROLL
+      for (int r = 0; r < 16; r++)
+        s[r] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), F::weights(row[r] + (size_t)i * F::BLOCK), av);
+      const __m512i sumi = reduce16(s);
+      const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + (size_t)i * F::BLOCK), 1);
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(a[i].d));             // block_accum, lanewise:
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)));  // acc + (dw*da)*sumi
     }
+    _mm512_mask_storeu_ps(Y + r0, (__mmask16)((1u << nr) - 1), acc);
   }
 }
 
@@ -130,7 +141,7 @@ void mm_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint
 // int16 (for weight pair p of a block, one zmm holding that pair of all 16 rows), then
 // each token tile accumulates one block's sums for all 16 rows with 16 vpdpwssd against a
 // broadcast activation pair — no horizontal reduction. Same integer block sums and the
-// same lanewise block_accum as mm_rows16, so the same bits.
+// same lanewise block_accum as mv_rows16, so the same bits.
 
 // 16 x 16 dword transpose: out[p] lane r = in[r] lane p.
 inline void transpose16(const __m512i in[16], __m512i out[16]) {
@@ -192,7 +203,10 @@ inline void gemm_tile(const __m512i* pw, const __m512* pd, int64_t nb, const blo
 template <class F>
 void mm_gemm16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
                int64_t nt, float* Y, int64_t ldy) {
-  if (nt < 2) return mm_rows16<F>(n, W, rb, nrows, act, ab, nt, Y, ldy);
+  if (nt < 2) {
+    for (int64_t t = 0; t < nt; t++) mv_rows16<F>(n, W, rb, nrows, act + (size_t)t * ab, Y + t * ldy);
+    return;
+  }
   const int64_t nb = n / QK8_0;
   PackScratch& ps = g_pack;
   ps.w.resize((size_t)(nb * 16));
