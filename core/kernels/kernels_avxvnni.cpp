@@ -23,6 +23,12 @@ namespace knot {
 
 namespace {
 
+#if defined(__clang__)
+#define KNOT_UNROLL _Pragma("unroll")
+#else
+#define KNOT_UNROLL _Pragma("GCC unroll 16")
+#endif
+
 // Lane r of the result = sum of the 8 lanes of v[r] (exact integer adds).
 inline __m256i reduce8(const __m256i v[8]) {
   const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
@@ -48,11 +54,18 @@ struct RowsQ4_0 {
   }
 };
 
+// Decode streams 8 interleaved rows per panel; the panel PF_PANELS ahead is prefetched
+// (a proportional slice of its bytes per block), as the AVX-512 decode kernel does.
+constexpr int64_t PF_PANELS = 2;
+
 template <class F>
 void mm_rows8(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
               int64_t nt, float* Y, int64_t ldy) {
   const int64_t nb = n / QK8_0;
   const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+  const uint8_t* const end = W + (size_t)nrows * rb;
+  const size_t panel = 8 * rb;
+  const size_t pf_step = (panel + (size_t)nb - 1) / (size_t)nb;  // bytes of a later panel per block
   for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
     const int nr = (int)std::min<int64_t>(8, nrows - r0);
     const uint8_t* row[8];
@@ -64,11 +77,16 @@ void mm_rows8(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8
     const __m256i voff = _mm256_load_si256((const __m256i*)offs);
     for (int64_t t = 0; t < nt; t++) {
       const block_q16_0* a = (const block_q16_0*)(act + (size_t)t * ab);
+      const uint8_t* pf = t == 0 ? row[0] + PF_PANELS * panel : end;  // once per panel
       __m256 acc = _mm256_setzero_ps();
       for (int64_t i = 0; i < nb; i++) {  // hot loop: one block of 8 rows
+        for (size_t o = 0; o < pf_step; o += 64)
+          if (pf + o < end) _mm_prefetch((const char*)(pf + o), _MM_HINT_T0);
+        pf += pf_step;
         const __m256i a_lo = _mm256_loadu_si256((const __m256i*)a[i].qs);
         const __m256i a_hi = _mm256_loadu_si256((const __m256i*)(a[i].qs + 16));
         __m256i s[8];
+        KNOT_UNROLL
         for (int r = 0; r < 8; r++) {
           __m256i w_lo, w_hi;
           F::weights(row[r] + (size_t)i * F::BLOCK, w_lo, w_hi);
