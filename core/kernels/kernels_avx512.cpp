@@ -176,6 +176,7 @@ thread_local PackScratch g_pack;
 
 template <int TT>
 inline void gemm_tile(const __m512i* pw, const __m512* pd, int64_t nb, const block_q16_0* const* a, __m512* acc) {
+  KNOT_UNROLL
   for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; i++) {  // hot loop: one block, 16 rows x TT tokens
     __m512i s[TT];
@@ -199,6 +200,8 @@ inline void gemm_tile(const __m512i* pw, const __m512* pd, int64_t nb, const blo
     }
   }
 }
+
+constexpr int QT = 8;  // token tile of the Q4_0/Q8_0 prefill kernel
 
 template <class F>
 void mm_gemm16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
@@ -227,22 +230,23 @@ void mm_gemm16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint
       const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + (size_t)i * F::BLOCK), 1);
       ps.d[(size_t)i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
     }
-    for (int64_t t0 = 0; t0 < nt; t0 += 4) {
-      const int tt = (int)std::min<int64_t>(4, nt - t0);
-      const block_q16_0* a[4];
+    for (int64_t t0 = 0; t0 < nt; t0 += QT) {
+      const int tt = (int)std::min<int64_t>(QT, nt - t0);
+      const block_q16_0* a[QT];
       for (int t = 0; t < tt; t++) a[t] = (const block_q16_0*)(act + (size_t)(t0 + t) * ab);
-      __m512 acc[4];
-      switch (tt) {
+      __m512 acc[QT];
+      switch (tt) {  // 8 independent vpdpwssd chains per weight load; tails of 1..7 tokens
         case 1: gemm_tile<1>(ps.w.data(), ps.d.data(), nb, a, acc); break;
         case 2: gemm_tile<2>(ps.w.data(), ps.d.data(), nb, a, acc); break;
         case 3: gemm_tile<3>(ps.w.data(), ps.d.data(), nb, a, acc); break;
-        default: gemm_tile<4>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 4: gemm_tile<4>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 5: gemm_tile<5>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 6: gemm_tile<6>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 7: gemm_tile<7>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        default: gemm_tile<8>(ps.w.data(), ps.d.data(), nb, a, acc); break;
       }
-      for (int t = 0; t < tt; t++) {
-        alignas(64) float o[16];
-        _mm512_store_ps(o, acc[t]);
-        for (int r = 0; r < nr; r++) Y[(t0 + t) * ldy + r0 + r] = o[r];
-      }
+      const __mmask16 keep = (__mmask16)((1u << nr) - 1);
+      for (int t = 0; t < tt; t++) _mm512_mask_storeu_ps(Y + (t0 + t) * ldy + r0, keep, acc[t]);
     }
   }
 }
