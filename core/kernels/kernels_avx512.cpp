@@ -12,7 +12,7 @@
 //     vpmaddubsw (u8 weights x s8 activations, pairs <= 2*63*128, no saturation) then
 //     vpdpwssd with the sub-block scales; integer block sums exact, block_accum* in scalar.
 //   Q4_K / Q6_K prefill (2+ tokens): 16-row x 8-token vpdpbusd tiles (mm, see below).
-//   Q8_K activations: a 16-lane quantizer with the scalar one's bytes.
+//   Q8_K and Q16_0 activations: 16-lane quantizers with the scalar ones' bytes.
 // Float weights, Q5_K and the Q8_0-activation vec_dot stay on the AVX2 kernels.
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -553,9 +553,14 @@ void quant_q8_K_avx512(const float* x, void* dst, int64_t n) {
   const float* x0 = x;
   for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
     __m512 m = _mm512_setzero_ps();
-    for (int j = 0; j < QK_K; j += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + j)));
+    __mmask16 bad = 0;  // vmaxps drops a NaN of its first operand, so test every lane
+    for (int j = 0; j < QK_K; j += 16) {
+      const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + j));
+      bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(INFINITY), _CMP_NLT_UQ);
+      m = _mm512_max_ps(m, a);
+    }
     const float amax = _mm512_reduce_max_ps(m);
-    if (!(amax < INFINITY)) {  // inf or nan: the scalar quantizer throws, naming the row index
+    if (bad) {  // inf or nan: the scalar quantizer throws, naming the row index
       quantize_row(DType::Q8_K, x0, dst, n);
       return;
     }
@@ -574,6 +579,39 @@ void quant_q8_K_avx512(const float* x, void* dst, int64_t n) {
       _mm_storeu_si128((__m128i*)(y[i].qs + 16 * g), _mm512_cvtsepi32_epi8(q));
     }
     y[i].d = 1.f / iscale;
+  }
+}
+
+// ---- Q16_0 activation quantizer: quantize_block_q16_0's bytes, 16 lanes. Per 32-block
+// amax in SIMD (max is exact), then d = amax/32767 and id = 1/d in scalar f32 as the
+// scalar code does, q = round-to-nearest-even(x*id) (vcvtps2dq under the default MXCSR,
+// as nearbyint) clamped to +-32767; blocks with amax < 1e-30 (zero, or 1/d near
+// overflow) take the scalar block quantizer. Rows with inf/nan go to the scalar quantizer, which
+// throws naming the index.
+void quant_q16_0_avx512(const float* x, void* dst, int64_t n) {
+  const __m512 vinf = _mm512_set1_ps(INFINITY);
+  for (int64_t j = 0; j < n; j += 16)
+    if (_mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + j)), vinf, _CMP_NLT_UQ)) {
+      quantize_act_row(ActFormat::Q16_0, x, dst, n);  // throws
+      return;
+    }
+  block_q16_0* y = (block_q16_0*)dst;
+  const __m512i kmax = _mm512_set1_epi32(32767), kmin = _mm512_set1_epi32(-32767);
+  for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+    const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    if (!(amax >= 1e-30f)) {  // zero or tiny (1/d may overflow): the scalar block
+      quantize_block_q16_0(x, y + i);
+      continue;
+    }
+    const float d = amax / 32767.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i q0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, vid)), kmax), kmin);
+    const __m512i q1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, vid)), kmax), kmin);
+    y[i].d = d;
+    _mm256_storeu_si256((__m256i*)y[i].qs, _mm512_cvtepi32_epi16(q0));
+    _mm256_storeu_si256((__m256i*)(y[i].qs + 16), _mm512_cvtepi32_epi16(q1));
   }
 }
 
@@ -600,6 +638,7 @@ DotKernels make_avx512_table() {
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_avx512;
   k.mm[type_index(DType::Q6_K)] = mm_q6_K_avx512;
   k.quant_act[(int)ActFormat::Q8_K] = quant_q8_K_avx512;
+  k.quant_act[(int)ActFormat::Q16_0] = quant_q16_0_avx512;
   k.mm_min_tokens = 1;  // the 16-row kernels are the decode (one token) path too
   return k;
 }
