@@ -3,7 +3,8 @@
 // Integer block dots are exact; per-block float combine is the shared scalar
 // block_accum_* with contraction off, so results equal kernels_generic.cpp bit for bit.
 // Multi-token (NT <= 4): each weight block is loaded and unpacked once, then multiplied
-// with every token's activation block.
+// with every token's activation block. Q4_0/Q8_0 decode (one token) runs the 8-row
+// lanes-as-rows kernel in mv[] (no per-row horizontal sum per block).
 #if defined(__x86_64__) || defined(__i386__)
 
 #include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file

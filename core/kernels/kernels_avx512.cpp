@@ -3,11 +3,16 @@
 // -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c (CMakeLists.txt). The table is kDotAvx2
 // with these slots replaced:
 //   Q4_0 / Q8_0 x Q16_0: one batched kernel for decode AND prefill (mm, also for a single
-//     token): 16 weight rows at a time, one row per 32-bit lane. Per 32-weight block and
-//     row, vpdpwssd of the int16-widened weights with the int16 activations (exact), a
-//     16 -> 1 transpose-add tree puts the 16 rows' block sums into one vector, and the
-//     per-block float combine runs on the 16 lanes with exactly block_accum's operations
-//     in block order (contraction off) — so every row equals the scalar dot bit for bit.
+//     token). Decode: 16 weight rows at a time, one row per 32-bit lane. Per 32-weight
+//     block and row, vpdpwssd of the int16-widened weights with the int16 activations
+//     (exact), a 16 -> 1 transpose-add tree puts the 16 rows' block sums into one vector,
+//     and the per-block float combine runs on the 16 lanes with exactly block_accum's
+//     operations in block order (contraction off) — so every row equals the scalar dot
+//     bit for bit; the panel two ahead is prefetched. Prefill: pair-major int16 panels,
+//     16 rows x 8 tokens of vpdpwssd (below). int16 activations are why these stay 16-bit:
+//     an 8-bit vpdpbusd tile on Q16_0 needs two dots (high and low byte) per product, the
+//     same 32 products per instruction as vpdpwssd; twice that needs int8 (Q8_0)
+//     activations, a numerics change (kernels.h).
 //   Q4_K / Q6_K x Q8_K: 512-bit dot kernels (NT <= 4 tokens share each weight decode):
 //     vpmaddubsw (u8 weights x s8 activations, pairs <= 2*63*128, no saturation) then
 //     vpdpwssd with the sub-block scales; integer block sums exact, block_accum* in scalar.
