@@ -44,6 +44,7 @@ function coordinator(env, text = null, counter = new Counter(), snapshot = {}) {
   // recovered is used at once; with replicas the route's back-off holds for the session too
   const health = new Health(timeouts).merge(replicaCount(topology) > 1 ? snapshot : {});
   health.onFail = (name, reason) => { index(env).report(name, reason).catch(() => {}); };
+  health.onOk = (name) => { index(env).recovered(name).catch(() => {}); };
   return new MeshCoordinator({topology, text, counter, timeouts, health,
     connect: (name, sid) => new Link(name, peerFetcher(env, "M", name, memberOf(topology, name)), {mode, counter, sid})});
 }
