@@ -5,6 +5,8 @@
 // Multi-token (NT <= 4): each weight block is loaded and unpacked once, then multiplied
 // with every token's activation block. Prefill (matmul, 2+ tokens) has batched kernels:
 // Q4_0/Q8_0 x Q16_0 (int16 rows) and Q4_K/Q6_K x Q8_K (8-row x 8-token maddubs tiles).
+// Q4_0/Q8_0 decode (one token) runs the 8-row lanes-as-rows kernel in mv[] (no per-row
+// horizontal sum per block).
 #if defined(__x86_64__) || defined(__i386__)
 
 #include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
@@ -420,7 +422,71 @@ void mm_avx2(int64_t n, const uint8_t* Wt, size_t rb, int64_t nrows, const uint8
   }
 }
 
+// Decode (one token, mv[]): 8 weight rows at a time, one row per 32-bit lane. Per
+// 32-weight block and row two madd of the int16-widened weights with the int16
+// activations (exact, pairs <= 2^24), a hadd tree puts the 8 rows' block sums into one
+// vector, block_accum runs on the 8 lanes in block order (contraction off): every row
+// equals the scalar dot bit for bit, and there is no per-row horizontal sum and scalar
+// combine per block. The panel PF_PANELS ahead is prefetched (a slice per block).
+constexpr int64_t PF_PANELS = 2;
+
+inline __m256i reduce8(const __m256i v[8]) {  // lane r = sum of the 8 lanes of v[r]
+  const __m256i x = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i y = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(x, y, 0x20), _mm256_permute2x128_si256(x, y, 0x31));
+}
+
+template <class WBlock>
+void mv_rows8(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* Y) {
+  const int64_t nb = n / QK8_0;
+  const block_q16_0* a = (const block_q16_0*)act;
+  const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+  const uint8_t* const end = W + (size_t)nrows * rb;
+  const size_t panel = 8 * rb;
+  const size_t pf_step = (panel + (size_t)nb - 1) / (size_t)nb;
+  for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
+    const int nr = (int)std::min<int64_t>(8, nrows - r0);
+    const WBlock* row[8];
+    alignas(32) int32_t offs[8];
+    for (int r = 0; r < 8; r++) {  // rows past the end repeat the last one; not stored
+      row[r] = (const WBlock*)(W + (size_t)(r0 + std::min(r, nr - 1)) * rb);
+      offs[r] = (int32_t)((const uint8_t*)row[r] - (const uint8_t*)row[0]);
+    }
+    const __m256i voff = _mm256_load_si256((const __m256i*)offs);
+    const uint8_t* pf = (const uint8_t*)row[0] + PF_PANELS * panel;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {  // hot loop: one block of 8 rows
+      for (size_t o = 0; o < pf_step; o += 64)
+        if (pf + o < end) _mm_prefetch((const char*)(pf + o), _MM_HINT_T0);
+      pf += pf_step;
+      __m256i s[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {
+        __m256i w_lo, w_hi;
+        unpack_w(row[r][i], w_lo, w_hi);
+        s[r] = dot_i16x32(w_lo, w_hi, a[i].qs);
+      }
+      const __m256i sumi = reduce8(s);
+      const __m256i d32 = _mm256_and_si256(_mm256_i32gather_epi32((const int*)&row[0][i], voff, 1), lo16);
+      const __m256i d16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(d32, d32), 0x08);  // 8 halves low
+      const __m256 dw = _mm256_cvtph_ps(_mm256_castsi256_si128(d16));
+      const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(a[i].d));             // block_accum, lanewise:
+      acc = _mm256_add_ps(acc, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi)));  // acc + (dw*da)*sumi
+    }
+    alignas(32) float o[8];
+    _mm256_store_ps(o, acc);
+    for (int r = 0; r < nr; r++) Y[r0 + r] = o[r];
+  }
+}
+
 }  // namespace
+
+static void mv_q4_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t, int64_t, float* Y, int64_t) {
+  mv_rows8<block_q4_0>(n, W, rb, nr, a, Y);
+}
+static void mv_q8_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t, int64_t, float* Y, int64_t) {
+  mv_rows8<block_q8_0>(n, W, rb, nr, a, Y);
+}
 
 static void mm_q4_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
   mm_avx2<FmtQ4_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
@@ -748,6 +814,8 @@ static constexpr DotKernels make_avx2_table() {
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_avx2;
   k.mm[type_index(DType::Q6_K)] = mm_q6_K_avx2;
   k.quant_act[(int)ActFormat::Q8_K] = quant_q8_K_avx2;
+  k.mv[type_index(DType::Q4_0)] = mv_q4_0_avx2;
+  k.mv[type_index(DType::Q8_0)] = mv_q8_0_avx2;
   return k;
 }
 

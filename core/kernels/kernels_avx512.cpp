@@ -3,16 +3,21 @@
 // -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c (CMakeLists.txt). The table is kDotAvx2
 // with these slots replaced:
 //   Q4_0 / Q8_0 x Q16_0: one batched kernel for decode AND prefill (mm, also for a single
-//     token): 16 weight rows at a time, one row per 32-bit lane. Per 32-weight block and
-//     row, vpdpwssd of the int16-widened weights with the int16 activations (exact), a
-//     16 -> 1 transpose-add tree puts the 16 rows' block sums into one vector, and the
-//     per-block float combine runs on the 16 lanes with exactly block_accum's operations
-//     in block order (contraction off) — so every row equals the scalar dot bit for bit.
+//     token). Decode: 16 weight rows at a time, one row per 32-bit lane. Per 32-weight
+//     block and row, vpdpwssd of the int16-widened weights with the int16 activations
+//     (exact), a 16 -> 1 transpose-add tree puts the 16 rows' block sums into one vector,
+//     and the per-block float combine runs on the 16 lanes with exactly block_accum's
+//     operations in block order (contraction off) — so every row equals the scalar dot
+//     bit for bit; the panel two ahead is prefetched. Prefill: pair-major int16 panels,
+//     16 rows x 8 tokens of vpdpwssd (below). int16 activations are why these stay 16-bit:
+//     an 8-bit vpdpbusd tile on Q16_0 needs two dots (high and low byte) per product, the
+//     same 32 products per instruction as vpdpwssd; twice that needs int8 (Q8_0)
+//     activations, a numerics change (kernels.h).
 //   Q4_K / Q6_K x Q8_K: 512-bit dot kernels (NT <= 4 tokens share each weight decode):
 //     vpmaddubsw (u8 weights x s8 activations, pairs <= 2*63*128, no saturation) then
 //     vpdpwssd with the sub-block scales; integer block sums exact, block_accum* in scalar.
 //   Q4_K / Q6_K prefill (2+ tokens): 16-row x 8-token vpdpbusd tiles (mm, see below).
-//   Q8_K activations: a 16-lane quantizer with the scalar one's bytes.
+//   Q8_K and Q16_0 activations: 16-lane quantizers with the scalar ones' bytes.
 // Float weights, Q5_K and the Q8_0-activation vec_dot stay on the AVX2 kernels.
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -60,8 +65,10 @@ inline int32_t hsum256(__m256i v) {
 // Lane r of the result = sum of the 16 lanes of v[r] (exact integer adds).
 inline __m512i reduce16(const __m512i v[16]) {
   __m512i a[8], b[4];
+  KNOT_UNROLL
   for (int k = 0; k < 8; k++)  // per 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3]
     a[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]), _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]));
+  KNOT_UNROLL
   for (int k = 0; k < 4; k++)  // per 128-bit lane L: [S_L(v4k), S_L(v4k+1), S_L(v4k+2), S_L(v4k+3)]
     b[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * k], a[2 * k + 1]), _mm512_unpackhi_epi64(a[2 * k], a[2 * k + 1]));
   const __m512i d01 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], _MM_SHUFFLE(1, 0, 1, 0)),
@@ -91,10 +98,20 @@ struct RowsQ4_0 {
   }
 };
 
+// Decode (one token): the 16 rows' block sums need a 16 -> 1 reduction per block, so the
+// kernel is bound by the weight stream (16 interleaved rows, ~13 KB per panel for 768
+// columns) rather than by vpdpwssd: the next panel is prefetched while this one runs
+// (a proportional slice of its bytes per block), and the 16 accumulators stay in
+// registers (fully unrolled row loop).
+constexpr int64_t PF_PANELS = 2;  // prefetch distance, in 16-row panels
+
 template <class F>
-void mm_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
-               int64_t nt, float* Y, int64_t ldy) {
+void mv_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* Y) {
   const int64_t nb = n / QK8_0;
+  const block_q16_0* a = (const block_q16_0*)act;
+  const uint8_t* const end = W + (size_t)nrows * rb;
+  const size_t panel = 16 * rb;
+  const size_t pf_step = (panel + (size_t)nb - 1) / (size_t)nb;  // bytes of a later panel per block
   for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
     const int nr = (int)std::min<int64_t>(16, nrows - r0);
     const uint8_t* row[16];
@@ -104,25 +121,24 @@ void mm_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint
       offs[r] = (int32_t)(row[r] - row[0]);
     }
     const __m512i voff = _mm512_load_si512(offs);
-    for (int64_t t = 0; t < nt; t++) {
-      const block_q16_0* a = (const block_q16_0*)(act + (size_t)t * ab);
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t i = 0; i < nb; i++) {  // hot loop: one block of 16 rows
-        const __m512i av = _mm512_loadu_si512((const void*)a[i].qs);
-        __m512i s[16];
-        for (int r = 0; r < 16; r++)
-          s[r] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), F::weights(row[r] + (size_t)i * F::BLOCK), av);
-        const __m512i sumi = reduce16(s);
-        // the 16 rows' fp16 block scales (low half of a 4-byte gather at each block)
-        const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + (size_t)i * F::BLOCK), 1);
-        const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
-        const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(a[i].d));                // block_accum, lanewise:
-        acc = _mm512_add_ps(acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)));     // acc + (dw*da)*sumi
-      }
-      alignas(64) float o[16];
-      _mm512_store_ps(o, acc);
-      for (int r = 0; r < nr; r++) Y[t * ldy + r0 + r] = o[r];
+    const uint8_t* pf = row[0] + PF_PANELS * panel;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {  // hot loop: one block of 16 rows
+      for (size_t o = 0; o < pf_step; o += 64)
+        if (pf + o < end) _mm_prefetch((const char*)(pf + o), _MM_HINT_T0);
+      pf += pf_step;
+      const __m512i av = _mm512_loadu_si512((const void*)a[i].qs);
+      __m512i s[16];
+      KNOT_UNROLL
+      for (int r = 0; r < 16; r++)
+        s[r] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), F::weights(row[r] + (size_t)i * F::BLOCK), av);
+      const __m512i sumi = reduce16(s);
+      const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + (size_t)i * F::BLOCK), 1);
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(a[i].d));             // block_accum, lanewise:
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)));  // acc + (dw*da)*sumi
     }
+    _mm512_mask_storeu_ps(Y + r0, (__mmask16)((1u << nr) - 1), acc);
   }
 }
 
@@ -130,7 +146,7 @@ void mm_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint
 // int16 (for weight pair p of a block, one zmm holding that pair of all 16 rows), then
 // each token tile accumulates one block's sums for all 16 rows with 16 vpdpwssd against a
 // broadcast activation pair — no horizontal reduction. Same integer block sums and the
-// same lanewise block_accum as mm_rows16, so the same bits.
+// same lanewise block_accum as mv_rows16, so the same bits.
 
 // 16 x 16 dword transpose: out[p] lane r = in[r] lane p.
 inline void transpose16(const __m512i in[16], __m512i out[16]) {
@@ -165,6 +181,7 @@ thread_local PackScratch g_pack;
 
 template <int TT>
 inline void gemm_tile(const __m512i* pw, const __m512* pd, int64_t nb, const block_q16_0* const* a, __m512* acc) {
+  KNOT_UNROLL
   for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < nb; i++) {  // hot loop: one block, 16 rows x TT tokens
     __m512i s[TT];
@@ -189,10 +206,15 @@ inline void gemm_tile(const __m512i* pw, const __m512* pd, int64_t nb, const blo
   }
 }
 
+constexpr int QT = 8;  // token tile of the Q4_0/Q8_0 prefill kernel
+
 template <class F>
 void mm_gemm16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
                int64_t nt, float* Y, int64_t ldy) {
-  if (nt < 2) return mm_rows16<F>(n, W, rb, nrows, act, ab, nt, Y, ldy);
+  if (nt < 2) {
+    for (int64_t t = 0; t < nt; t++) mv_rows16<F>(n, W, rb, nrows, act + (size_t)t * ab, Y + t * ldy);
+    return;
+  }
   const int64_t nb = n / QK8_0;
   PackScratch& ps = g_pack;
   ps.w.resize((size_t)(nb * 16));
@@ -213,22 +235,23 @@ void mm_gemm16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint
       const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + (size_t)i * F::BLOCK), 1);
       ps.d[(size_t)i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
     }
-    for (int64_t t0 = 0; t0 < nt; t0 += 4) {
-      const int tt = (int)std::min<int64_t>(4, nt - t0);
-      const block_q16_0* a[4];
+    for (int64_t t0 = 0; t0 < nt; t0 += QT) {
+      const int tt = (int)std::min<int64_t>(QT, nt - t0);
+      const block_q16_0* a[QT];
       for (int t = 0; t < tt; t++) a[t] = (const block_q16_0*)(act + (size_t)(t0 + t) * ab);
-      __m512 acc[4];
-      switch (tt) {
+      __m512 acc[QT];
+      switch (tt) {  // 8 independent vpdpwssd chains per weight load; tails of 1..7 tokens
         case 1: gemm_tile<1>(ps.w.data(), ps.d.data(), nb, a, acc); break;
         case 2: gemm_tile<2>(ps.w.data(), ps.d.data(), nb, a, acc); break;
         case 3: gemm_tile<3>(ps.w.data(), ps.d.data(), nb, a, acc); break;
-        default: gemm_tile<4>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 4: gemm_tile<4>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 5: gemm_tile<5>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 6: gemm_tile<6>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        case 7: gemm_tile<7>(ps.w.data(), ps.d.data(), nb, a, acc); break;
+        default: gemm_tile<8>(ps.w.data(), ps.d.data(), nb, a, acc); break;
       }
-      for (int t = 0; t < tt; t++) {
-        alignas(64) float o[16];
-        _mm512_store_ps(o, acc[t]);
-        for (int r = 0; r < nr; r++) Y[(t0 + t) * ldy + r0 + r] = o[r];
-      }
+      const __mmask16 keep = (__mmask16)((1u << nr) - 1);
+      for (int t = 0; t < tt; t++) _mm512_mask_storeu_ps(Y + (t0 + t) * ldy + r0, keep, acc[t]);
     }
   }
 }
@@ -564,6 +587,39 @@ void quant_q8_K_avx512(const float* x, void* dst, int64_t n) {
   }
 }
 
+// ---- Q16_0 activation quantizer: quantize_block_q16_0's bytes, 16 lanes. Per 32-block
+// amax in SIMD (max is exact), then d = amax/32767 and id = 1/d in scalar f32 as the
+// scalar code does, q = round-to-nearest-even(x*id) (vcvtps2dq under the default MXCSR,
+// as nearbyint) clamped to +-32767; blocks with amax < 1e-30 (zero, or 1/d near
+// overflow) take the scalar block quantizer. Rows with inf/nan go to the scalar quantizer, which
+// throws naming the index.
+void quant_q16_0_avx512(const float* x, void* dst, int64_t n) {
+  const __m512 vinf = _mm512_set1_ps(INFINITY);
+  for (int64_t j = 0; j < n; j += 16)
+    if (_mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + j)), vinf, _CMP_NLT_UQ)) {
+      quantize_act_row(ActFormat::Q16_0, x, dst, n);  // throws
+      return;
+    }
+  block_q16_0* y = (block_q16_0*)dst;
+  const __m512i kmax = _mm512_set1_epi32(32767), kmin = _mm512_set1_epi32(-32767);
+  for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+    const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    if (!(amax >= 1e-30f)) {  // zero or tiny (1/d may overflow): the scalar block
+      quantize_block_q16_0(x, y + i);
+      continue;
+    }
+    const float d = amax / 32767.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i q0 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x0, vid)), kmax), kmin);
+    const __m512i q1 = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(x1, vid)), kmax), kmin);
+    y[i].d = d;
+    _mm256_storeu_si256((__m256i*)y[i].qs, _mm512_cvtepi32_epi16(q0));
+    _mm256_storeu_si256((__m256i*)(y[i].qs + 16), _mm512_cvtepi32_epi16(q1));
+  }
+}
+
 #define KNOT_NT_DISPATCH(name, tmpl)                                                     \
   void name(int64_t n, const void* w, const void* const* act, int nt, float* out) {      \
     switch (nt) {                                                                        \
@@ -587,6 +643,7 @@ DotKernels make_avx512_table() {
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_avx512;
   k.mm[type_index(DType::Q6_K)] = mm_q6_K_avx512;
   k.quant_act[(int)ActFormat::Q8_K] = quant_q8_K_avx512;
+  k.quant_act[(int)ActFormat::Q16_0] = quant_q16_0_avx512;
   k.mm_min_tokens = 1;  // the 16-row kernels are the decode (one token) path too
   return k;
 }

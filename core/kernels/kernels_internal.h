@@ -53,12 +53,15 @@ typedef void (*act_q_fn)(const float* x, void* dst, int64_t n);
 //   dot[t]       weights t x vec_dot_type(t) activations (every storage type)
 //   dot_q16[t]   weights t x Q16_0 activations, for types whose act format is Q16_0
 //   mm[t]        batched prefill kernel (may be nullptr: matmul_rows tiles the dot)
+//   mv[t]        decode kernel: an mm_fn called with nt == 1, for single-token chunks that
+//                mm[] does not take (mm_min_tokens > 1); may be nullptr (dot per row)
 //   quant_act[f] SIMD activation quantizer of format f (may be nullptr: scalar one)
 struct DotKernels {
   const char* name = "scalar";  // back end, for reports ("avx2", "wasm-simd128", ...)
   dot_fn dot[kDTypeSlots] = {};
   dot_fn dot_q16[kDTypeSlots] = {};
   mm_fn mm[kDTypeSlots] = {};
+  mm_fn mv[kDTypeSlots] = {};
   act_q_fn quant_act[kActFormats] = {};
   int mm_min_tokens = 2;  // matmul_rows uses mm[] for chunks of at least this many tokens
 };

@@ -418,6 +418,41 @@ TEST(KernelsDot, Q16ActivationsForQ4_0AndQ8_0) {
 // Batched prefill kernels (Simd matmul with >= 2 tokens and rows of whole 256-blocks)
 // equal Scalar bit for bit on row counts off the 4/16-row tiles, odd token counts, a
 // token count crossing the 64-token chunk, and a row slice starting mid-tile.
+// Every usable SIMD table's activation quantizers (Q8_K, Q16_0) give the scalar ones' bytes:
+// gaussian rows at several scales, exact .5 ties, all-zero and tiny blocks, lone large
+// values; and a non-finite value still throws.
+TEST(KernelsDot, SimdActivationQuantizersMatchScalarBytes) {
+  NamedKernels tables[4];
+  const int n = usable_simd_tables(tables);
+  const int64_t cols = 1024;
+  for (int v = 0; v < n; v++) {
+    for (ActFormat f : {ActFormat::Q8_K, ActFormat::Q16_0}) {
+      if (!tables[v].table->quant_act[(int)f]) continue;
+      const size_t ab = act_row_bytes(f, cols);
+      for (int rep = 0; rep < 6; rep++) {
+        std::vector<float> x = gauss((size_t)cols, 300 + (uint32_t)rep, rep == 1 ? 1e-3f : (rep == 2 ? 40.f : 1.5f));
+        if (rep == 3)
+          for (int64_t i = 0; i < cols; i++) x[(size_t)i] = (float)((i % 65) - 32) * 0.5f;  // ties
+        if (rep == 4) {
+          for (int64_t i = 0; i < 64; i++) x[(size_t)i] = 0.f;         // zero blocks
+          for (int64_t i = 64; i < 96; i++) x[(size_t)i] = 1e-35f;     // tiny block
+          for (int64_t i = 96; i < 128; i++) x[(size_t)i] = i == 100 ? -1e30f : 1.f;  // lone large
+        }
+        if (rep == 5)
+          for (int64_t i = 0; i < cols; i++) x[(size_t)i] = i % 7 == 0 ? -3.f : 3.f;  // equal magnitudes
+        std::vector<uint8_t> qs(ab), qv(ab);
+        quantize_act_row(f, x.data(), qs.data(), cols);
+        quantize_act_row(*tables[v].table, f, x.data(), qv.data(), cols);
+        ASSERT_EQ(0, std::memcmp(qs.data(), qv.data(), ab)) << tables[v].name << " " << act_format_name(f) << " rep " << rep;
+      }
+      std::vector<float> bad = gauss((size_t)cols, 7, 1.f);
+      bad[700] = std::nanf("");
+      std::vector<uint8_t> q(ab);
+      EXPECT_THROW(quantize_act_row(*tables[v].table, f, bad.data(), q.data(), cols), Error) << tables[v].name;
+    }
+  }
+}
+
 TEST(KernelsDot, BatchedMatmulMatchesScalarOddShapes) {
   const int64_t cols = 512;
   for (DType t : block_weight_types()) {
