@@ -265,6 +265,7 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
   if (!dot) fail(std::string("no matmul kernel for weight type ") + dtype_name(wtype));
   const mm_fn mm = pick_mm_batch(dot_kernels(k), wtype);
   const int64_t mm_min = dot_kernels(k).mm_min_tokens;
+  const mv_fn mv = pick_mv(dot_kernels(k), wtype);
   const int64_t ROW_TILE = 16;  // weight rows kept in cache while every token tile passes
   for (int64_t c0 = 0; c0 < ntok; c0 += TOK_CHUNK) {
     const int64_t nc = std::min(TOK_CHUNK, ntok - c0);
@@ -278,6 +279,10 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
     }
     if (mm && nc >= mm_min && cols % 256 == 0) {  // batched kernel: all tokens of the chunk at once
       mm(cols, Wb + (size_t)row_begin * rb, rb, nout, acts_base, ab, nc, Y + c0 * nout, nout);
+      continue;
+    }
+    if (mv && nc == 1) {  // decode: the multi-row mat-vec kernel
+      mv(cols, Wb + (size_t)row_begin * rb, rb, nout, acts_base, Y + c0 * nout);
       continue;
     }
     for (int64_t rt = row_begin; rt < row_end; rt += ROW_TILE) {

@@ -44,6 +44,11 @@ static_assert(sizeof(block_q16_0) == 68, "block_q16_0 size");
 typedef void (*mm_fn)(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act,
                       size_t ab, int64_t nt, float* Y, int64_t ldy);
 
+// Mat-vec kernel (decode, one token): y[r] = dot(row r of W, act) for r < nrows, rows rb
+// bytes apart, act one row in act_format. Must equal the table's dot_fn (nt = 1) for every
+// row bit for bit. Optional (nullptr: matmul_rows loops the dot_fn over the rows).
+typedef void (*mv_fn)(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* y);
+
 // Activation quantizer: dst = n floats in an ActFormat (n a multiple of its block).
 // A SIMD one must equal the scalar one byte for byte (nullptr: use the scalar one).
 typedef void (*act_q_fn)(const float* x, void* dst, int64_t n);
@@ -53,12 +58,14 @@ typedef void (*act_q_fn)(const float* x, void* dst, int64_t n);
 //   dot[t]       weights t x vec_dot_type(t) activations (every storage type)
 //   dot_q16[t]   weights t x Q16_0 activations, for types whose act format is Q16_0
 //   mm[t]        batched prefill kernel (may be nullptr: matmul_rows tiles the dot)
+//   mv[t]        multi-row mat-vec kernel for one token (may be nullptr: the dot per row)
 //   quant_act[f] SIMD activation quantizer of format f (may be nullptr: scalar one)
 struct DotKernels {
   const char* name = "scalar";  // back end, for reports ("avx2", "wasm-simd128", ...)
   dot_fn dot[kDTypeSlots] = {};
   dot_fn dot_q16[kDTypeSlots] = {};
   mm_fn mm[kDTypeSlots] = {};
+  mv_fn mv[kDTypeSlots] = {};
   act_q_fn quant_act[kActFormats] = {};
   int mm_min_tokens = 2;  // matmul_rows uses mm[] for chunks of at least this many tokens
 };
@@ -66,6 +73,10 @@ struct DotKernels {
 inline mm_fn pick_mm_batch(const DotKernels& k, DType t) {
   const int i = type_index(t);
   return i >= 0 && i < kDTypeSlots ? k.mm[i] : nullptr;
+}
+inline mv_fn pick_mv(const DotKernels& k, DType t) {
+  const int i = type_index(t);
+  return i >= 0 && i < kDTypeSlots ? k.mv[i] : nullptr;
 }
 
 // Activation format matvec/matmul feed the kernels for weight type wtype (the traits'
