@@ -343,6 +343,75 @@ static void q5_K_wasm(int64_t n, const void* w, const void* const* act, float* o
 }
 
 
+// ---- Q4_K mat-vec (decode) x Q8_K: 4 weight rows per pass share the widened activations.
+// Per 32-weight sub-block and row the integer dot is accumulated unscaled (q 0..15) and
+// multiplied by the 6-bit scale once in i32 (exact: |.| < 2^31); the 4 rows' block sums
+// and min corrections are transposed into i32x4 lanes = rows and the float combine runs
+// lanewise with the operations and order of block_accum_kmin, so each lane equals the dot
+// kernel's result for its row bit for bit. Rows beyond the last multiple of 4: the dot.
+static inline v128_t lane_i16_to_i32(v128_t v, int j) {  // splat of u16 lane j as i32
+  switch (j) {
+    case 0: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 0, 8, 0, 8, 0, 8, 0, 8);
+    case 1: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 1, 8, 1, 8, 1, 8, 1, 8);
+    case 2: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 2, 8, 2, 8, 2, 8, 2, 8);
+    case 3: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 3, 8, 3, 8, 3, 8, 3, 8);
+    case 4: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 4, 8, 4, 8, 4, 8, 4, 8);
+    case 5: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 5, 8, 5, 8, 5, 8, 5, 8);
+    case 6: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 6, 8, 6, 8, 6, 8, 6, 8);
+    default: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 7, 8, 7, 8, 7, 8, 7, 8);
+  }
+}
+
+static void mv_q4_K_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* y) {
+  const block_q8_K* a = (const block_q8_K*)act;
+  const int64_t nb = n / QK_K;
+  const v128_t m4 = wasm_i16x8_splat(0x0F), zero = wasm_i32x4_splat(0);
+  int64_t r = 0;
+  for (; r + 4 <= nrows; r += 4) {
+    const block_q4_K* x[4];
+    for (int k = 0; k < 4; k++) x[k] = (const block_q4_K*)(W + (size_t)(r + k) * rb);
+    v128_t acc = wasm_f32x4_splat(0.f);
+    for (int64_t i = 0; i < nb; i++) {
+      KScales ks[4];
+      for (int k = 0; k < 4; k++) ks[k] = k4_scales_wasm(x[k][i].scales);
+      const int8_t* aq = a[i].qs;
+      v128_t isum[4] = {zero, zero, zero, zero};
+      for (int c = 0; c < 4; c++) {  // 64 weights: sub-block 2c (low nibbles), 2c+1 (high)
+        v128_t dlo[4] = {zero, zero, zero, zero}, dhi[4] = {zero, zero, zero, zero};
+#pragma clang loop unroll(disable)
+        for (int g = 0; g < 4; g++) {  // hot loop: 8 bytes -> 8 low + 8 high weights x 4 rows
+          const v128_t alo = wasm_i16x8_load8x8(aq + 64 * c + 8 * g), ahi = wasm_i16x8_load8x8(aq + 64 * c + 32 + 8 * g);
+          for (int k = 0; k < 4; k++) {
+            const v128_t q = wasm_u16x8_load8x8(x[k][i].qs + 32 * c + 8 * g);
+            dlo[k] = wasm_i32x4_add(dlo[k], wasm_i32x4_dot_i16x8(wasm_v128_and(q, m4), alo));
+            dhi[k] = wasm_i32x4_add(dhi[k], wasm_i32x4_dot_i16x8(wasm_u16x8_shr(q, 4), ahi));
+          }
+        }
+        for (int k = 0; k < 4; k++)
+          isum[k] = wasm_i32x4_add(isum[k], wasm_i32x4_add(wasm_i32x4_mul(dlo[k], lane_i16_to_i32(ks[k].sc16, 2 * c)),
+                                                           wasm_i32x4_mul(dhi[k], lane_i16_to_i32(ks[k].sc16, 2 * c + 1))));
+      }
+      const v128_t b0 = wasm_v128_load(a[i].bsums), b1 = wasm_v128_load(a[i].bsums + 8);
+      v128_t m[4];
+      for (int k = 0; k < 4; k++)
+        m[k] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(b0, ks[k].mp[0]), wasm_i32x4_dot_i16x8(b1, ks[k].mp[1]));
+      const v128_t sumi = reduce4_i32(isum[0], isum[1], isum[2], isum[3]);
+      const v128_t summs = reduce4_i32(m[0], m[1], m[2], m[3]);
+      const v128_t dw = half_bits_to_f32x4(wasm_u32x4_make(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d));
+      const v128_t dmw = half_bits_to_f32x4(wasm_u32x4_make(x[0][i].dmin, x[1][i].dmin, x[2][i].dmin, x[3][i].dmin));
+      const v128_t da = wasm_f32x4_splat(a[i].d);
+      const v128_t x1 = wasm_f32x4_mul(wasm_f32x4_mul(dw, da), wasm_f32x4_convert_i32x4(sumi));
+      const v128_t x2 = wasm_f32x4_mul(wasm_f32x4_mul(dmw, da), wasm_f32x4_convert_i32x4(summs));
+      acc = wasm_f32x4_add(acc, wasm_f32x4_sub(x1, x2));  // block_accum_kmin, lanewise
+    }
+    wasm_v128_store(y + r, acc);
+  }
+  for (; r < nrows; r++) {
+    const void* one[1] = {act};
+    kmin_wasm<1, false>(n, W + (size_t)r * rb, one, y + r);
+  }
+}
+
 // ---- Batched prefill kernels (mm_fn, see kernels_internal.h) ---------------------------
 // Per 256-weight super-block, RD weight rows are decoded once into int16 with the
 // sub-block scale folded in (wdec: 8 KB, stays in L1) and reused by every token of the
@@ -715,6 +784,7 @@ static constexpr DotKernels make_wasm_table() {
   k.dot_q16[type_index(DType::Q4_0)] = dot_q4_0_q16_wasm;
   k.dot_q16[type_index(DType::Q8_0)] = dot_q8_0_q16_wasm;
   k.mv[type_index(DType::Q8_0)] = mv_q8_0_wasm;
+  k.mv[type_index(DType::Q4_K)] = mv_q4_K_wasm;
   k.mm[type_index(DType::Q4_0)] = mm_q4_0_wasm;
   k.mm[type_index(DType::Q8_0)] = mm_q8_0_wasm;
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_wasm;

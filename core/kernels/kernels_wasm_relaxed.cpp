@@ -341,6 +341,7 @@ static DotKernels make_relaxed_table() {
   k.name = "wasm-relaxed-simd";
   k.dot[type_index(DType::Q4_K)] = dot_q4_K_relaxed;
   k.dot[type_index(DType::Q6_K)] = dot_q6_K_relaxed;
+  k.mv[type_index(DType::Q4_K)] = nullptr;  // decode: the relaxed dot per row
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_relaxed;
   k.mm[type_index(DType::Q6_K)] = mm_q6_K_relaxed;
   return k;
