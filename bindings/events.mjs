@@ -51,7 +51,7 @@
  *            prefillMs: number, decodeMs: number, prefillTokS: number, decodeTokS: number,
  *            mode: string, engine?: object, memory?: object, prefill?: "pipelined"|"sequential", passes?: number,
  *            speculative?: {lookup?: number, draft?: string, draftN?: number, drafted: number, accepted: number, acceptance: number,
- *                           verifyPasses?: number, draftMs?: number, draftPrimeMs?: number, draftPasses?: number,
+ *                           verifyPasses?: number, rowsCached?: number, draftMs?: number, draftPrimeMs?: number, draftPasses?: number,
  *                           draftWeightBytes?: number, draftKvBytes?: number, draftEngineBytes?: number},
  *            hops?: number, subrequests?: number, maxConnections?: number, messages?: number,
  *            abstains?: number, reprefills?: number, failovers?: number, rowsPrefetched?: number, flaggedTokens?: number[],
@@ -59,7 +59,8 @@
  *   cachedTokens: prompt tokens reused from a held session (its KV already held them);
  *   engine / memory: a single process's (Model.generate); speculative (lookup > 0, or a draft
  *   model: draft names it, draftN its tokens per pass): both (the mesh adds verifyPasses: passes
- *   that carried drafts; with a draft model draftMs / draftPrimeMs: the coordinator's drafting
+ *   that carried drafts, and with lookup rowsCached: input rows taken from the rows already seen
+ *   instead of an embed fan-out; with a draft model draftMs / draftPrimeMs: the coordinator's drafting
  *   time in decode / while the stations prefill, draftPasses, and the draft's weights, KV and
  *   buffers in the coordinator's wasm memory); prefill, passes (decode
  *   passes through the stations), hops ... coordinatorMemory: the mesh's
