@@ -52,6 +52,17 @@ await kw.resetPeakMemory();
 const res = [];
 for (let r = 0; r < runs; r++) res.push(await once());
 const med = (f) => res.map(f).sort((a, b) => a - b)[res.length >> 1];
+// CPU time of this process (the host is shared: wall figures move with the load): a
+// prefill-only call (maxTokens 1: the prompt's forward pass, no decode step) and a full
+// call, alternated --runs times; decode CPU = full - prefill-only. Medians.
+const cpuS = (fn) => async () => { const c = process.cpuUsage(); await fn(); const d = process.cpuUsage(c); return (d.user + d.system) / 1e6; };
+const cpuPre = [], cpuFull = [];
+for (let r = 0; r < runs; r++) {
+  cpuPre.push(await cpuS(() => m.complete(prompt, {...opts, maxTokens: 1}))());
+  cpuFull.push(await cpuS(once)());
+}
+const medOf = (a) => a.slice().sort((x, y) => x - y)[a.length >> 1];
+const cpuPreS = medOf(cpuPre), cpuDecS = medOf(cpuFull.map((f, i) => f - cpuPre[i]));
 const s = res[0];
 if (s.nDecoded !== nDecode) throw new Error(`expected ${nDecode} decode steps, ran ${s.nDecoded}`);
 const mem = await kw.memoryStats();
@@ -59,9 +70,11 @@ console.log(JSON.stringify({
   model: basename(model), runtime: "wasm (knotwork.wasm, Node " + process.version + ")", mode: s.mode,
   promptTokens: s.nPrompt, decodeTokens: s.nDecoded,
   prefillTokS: +med((x) => x.prefillTokS).toFixed(1), decodeTokS: +med((x) => x.decodeTokS).toFixed(1),
+  prefillTokSCpu: +(nPrompt / cpuPreS).toFixed(1), decodeTokSCpu: +(nDecode / cpuDecS).toFixed(1),
   prefillTokSRuns: res.map((x) => +x.prefillTokS.toFixed(1)), decodeTokSRuns: res.map((x) => +x.decodeTokS.toFixed(1)),
   warmupRuns: warm, runs, loadMs: +loadMs.toFixed(1), tensorBytes: m.info.tensor_bytes,
-  promptIdsHash: idsHash(prompt), peakLinearBytes: mem.peakLinear, peakHeapBytes: mem.peakHeap, engineBytes: s.engine.engine_bytes,
+  promptIdsHash: idsHash(prompt), outIdsHash: idsHash(s.ids), loadavg: +readFileSync("/proc/loadavg", "utf8").split(" ")[0],
+  peakLinearBytes: mem.peakLinear, peakHeapBytes: mem.peakHeap, engineBytes: s.engine.engine_bytes,
   sameIdsAcrossRuns: res.every((x) => x.ids.join() === s.ids.join()),
 }));
 m.close();

@@ -265,8 +265,7 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
   if (!dot) fail(std::string("no matmul kernel for weight type ") + dtype_name(wtype));
   const mm_fn mm = pick_mm_batch(dot_kernels(k), wtype);
   const int64_t mm_min = dot_kernels(k).mm_min_tokens;
-  const int ti = type_index(wtype);
-  const mm_fn mv = ti >= 0 && ti < kDTypeSlots ? dot_kernels(k).mv[ti] : nullptr;
+  const mm_fn mv = pick_mv(dot_kernels(k), wtype);
   const int64_t ROW_TILE = 16;  // weight rows kept in cache while every token tile passes
   for (int64_t c0 = 0; c0 < ntok; c0 += TOK_CHUNK) {
     const int64_t nc = std::min(TOK_CHUNK, ntok - c0);

@@ -44,6 +44,15 @@ static_assert(sizeof(block_q16_0) == 68, "block_q16_0 size");
 typedef void (*mm_fn)(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act,
                       size_t ab, int64_t nt, float* Y, int64_t ldy);
 
+// Mat-vec kernel body (decode, one token): y[r] = dot(row r of W, act) for r < nrows, rows
+// rb bytes apart, act one row in act_format; bit for bit the table's dot_fn. A back end
+// fills DotKernels::mv[] with it through as_mv<> (the mm_fn shape, nt == 1).
+typedef void (*mv_fn)(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* y);
+template <mv_fn F>
+void as_mv(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t, int64_t, float* Y, int64_t) {
+  F(n, W, rb, nrows, act, Y);
+}
+
 // Activation quantizer: dst = n floats in an ActFormat (n a multiple of its block).
 // A SIMD one must equal the scalar one byte for byte (nullptr: use the scalar one).
 typedef void (*act_q_fn)(const float* x, void* dst, int64_t n);
@@ -69,6 +78,10 @@ struct DotKernels {
 inline mm_fn pick_mm_batch(const DotKernels& k, DType t) {
   const int i = type_index(t);
   return i >= 0 && i < kDTypeSlots ? k.mm[i] : nullptr;
+}
+inline mm_fn pick_mv(const DotKernels& k, DType t) {
+  const int i = type_index(t);
+  return i >= 0 && i < kDTypeSlots ? k.mv[i] : nullptr;
 }
 
 // Activation format matvec/matmul feed the kernels for weight type wtype (the traits'

@@ -9,6 +9,8 @@
 // token costs one load + one dot + one add per 8 weights. Weight unpacking is shared by
 // the NT (<= 4) tokens of a tile. Integer block sums are exact; the per-block float
 // combine is the shared scalar block_accum_* (bit-identical to kernels_generic.cpp).
+// Decode of Q8_0 / Q4_K goes through multi-row mat-vec kernels (mv_fn: 4 rows per pass,
+// the float combine lanewise = rows); prefill through the batched mm_fn kernels below.
 #if defined(__wasm_simd128__)
 
 #include <wasm_simd128.h>
@@ -58,8 +60,7 @@ static inline void dot_float_wasm(int64_t n, const void* const* act, float* out,
 
 // 4 halves -> 4 floats, exact: shift exponent+mantissa into f32 position and rescale by
 // 2^112 (also normalises subnormal halves); inf/nan get the f32 all-ones exponent.
-static inline v128_t half4_to_f32x4(const uint16_t* p) {
-  const v128_t h = wasm_u32x4_load16x4(p);
+static inline v128_t half_bits_to_f32x4(v128_t h) {  // h: 4 halves in the low 16 bits of u32 lanes
   const v128_t sign = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16);
   const v128_t em = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x7FFF)), 13);
   const v128_t scaled = wasm_f32x4_mul(em, wasm_f32x4_splat(0x1p112f));
@@ -67,6 +68,7 @@ static inline v128_t half4_to_f32x4(const uint16_t* p) {
   const v128_t special = wasm_v128_or(em, wasm_i32x4_splat(0x7F800000));
   return wasm_v128_or(sign, wasm_v128_bitselect(special, scaled, infnan));
 }
+static inline v128_t half4_to_f32x4(const uint16_t* p) { return half_bits_to_f32x4(wasm_u32x4_load16x4(p)); }
 
 template <int NT>
 static void f32_wasm(int64_t n, const void* w, const void* const* act, float* out) {
@@ -147,6 +149,51 @@ static void q4_0_q16_wasm(int64_t n, const void* w, const void* const* act, floa
 template <int NT>
 static void q8_0_q16_wasm(int64_t n, const void* w, const void* const* act, float* out) {
   q_0_wasm<NT, block_q8_0, block_q16_0>(n, w, act, out);
+}
+
+// ---- Q8_0 mat-vec (decode) x Q16_0: 4 weight rows per pass share every activation load;
+// the 4 rows' block sums are transposed into one i32x4 (lanes = rows), their fp16 scales
+// converted 4 at a time, and the float combine runs lanewise with the operations and
+// order of block_accum (d = dw * da; acc + d * sumi), so each lane equals the dot kernel's
+// result for its row bit for bit. Rows beyond the last multiple of 4 use the dot kernel.
+
+static inline v128_t reduce4_i32(v128_t a, v128_t b, v128_t c, v128_t d) {  // -> [sum a, sum b, sum c, sum d]
+  const v128_t ab = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), wasm_i32x4_shuffle(a, b, 2, 6, 3, 7));
+  const v128_t cd = wasm_i32x4_add(wasm_i32x4_shuffle(c, d, 0, 4, 1, 5), wasm_i32x4_shuffle(c, d, 2, 6, 3, 7));
+  return wasm_i32x4_add(wasm_i32x4_shuffle(ab, cd, 0, 1, 4, 5), wasm_i32x4_shuffle(ab, cd, 2, 3, 6, 7));
+}
+
+static void mv_q8_0_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* y) {
+  const block_q16_0* a = (const block_q16_0*)act;
+  const int64_t nb = n / QK8_0;
+  int64_t r = 0;
+  for (; r + 4 <= nrows; r += 4) {
+    const block_q8_0* x0 = (const block_q8_0*)(W + (size_t)r * rb);
+    const block_q8_0* x1 = (const block_q8_0*)(W + (size_t)(r + 1) * rb);
+    const block_q8_0* x2 = (const block_q8_0*)(W + (size_t)(r + 2) * rb);
+    const block_q8_0* x3 = (const block_q8_0*)(W + (size_t)(r + 3) * rb);
+    v128_t acc = wasm_f32x4_splat(0.f);
+    for (int64_t i = 0; i < nb; i++) {  // hot loop: 32 weights x 4 rows
+      const v128_t a0 = wasm_v128_load(a[i].qs), a1 = wasm_v128_load(a[i].qs + 8);
+      const v128_t a2 = wasm_v128_load(a[i].qs + 16), a3 = wasm_v128_load(a[i].qs + 24);
+      auto row = [&](const block_q8_0& b) {
+        const v128_t s01 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(b.qs), a0),
+                                          wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(b.qs + 8), a1));
+        const v128_t s23 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(b.qs + 16), a2),
+                                          wasm_i32x4_dot_i16x8(wasm_i16x8_load8x8(b.qs + 24), a3));
+        return wasm_i32x4_add(s01, s23);
+      };
+      const v128_t sumi = reduce4_i32(row(x0[i]), row(x1[i]), row(x2[i]), row(x3[i]));
+      const v128_t dw = half_bits_to_f32x4(wasm_u32x4_make(x0[i].d, x1[i].d, x2[i].d, x3[i].d));
+      const v128_t d = wasm_f32x4_mul(dw, wasm_f32x4_splat(a[i].d));
+      acc = wasm_f32x4_add(acc, wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi)));
+    }
+    wasm_v128_store(y + r, acc);
+  }
+  for (; r < nrows; r++) {
+    const void* one[1] = {act};
+    q8_0_q16_wasm<1>(n, W + (size_t)r * rb, one, y + r);
+  }
 }
 
 // ---- K-quants x Q8_K
@@ -297,6 +344,75 @@ static void q5_K_wasm(int64_t n, const void* w, const void* const* act, float* o
   kmin_wasm<NT, true>(n, w, act, out);
 }
 
+
+// ---- Q4_K mat-vec (decode) x Q8_K: 4 weight rows per pass share the widened activations.
+// Per 32-weight sub-block and row the integer dot is accumulated unscaled (q 0..15) and
+// multiplied by the 6-bit scale once in i32 (exact: |.| < 2^31); the 4 rows' block sums
+// and min corrections are transposed into i32x4 lanes = rows and the float combine runs
+// lanewise with the operations and order of block_accum_kmin, so each lane equals the dot
+// kernel's result for its row bit for bit. Rows beyond the last multiple of 4: the dot.
+static inline v128_t lane_i16_to_i32(v128_t v, int j) {  // splat of u16 lane j as i32
+  switch (j) {
+    case 0: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 0, 8, 0, 8, 0, 8, 0, 8);
+    case 1: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 1, 8, 1, 8, 1, 8, 1, 8);
+    case 2: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 2, 8, 2, 8, 2, 8, 2, 8);
+    case 3: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 3, 8, 3, 8, 3, 8, 3, 8);
+    case 4: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 4, 8, 4, 8, 4, 8, 4, 8);
+    case 5: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 5, 8, 5, 8, 5, 8, 5, 8);
+    case 6: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 6, 8, 6, 8, 6, 8, 6, 8);
+    default: return wasm_i16x8_shuffle(v, wasm_i32x4_splat(0), 7, 8, 7, 8, 7, 8, 7, 8);
+  }
+}
+
+static void mv_q4_K_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* y) {
+  const block_q8_K* a = (const block_q8_K*)act;
+  const int64_t nb = n / QK_K;
+  const v128_t m4 = wasm_i16x8_splat(0x0F), zero = wasm_i32x4_splat(0);
+  int64_t r = 0;
+  for (; r + 4 <= nrows; r += 4) {
+    const block_q4_K* x[4];
+    for (int k = 0; k < 4; k++) x[k] = (const block_q4_K*)(W + (size_t)(r + k) * rb);
+    v128_t acc = wasm_f32x4_splat(0.f);
+    for (int64_t i = 0; i < nb; i++) {
+      KScales ks[4];
+      for (int k = 0; k < 4; k++) ks[k] = k4_scales_wasm(x[k][i].scales);
+      const int8_t* aq = a[i].qs;
+      v128_t isum[4] = {zero, zero, zero, zero};
+      for (int c = 0; c < 4; c++) {  // 64 weights: sub-block 2c (low nibbles), 2c+1 (high)
+        v128_t dlo[4] = {zero, zero, zero, zero}, dhi[4] = {zero, zero, zero, zero};
+#pragma clang loop unroll(disable)
+        for (int g = 0; g < 4; g++) {  // hot loop: 8 bytes -> 8 low + 8 high weights x 4 rows
+          const v128_t alo = wasm_i16x8_load8x8(aq + 64 * c + 8 * g), ahi = wasm_i16x8_load8x8(aq + 64 * c + 32 + 8 * g);
+          for (int k = 0; k < 4; k++) {
+            const v128_t q = wasm_u16x8_load8x8(x[k][i].qs + 32 * c + 8 * g);
+            dlo[k] = wasm_i32x4_add(dlo[k], wasm_i32x4_dot_i16x8(wasm_v128_and(q, m4), alo));
+            dhi[k] = wasm_i32x4_add(dhi[k], wasm_i32x4_dot_i16x8(wasm_u16x8_shr(q, 4), ahi));
+          }
+        }
+        for (int k = 0; k < 4; k++)
+          isum[k] = wasm_i32x4_add(isum[k], wasm_i32x4_add(wasm_i32x4_mul(dlo[k], lane_i16_to_i32(ks[k].sc16, 2 * c)),
+                                                           wasm_i32x4_mul(dhi[k], lane_i16_to_i32(ks[k].sc16, 2 * c + 1))));
+      }
+      const v128_t b0 = wasm_v128_load(a[i].bsums), b1 = wasm_v128_load(a[i].bsums + 8);
+      v128_t m[4];
+      for (int k = 0; k < 4; k++)
+        m[k] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(b0, ks[k].mp[0]), wasm_i32x4_dot_i16x8(b1, ks[k].mp[1]));
+      const v128_t sumi = reduce4_i32(isum[0], isum[1], isum[2], isum[3]);
+      const v128_t summs = reduce4_i32(m[0], m[1], m[2], m[3]);
+      const v128_t dw = half_bits_to_f32x4(wasm_u32x4_make(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d));
+      const v128_t dmw = half_bits_to_f32x4(wasm_u32x4_make(x[0][i].dmin, x[1][i].dmin, x[2][i].dmin, x[3][i].dmin));
+      const v128_t da = wasm_f32x4_splat(a[i].d);
+      const v128_t x1 = wasm_f32x4_mul(wasm_f32x4_mul(dw, da), wasm_f32x4_convert_i32x4(sumi));
+      const v128_t x2 = wasm_f32x4_mul(wasm_f32x4_mul(dmw, da), wasm_f32x4_convert_i32x4(summs));
+      acc = wasm_f32x4_add(acc, wasm_f32x4_sub(x1, x2));  // block_accum_kmin, lanewise
+    }
+    wasm_v128_store(y + r, acc);
+  }
+  for (; r < nrows; r++) {
+    const void* one[1] = {act};
+    kmin_wasm<1, false>(n, W + (size_t)r * rb, one, y + r);
+  }
+}
 
 // ---- Batched prefill kernels (mm_fn, see kernels_internal.h) ---------------------------
 // Per 256-weight super-block, RD weight rows are decoded once into int16 with the
@@ -669,6 +785,8 @@ static constexpr DotKernels make_wasm_table() {
   k.dot[type_index(DType::Q6_K)] = dot_q6_K_wasm;
   k.dot_q16[type_index(DType::Q4_0)] = dot_q4_0_q16_wasm;
   k.dot_q16[type_index(DType::Q8_0)] = dot_q8_0_q16_wasm;
+  k.mv[type_index(DType::Q8_0)] = as_mv<mv_q8_0_wasm>;
+  k.mv[type_index(DType::Q4_K)] = as_mv<mv_q4_K_wasm>;
   k.mm[type_index(DType::Q4_0)] = mm_q4_0_wasm;
   k.mm[type_index(DType::Q8_0)] = mm_q8_0_wasm;
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_wasm;

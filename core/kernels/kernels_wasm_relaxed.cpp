@@ -12,16 +12,19 @@
 // Integer block sums are exact (order-free); the per-block float combine is the shared
 // scalar block_accum_*, so results equal kernels_generic.cpp bit for bit.
 //
-// Table: kDotWasm with the Q4_K / Q6_K dot slots replaced (decode, and prefill tails).
-// Prefill chunks keep kDotWasm's batched int16 kernels: matmul tiled through these dots
-// measured 0.71x of them over 64 tokens in workerd (bench/kernels-relaxed.mjs).
+// Table: kDotWasm with the Q4_K / Q6_K dot slots (decode, prefill tails) and batched
+// prefill slots (mm_q4_K_relaxed / mm_q6_K_relaxed below) replaced. Q8_0 / Q4_0 keep
+// kDotWasm's int16 kernels: their Q16_0 activations are int16 and Q8_0 weights
+// (-128..127) do not fit the i7 operand, so no relaxed dot applies exactly.
 #if defined(__wasm_relaxed_simd__)
 
 #include "kernels/no_fp_contract.h"  // first: no FMA contraction (relaxed_madd) in this file
 
 #include <wasm_simd128.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/kernels_internal.h"
 
@@ -128,6 +131,198 @@ static void q6_K_relaxed(int64_t n, const void* w, const void* const* act, float
   for (int t = 0; t < NT; t++) out[t] = acc[t];
 }
 
+// ---- Batched prefill (mm_fn, see kernels_internal.h): the native AVX-512 K-quant tile's
+// shape in 128 bits. Per 256-weight super-block, RD weight rows are decoded once into
+// unsigned bytes in activation order (wq: Q4_K 0..15, Q6_K 0..63 — the i7 operand) with
+// their sub-block scales as int16, and reused by every token of the chunk; the Q8_K
+// activation quants are read in place (no widening). Register tile: 4 rows x 2 tokens.
+// Per 16 weights and (row, token): i16x8.relaxed_dot_i8x16_i7x16 (pmaddubsw: pair sums,
+// |.| <= 2*63*128 < 2^15, no saturation), Q4_K adds the two halves of its 32-weight
+// sub-block in i16 (|.| <= 4*15*128), then i32x4.dot_i16x8 with the splatted sub-block
+// scale (exact in i32). At the block end the 4 rows' sums are reduced by one 4x4
+// transpose and combined on f32x4 lanes = 4 rows with the operations and order of
+// block_accum_kmin / block_accum (lanewise IEEE, no FMA), so every output equals the
+// scalar dot's bit for bit. Q6_K's -32 offset: sumi - 32 * sum_j sc_j * bsums_j (exact).
+
+namespace {
+
+constexpr int RD = 16;   // weight rows decoded per pass (4 register tiles of 4)
+constexpr int SB = 256;  // weights per decoded super-block
+
+alignas(16) uint8_t wq[RD][SB];   // decoded unsigned quants of one super-block, activation order
+alignas(16) int16_t wsc[RD][16];  // [row] sub-block scales (Q4_K: 8 of 32 weights; Q6_K: 16 of 16)
+alignas(16) int16_t wm2[RD][16];  // [row] Q4_K mins, each twice (m0,m0,m1,m1,..: against bsums)
+alignas(16) float wd[RD];         // [row] d
+alignas(16) float wdm[RD];        // [row] dmin (Q4_K)
+std::vector<v128_t> g_acc;        // [RD/4][nt] f32x4 accumulators (lanes = 4 rows)
+
+inline v128_t reduce4(v128_t a, v128_t b, v128_t c, v128_t d) {  // -> [sum a, sum b, sum c, sum d]
+  const v128_t ab = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), wasm_i32x4_shuffle(a, b, 2, 6, 3, 7));
+  const v128_t cd = wasm_i32x4_add(wasm_i32x4_shuffle(c, d, 0, 4, 1, 5), wasm_i32x4_shuffle(c, d, 2, 6, 3, 7));
+  return wasm_i32x4_add(wasm_i32x4_shuffle(ab, cd, 0, 1, 4, 5), wasm_i32x4_shuffle(ab, cd, 2, 3, 6, 7));
+}
+
+void zero_row(int r) {
+  std::memset(wq[r], 0, sizeof wq[r]);
+  std::memset(wsc[r], 0, sizeof wsc[r]);
+  std::memset(wm2[r], 0, sizeof wm2[r]);
+  wd[r] = 0.f;
+  wdm[r] = 0.f;
+}
+
+struct RQ4K {
+  static constexpr bool KMIN = true;
+  static constexpr size_t BYTES = sizeof(block_q4_K);
+  static void decode(const uint8_t* p, int r) {
+    const block_q4_K* x = (const block_q4_K*)p;
+    uint8_t sc[8], m[8];
+    k4_unpack_scales(x->scales, sc, m);
+    const v128_t m4 = wasm_i8x16_splat(0x0F);
+    for (int c = 0; c < 4; c++) {  // 64 weights: sub-block 2c = low nibbles, 2c+1 = high
+      const v128_t q0 = wasm_v128_load(x->qs + 32 * c), q1 = wasm_v128_load(x->qs + 32 * c + 16);
+      wasm_v128_store(wq[r] + 64 * c, wasm_v128_and(q0, m4));
+      wasm_v128_store(wq[r] + 64 * c + 16, wasm_v128_and(q1, m4));
+      wasm_v128_store(wq[r] + 64 * c + 32, wasm_v128_and(wasm_u16x8_shr(q0, 4), m4));
+      wasm_v128_store(wq[r] + 64 * c + 48, wasm_v128_and(wasm_u16x8_shr(q1, 4), m4));
+    }
+    for (int j = 0; j < 8; j++) {
+      wsc[r][j] = sc[j];
+      wm2[r][2 * j] = wm2[r][2 * j + 1] = m[j];
+    }
+    wd[r] = half_to_float(x->d);
+    wdm[r] = half_to_float(x->dmin);
+  }
+};
+
+struct RQ6K {
+  static constexpr bool KMIN = false;
+  static constexpr size_t BYTES = sizeof(block_q6_K);
+  static void decode(const uint8_t* p, int r) {
+    const block_q6_K* x = (const block_q6_K*)p;
+    const v128_t m4 = wasm_i8x16_splat(0x0F), m30 = wasm_i8x16_splat(0x30);
+    for (int h = 0; h < 2; h++) {
+      const uint8_t* ql = x->ql + 64 * h;
+      const uint8_t* qh = x->qh + 32 * h;
+      for (int g = 0; g < 2; g++) {  // elements 128h + 32k + 16g + (0..15) = sub-block 8h + 2k + g
+        const v128_t qa = wasm_v128_load(ql + 16 * g), qb = wasm_v128_load(ql + 32 + 16 * g);
+        const v128_t hb = wasm_v128_load(qh + 16 * g);
+        uint8_t* o = wq[r] + 128 * h + 16 * g;
+        wasm_v128_store(o, wasm_v128_or(wasm_v128_and(qa, m4), wasm_v128_and(wasm_i16x8_shl(hb, 4), m30)));
+        wasm_v128_store(o + 32, wasm_v128_or(wasm_v128_and(qb, m4), wasm_v128_and(wasm_i16x8_shl(hb, 2), m30)));
+        wasm_v128_store(o + 64, wasm_v128_or(wasm_v128_and(wasm_u16x8_shr(qa, 4), m4), wasm_v128_and(hb, m30)));
+        wasm_v128_store(o + 96, wasm_v128_or(wasm_v128_and(wasm_u16x8_shr(qb, 4), m4),
+                                             wasm_v128_and(wasm_u16x8_shr(hb, 2), m30)));
+      }
+    }
+    for (int j = 0; j < 16; j++) wsc[r][j] = x->scales[j];
+    wd[r] = half_to_float(x->d);
+  }
+};
+
+// 4 decoded rows (from row 4*sub) x NT tokens over one super-block; acc[t] += the block.
+template <class F, int NT>
+inline void rtile(const block_q8_K* const* a, int sub, v128_t* acc) {
+  v128_t s[4][NT];
+  for (int r = 0; r < 4; r++)
+    for (int t = 0; t < NT; t++) s[r][t] = wasm_i32x4_splat(0);
+  const int r0 = 4 * sub;
+  if (F::KMIN) {
+#pragma clang loop unroll(disable)
+    for (int j = 0; j < 8; j++) {  // hot loop: 32-weight sub-block x 4 rows x NT tokens
+      v128_t a0[NT], a1[NT];
+      for (int t = 0; t < NT; t++) a0[t] = wasm_v128_load(a[t]->qs + 32 * j), a1[t] = wasm_v128_load(a[t]->qs + 32 * j + 16);
+      for (int r = 0; r < 4; r++) {
+        const v128_t w0 = wasm_v128_load(wq[r0 + r] + 32 * j), w1 = wasm_v128_load(wq[r0 + r] + 32 * j + 16);
+        const v128_t sc = wasm_v128_load16_splat(&wsc[r0 + r][j]);
+        for (int t = 0; t < NT; t++) {
+          const v128_t p = wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(a0[t], w0),
+                                          wasm_i16x8_relaxed_dot_i8x16_i7x16(a1[t], w1));
+          s[r][t] = wasm_i32x4_add(s[r][t], wasm_i32x4_dot_i16x8(p, sc));
+        }
+      }
+    }
+  } else {
+#pragma clang loop unroll(disable)
+    for (int j = 0; j < 16; j++) {  // hot loop: 16-weight sub-block x 4 rows x NT tokens
+      v128_t a0[NT];
+      for (int t = 0; t < NT; t++) a0[t] = wasm_v128_load(a[t]->qs + 16 * j);
+      for (int r = 0; r < 4; r++) {
+        const v128_t w0 = wasm_v128_load(wq[r0 + r] + 16 * j);
+        const v128_t sc = wasm_v128_load16_splat(&wsc[r0 + r][j]);
+        for (int t = 0; t < NT; t++)
+          s[r][t] = wasm_i32x4_add(s[r][t], wasm_i32x4_dot_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(a0[t], w0), sc));
+      }
+    }
+  }
+  const v128_t dw = wasm_v128_load(&wd[r0]);
+  for (int t = 0; t < NT; t++) {
+    v128_t sumi = reduce4(s[0][t], s[1][t], s[2][t], s[3][t]);
+    const v128_t b0 = wasm_v128_load(a[t]->bsums), b1 = wasm_v128_load(a[t]->bsums + 8);
+    const v128_t da = wasm_f32x4_splat(a[t]->d);
+    const v128_t d = wasm_f32x4_mul(dw, da);
+    if (F::KMIN) {  // block_accum_kmin, lanewise
+      v128_t m[4];
+      for (int r = 0; r < 4; r++)
+        m[r] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(wm2[r0 + r]), b0),
+                              wasm_i32x4_dot_i16x8(wasm_v128_load(wm2[r0 + r] + 8), b1));
+      const v128_t ms = reduce4(m[0], m[1], m[2], m[3]);
+      const v128_t dm = wasm_f32x4_mul(wasm_v128_load(&wdm[r0]), da);
+      const v128_t x1 = wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi));
+      const v128_t x2 = wasm_f32x4_mul(dm, wasm_f32x4_convert_i32x4(ms));
+      acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_sub(x1, x2));
+    } else {  // block_accum with sumi - 32 * sum_j sc_j * bsums_j, lanewise
+      v128_t o[4];
+      for (int r = 0; r < 4; r++)
+        o[r] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(wsc[r0 + r]), b0),
+                              wasm_i32x4_dot_i16x8(wasm_v128_load(wsc[r0 + r] + 8), b1));
+      sumi = wasm_i32x4_sub(sumi, wasm_i32x4_shl(reduce4(o[0], o[1], o[2], o[3]), 5));
+      acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi)));
+    }
+  }
+}
+
+template <class F>
+void mm_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+                int64_t nt, float* Y, int64_t ldy) {
+  const int64_t ns = n / SB;
+  g_acc.resize((size_t)(RD / 4 * nt));
+  auto ablk = [&](int64_t t, int64_t s) { return (const block_q8_K*)(act + (size_t)t * ab) + s; };
+  for (int64_t r0 = 0; r0 < nrows; r0 += RD) {
+    const int nr = (int)std::min<int64_t>(RD, nrows - r0), nsub = (nr + 3) / 4;
+    for (int64_t k = 0; k < nsub * nt; k++) g_acc[(size_t)k] = wasm_f32x4_splat(0.f);
+    for (int64_t s = 0; s < ns; s++) {
+      for (int r = 0; r < 4 * nsub; r++) {
+        if (r < nr) F::decode(W + (size_t)(r0 + r) * rb + (size_t)s * F::BYTES, r);
+        else zero_row(r);
+      }
+      int64_t t = 0;
+      for (; t + 2 <= nt; t += 2) {
+        const block_q8_K* a[2] = {ablk(t, s), ablk(t + 1, s)};
+        for (int sub = 0; sub < nsub; sub++) rtile<F, 2>(a, sub, &g_acc[(size_t)(sub * nt + t)]);
+      }
+      if (t < nt) {  // odd token count
+        const block_q8_K* a[1] = {ablk(t, s)};
+        for (int sub = 0; sub < nsub; sub++) rtile<F, 1>(a, sub, &g_acc[(size_t)(sub * nt + t)]);
+      }
+    }
+    for (int sub = 0; sub < nsub; sub++)
+      for (int64_t t = 0; t < nt; t++) {
+        alignas(16) float o[4];
+        wasm_v128_store(o, g_acc[(size_t)(sub * nt + t)]);
+        for (int r = 0; r < 4 && 4 * sub + r < nr; r++) Y[t * ldy + r0 + 4 * sub + r] = o[r];
+      }
+  }
+}
+
+}  // namespace
+
+static void mm_q4_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_relaxed<RQ4K>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+static void mm_q6_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_relaxed<RQ6K>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+
 #define KNOT_NT_DISPATCH(name, tmpl)                                                     \
   static void name(int64_t n, const void* w, const void* const* act, int nt, float* out) { \
     switch (nt) {                                                                        \
@@ -146,6 +341,9 @@ static DotKernels make_relaxed_table() {
   k.name = "wasm-relaxed-simd";
   k.dot[type_index(DType::Q4_K)] = dot_q4_K_relaxed;
   k.dot[type_index(DType::Q6_K)] = dot_q6_K_relaxed;
+  k.mv[type_index(DType::Q4_K)] = nullptr;  // decode: the relaxed dot per row
+  k.mm[type_index(DType::Q4_K)] = mm_q4_K_relaxed;
+  k.mm[type_index(DType::Q6_K)] = mm_q6_K_relaxed;
   return k;
 }
 

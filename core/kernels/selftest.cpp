@@ -569,6 +569,61 @@ void check_batched(Ctx& c, DType t, uint64_t seed) {
     c.ok(std::string(dtype_name(t)) + " batched matmul kernel == scalar dot, " + std::to_string(cases) + " cases");
 }
 
+// Multi-row mat-vec kernels (mv_fn, where the Simd table has one) vs the scalar dot on
+// every row: random, raw-bit and adversarial weights and activations, row counts around
+// the 4-row pass, and an output buffer longer than the row count (the rest untouched).
+void check_mv(Ctx& c, DType t, uint64_t seed) {
+  const mm_fn mv = pick_mv(dot_kernels(Kernel::Simd), t);
+  if (!mv) return;
+  Rng r{seed * 91 + (uint64_t)t};
+  const ActFormat af = act_format(t);
+  const dot_fn ref = pick_mm_dot(kDotGeneric, t);
+  const uint8_t pats[] = {0x00, 0xFF, 0xAA, 0x55, 0x80, 0x7F};
+  const fp16_t ds[] = {0x7BFF, 0xFBFF, 0x0001, 0x3C00, 0x7C00, 0x0000};
+  const int before = c.failures;
+  int cases = 0;
+  for (int64_t n : {256, 768}) {
+    const size_t rb = row_bytes(t, n), ab = act_row_bytes(af, n);
+    for (int kind = 0; kind < 3; kind++)
+      for (int64_t rows : {1, 3, 4, 5, 8, 13, 36}) {
+        std::vector<uint8_t> W(rb * (size_t)rows), A(ab);
+        for (int64_t i = 0; i < rows; i++) {
+          uint8_t* w = W.data() + rb * (size_t)i;
+          if (kind == 0) gen_quantized(t, r, n, 0.05f, w);
+          else if (kind == 1) gen_raw(t, r, n, w);
+          else gen_pattern(t, n, pats[(size_t)(i + cases) % 6], ds[(size_t)(i + cases) % 6], w);
+        }
+        if (kind == 0) {
+          std::vector<float> x((size_t)n);
+          for (auto& v : x) v = r.gauss() * 2.f;
+          quantize_act_row(af, x.data(), A.data(), n);
+        } else {
+          gen_act_raw(af, n, kind == 1 ? 2 : cases % 3, r, A.data());
+        }
+        const float sentinel = 12345.f;
+        std::vector<float> Y((size_t)rows + 3, sentinel);
+        mv(n, W.data(), rb, rows, A.data(), ab, 1, Y.data(), rows);
+        const std::string nm = case_name(t, kind == 0 ? "mat-vec random" : (kind == 1 ? "mat-vec raw-bits" : "mat-vec adversarial"), n) +
+                               " rows=" + std::to_string(rows);
+        for (int64_t i = 0; i < rows + 3; i++) {
+          float want = sentinel;
+          if (i < rows) {
+            const void* one[1] = {A.data()};
+            ref(n, W.data() + rb * (size_t)i, one, 1, &want);
+          }
+          const float got = Y[(size_t)i];
+          if (!same_float(got, want) && !(std::isnan(got) && std::isnan(want) && i < rows)) {
+            c.fail(nm + ": [row " + std::to_string(i) + "] simd " + fmt(got) + " != scalar " + fmt(want));
+            break;
+          }
+        }
+        cases++;
+      }
+  }
+  if (c.failures == before)
+    c.ok(std::string(dtype_name(t)) + " multi-row mat-vec kernel == scalar dot, " + std::to_string(cases) + " cases");
+}
+
 // SIMD activation quantizers (where the Simd table has them) vs the scalar ones, byte
 // for byte: random rows, exact .5 ties, a repeated largest magnitude of both signs (the
 // first one sets the scale), zero, tiny, inf and nan blocks.
@@ -679,6 +734,7 @@ int kernel_selftest(uint64_t seed, std::string* report) {
               [&] { check_vec_dot(c, t, ActFormat::Q16_0, seed); });
     guarded(std::string(dtype_name(t)) + " matmul", [&] { check_matmul(c, t, seed); });
     guarded(std::string(dtype_name(t)) + " batched", [&] { check_batched(c, t, seed); });
+    guarded(std::string(dtype_name(t)) + " mat-vec", [&] { check_mv(c, t, seed); });
   }
   guarded("roundtrip", [&] { check_roundtrip(c, seed); });
   guarded("activation quantizers", [&] { check_act_quant(c, seed); });
