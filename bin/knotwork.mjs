@@ -534,3 +534,4 @@ process.stdout.on("error", (e) => {
 });
 
 process.exitCode = await main(process.argv.slice(2));
+await kw.shutdown();  // --threads: stop the workers (a worker inside the module keeps the process alive)

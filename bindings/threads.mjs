@@ -24,9 +24,11 @@ export function threadedImports(memory, holder, {isMain}) {
     env: {
       memory,
       emscripten_notify_memory_growth: () => { holder.grows = (holder.grows ?? 0) + 1; },
-      // -mt libc's main-thread constructor: record the thread pointer in the instance.
+      // -mt libc's main-thread constructor (runs once, in the caller's _initialize): TLS and
+      // the thread pointer of the instance.
       // A browser's main thread may not block (futex waits spin there).
       __emscripten_init_main_thread_js: (tb) => {
+        holder.exports.kw_thread_main_tls();  // TLS of the caller's thread, before any thread_local
         const browserMain = !isNode && typeof window !== "undefined";
         holder.exports._emscripten_thread_init(tb, isMain && browserMain ? 1 : 0, isMain ? 1 : 0, browserMain ? 0 : 1, 0);
       },

@@ -4,7 +4,8 @@
 // per worker (Node worker_threads, browser Workers) on the one shared WebAssembly.Memory.
 //
 // Life of a pool of T threads (the caller's thread + T-1 workers):
-//   main:   kw_thread_block() per worker -> a block {stack top, TLS, thread state},
+//   main:   kw_thread_main_tls() at start-up (its own TLS block), then
+//           kw_thread_block() per worker -> a block {stack top, TLS, thread state},
 //           allocated here (only the main thread allocates before the workers run);
 //   worker: stackRestore(block's stack top) from JS, then kw_thread_main(block): TLS
 //           (__wasm_init_tls), thread state, counts itself ready, then serves jobs
@@ -107,8 +108,8 @@ void pool_runner(int64_t n, int64_t grain, knot::RowsFn fn, void* ctx) {
 KW_EXPORT(kw_thread_block) uint32_t kw_thread_block(int32_t index) {
   auto* b = (ThreadBlock*)calloc(1, sizeof(ThreadBlock));
   b->stack = aligned_alloc(16, kStackBytes);
-  b->tls = aligned_alloc(__builtin_wasm_tls_align() < 16 ? 16 : __builtin_wasm_tls_align(),
-                         (__builtin_wasm_tls_size() + 15) & ~15u);
+  const size_t align = __builtin_wasm_tls_align() < 16 ? 16 : __builtin_wasm_tls_align();
+  b->tls = aligned_alloc(align, (__builtin_wasm_tls_size() + align - 1) & ~(align - 1));
   b->self = calloc(1, kSelfBytes);
   if (!b->stack || !b->tls || !b->self) {
     g_error = "kw_thread_block: out of memory for a worker's stack";
@@ -118,6 +119,16 @@ KW_EXPORT(kw_thread_block) uint32_t kw_thread_block(int32_t index) {
   b->stack_top = (uint32_t)(uintptr_t)b->stack + kStackBytes;
   b->index = index;
   return (uint32_t)(uintptr_t)b;
+}
+
+// The caller's thread-local storage: bindings/threads.mjs calls this from the -mt libc's
+// main-thread constructor hook (__emscripten_init_main_thread_js), before anything touches
+// a thread_local (wasm-ld's shared-memory start function leaves __tls_base at 0).
+KW_EXPORT(kw_thread_main_tls) void kw_thread_main_tls() {
+  const size_t align = __builtin_wasm_tls_align() < 16 ? 16 : __builtin_wasm_tls_align();
+  void* tls = aligned_alloc(align, (__builtin_wasm_tls_size() + align - 1) & ~(align - 1));
+  if (!tls) __builtin_trap();  // at start-up, with the whole memory free
+  __wasm_init_tls(tls);
 }
 
 // The worker's whole life; returns after kw_threads_stop().
