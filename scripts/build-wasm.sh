@@ -14,6 +14,11 @@
 # and rewrites them. (LLVM 14's wasm-ld drops the opcode's operand, so lld-19 it is.)
 # Without clang-19 / lld-19 (scripts/setup.sh installs them) only the baseline is built.
 #
+# And build/wasm/knotwork-mt.wasm, the threaded module for Node and browsers (not Workers):
+# every source again with -pthread -DKNOT_WASM_THREADS, linked by wasm-ld with em++'s link
+# arguments, the -mt system libraries and an imported shared memory (see the section below
+# and docs/wasm.md); bindings/threads.mjs runs it.
+#
 # usage: scripts/build-wasm.sh [--clean]
 #
 # Objects are compiled one at a time (the build machine is shared) and reused when the
