@@ -174,8 +174,13 @@ export class Generator {
    * argmax; sampling keeps it with probability p(draft), else draws from p without it).
    * Returns {id, text, done, reason, accepted}; accepted: the id is the draft, so the rows
    * fed after it stay valid.
+   * q: the draft's distribution at this position when it is not one-hot at `draft` (a
+   * sampling draft); null or absent: one-hot (a greedy draft, prompt lookup), for which the
+   * rule above is the standard min(1, p/q) acceptance exactly. This build's core verifies
+   * one-hot drafts only, so a q is refused rather than verified as if it were one-hot.
    */
-  stepDraft(top, draft) {
+  stepDraft(top, draft, q = null) {
+    if (q != null) throw new Error("stepDraft: a non-one-hot draft distribution q needs the core's general acceptance rule (not in this build)");
     const w = this.w, ni = top.ids.length, nl = top.logits.length;
     const p = w.malloc(4 * (ni + nl));
     try {

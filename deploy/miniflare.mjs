@@ -6,6 +6,7 @@
 // description's, exactly those deploy/wrangler.mjs writes (tests/workers/renderings.test.mjs).
 //
 //   const mesh = await startMesh({knotBytes, topology, testHooks: true});   // + describeDeployment's options
+//   draftBytes: the draft model's .knot, put under options.draft.knot
 //   for await (const ev of mesh.generate({ids, options: {maxTokens: 16, temperature: 0}})) ...
 //   await mesh.close();
 import {Miniflare} from "miniflare";
@@ -40,11 +41,13 @@ export async function meshWorkers(topology, options = {}, root = ROOT) {
 }
 
 /** Start a mesh; the model's .knot bytes are put into local R2 under topology.knot. */
-export async function startMesh({knotBytes, topology, port, ...options}) {
+export async function startMesh({knotBytes, draftBytes, topology, port, ...options}) {
+  if (draftBytes && !options.draft?.knot) throw new Error("startMesh: draftBytes needs options.draft {knot, n?} (its key in the bucket)");
   const mf = new Miniflare({workers: await meshWorkers(topology, options), ...(port !== undefined ? {host: "127.0.0.1", port} : {})});
   const url = await mf.ready;
   const bucket = await mf.getR2Bucket("MODELS");
   if (knotBytes) await bucket.put(topology.knot, knotBytes);
+  if (draftBytes) await bucket.put(options.draft.knot, draftBytes);
   const worker = (name) => mf.getWorker(name);
   return {
     mf, topology, bucket, worker, url,
@@ -77,8 +80,9 @@ export async function startMesh({knotBytes, topology, port, ...options}) {
       const names = [...topology.stations.flatMap((s) => s.members.filter((m) => !m.url).map((m) => m.name)), ...topology.shards.map((s) => s.name)]
         .flatMap((n) => Array.from({length: topology.replicas ?? 1}, (_, r) => (r ? `${n}r${r}` : n)));  // topology.mjs replicaName
       for (const n of names) out[n] = await (await (await worker(`knot-${n}`)).fetch("http://x/stats")).json();
-      for (const m of topology.stations.flatMap((s) => s.members.filter((x) => x.url)))  // native fat stations
-        out[m.name] = await fetch(new URL("/health", m.url)).then((r) => r.json()).catch((e) => ({error: e.message}));
+      for (const m of topology.stations.flatMap((s) => s.members.filter((x) => x.url)))  // native fat stations (a list: one per copy)
+        for (const [r, u] of (Array.isArray(m.url) ? m.url : [m.url]).entries())
+          out[r ? `${m.name}r${r}` : m.name] = await fetch(new URL("/health", u)).then((r) => r.json()).catch((e) => ({error: e.message}));
       return out;
     },
     /** POST a fault ({status} | {hangMs} | null) to one worker's test hook. */

@@ -214,10 +214,19 @@ void require_topology(const ojson& t) {
       if (m.value("fat", false) && !m.contains("url") && t.value("chain", false))
         fail("topology: member " + name + ": a fat station cannot be in a chain (chain links are service bindings)");
       if (!m.contains("url")) continue;
-      if (!is_station_url(m["url"]))
-        fail("topology: member " + name + ": url must be http[s]://host[:port], got " + m["url"].dump());
+      // with replicas R > 1: a list of R urls, one per copy (topology.mjs)
+      const ojson& u = m["url"];
+      const int64_t R = replica_count(t);
+      if (u.is_array() ? (int64_t)u.size() != R : R > 1)
+        fail("topology: member " + name + ": with replicas " + std::to_string(R) + " its url must be a list of " + std::to_string(R) +
+             " urls (one per copy), got " + u.dump());
+      std::string all;
+      for (const auto& x : u.is_array() ? u : ojson::array({u})) {
+        if (!is_station_url(x)) fail("topology: member " + name + ": url must be http[s]://host[:port], got " + x.dump());
+        all += (all.empty() ? "" : ", ") + x.get<std::string>();
+      }
       if (t.value("chain", false))
-        fail("topology: member " + name + ": a URL member (" + m["url"].get<std::string>() + ") cannot be in a chain (chain links are service bindings)");
+        fail("topology: member " + name + ": a URL member (" + all + ") cannot be in a chain (chain links are service bindings)");
     }
 }
 
@@ -351,6 +360,21 @@ DeployOptions deploy_options_from_json(const ojson& j) {
         } else fail("deployment: unknown option prefixCache." + f);
       }
       o.prefix_cache = v;
+    } else if (k == "draft") {
+      // the coordinator's draft model (speculative decoding): its .knot key in the bucket and
+      // the most tokens it drafts per pass; configuration, never a request's
+      if (!v.is_object()) fail("deployment: draft must be an object {knot, n?}, got " + v.dump());
+      for (auto p = v.begin(); p != v.end(); ++p) {
+        const std::string& f = p.key();
+        const ojson& x = p.value();
+        if (f == "knot") {
+          if (!x.is_string() || x.get<std::string>().empty()) fail("deployment: draft.knot must be the draft model's object key, got " + x.dump());
+        } else if (f == "n") {
+          if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > 64) fail("deployment: draft.n must be an integer in [1, 64], got " + x.dump());
+        } else fail("deployment: unknown option draft." + f);
+      }
+      if (!v.contains("knot")) fail("deployment: draft needs knot (the draft model's object key)");
+      o.draft = v;
     }
     else fail("deployment: unknown option " + k);
   }
@@ -403,6 +427,7 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
   co["vars"] = {{"TOPOLOGY", t}, {"LINK_MODE", o.link_mode}};
   if (!o.timeouts.empty()) co["vars"]["TIMEOUTS"] = o.timeouts;
   if (!o.prefix_cache.empty()) co["vars"]["PREFIX_CACHE"] = o.prefix_cache;
+  if (!o.draft.empty()) co["vars"]["DRAFT"] = o.draft;
   co["vars"].update(hooks);
   if (!o.chat_template.empty()) co["vars"]["CHAT_TEMPLATE"] = o.chat_template;
   co["durable_objects"] = ojson::array({{{"name", "SESSION"}, {"class_name", "SessionDO"}},
@@ -421,10 +446,17 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
     const Links l = links(tr);
     for (const auto& n : l.coordinator)
       if (!external(tr, n)) bound.push_back(n);  // a URL member is linked by its url (TOPOLOGY), not a binding
-    for (const auto& s : tr["stations"])
-      for (const auto& m : s["members"]) {
+    for (size_t si = 0; si < tr["stations"].size(); si++)
+      for (size_t mi = 0; mi < tr["stations"][si]["members"].size(); mi++) {
+        const ojson& s = tr["stations"][si];
+        const ojson& m = s["members"][mi];
         const std::string name = m["name"];
         if (external_member(m)) continue;  // a native fat station at its url: no script
+        // the other copies of this member: their StationDO namespaces, so that a session moved
+        // here on failover restores from the snapshot the failed copy persisted (docs/protocol.md)
+        std::vector<std::string> copies;
+        for (int64_t q = 0; q < nrep; q++)
+          if (q != r) copies.push_back(replica_name(t["stations"][si]["members"][mi]["name"], q));
         const StationLinks& sl = l.of(name);
         ojson v = {{"name", name}, {"knot", knot}, {"layers", s["layers"]}};
         if (m.contains("heads")) v["heads"] = m["heads"];
@@ -438,6 +470,7 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
         }
         if (o.timeouts.contains("stationMs") && o.timeouts["stationMs"] != 0) v["linkTimeoutMs"] = o.timeouts["stationMs"];
         if (o.ttl_ms) v["ttlMs"] = o.ttl_ms;
+        if (!copies.empty()) v["copies"] = copies;
         ojson st = make_script(script_name(name), "workers/station/index.mjs", "station", o);
         st["vars"] = {{"STATION", v}};
         st["vars"].update(hooks);
@@ -445,6 +478,8 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
         if (!sl.next.empty()) peers.push_back(sl.next);
         st["services"] = link_bindings("L", peers);
         st["durable_objects"] = ojson::array({{{"name", "STATION_DO"}, {"class_name", "StationDO"}}});
+        for (const auto& c : copies)
+          st["durable_objects"].push_back({{"name", "COPY_" + c}, {"class_name", "StationDO"}, {"script_name", script_name(c)}});
         if (o.warden) st["durable_objects"].push_back({{"name", "WARDEN"}, {"class_name", "LayerWardenDO"}, {"script_name", kWarden}});
         st["migrations"] = migration({"StationDO"}, /*sqlite=*/true);
         scripts.push_back(st);

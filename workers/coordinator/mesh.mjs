@@ -12,11 +12,15 @@
 // (none: a clear error). A station answering 409 (session lost) triggers one re-prefill of
 // everything fed so far. Prefill is chunked; each station appends its own KV. Links go
 // through the session's route (routes.mjs: replicas, resend, back-off, failover).
-import {encodeFrame, decodeFrame, decodeTopK, decodeTopKs, splitTopRow, FLAG} from "../lib/frame.mjs";
+// While drafting, the embedding rows seen are kept (rows.mjs), so a greedy verify pass makes
+// the round trips of a plain greedy step: stations and lm-head, no embed fan-out.
+import {encodeFrame, decodeFrame, decodeTopK, decodeTopKs, splitTopRow, splitTopRows, FLAG} from "../lib/frame.mjs";
 import {Counter, LinkError, gather} from "../lib/link.mjs";
 import {Generator, mergeTopK, topkLse, draftLookup} from "../../bindings/generator.mjs";
+import {Drafter} from "../../bindings/drafter.mjs";
 import {linkBudget, replicaName, replicaCount} from "../lib/topology.mjs";
 import {RouteLinks, Health} from "./routes.mjs";
+import {EmbedRows} from "./rows.mjs";
 import {addPartials} from "../lib/partials.mjs";
 import {defaultContext} from "../../bindings/options.mjs";
 
@@ -84,6 +88,11 @@ export class MeshCoordinator {
    * completes leaves the session at its stations, and this.held is the ids they hold; one that
    * fails or is stopped ends it there, and this.held stays null); route: the replica of each
    * member and shard hub (routes.mjs pickRoute; this.route is the one it ended on).
+   * Speculative decoding: lookup K (prompt-lookup drafts), or draftModel ({model, knot, n}: a
+   * loaded draft model with the target's vocabulary, draft.mjs; it drafts instead of the
+   * lookup) with draft (false: off) and draftN (at most its n): the drafts and the pending
+   * token go through the stations as one pass and are verified by the acceptance rule
+   * (Generator.stepDraft, with the draft's distribution q when it has one).
    */
   async *generate(ids, opts = {}) {
     const t = this.topology;
@@ -99,45 +108,64 @@ export class MeshCoordinator {
     if (prefill !== "pipelined" && prefill !== "sequential") throw new MeshError(`prefill must be "pipelined" or "sequential", got ${JSON.stringify(prefill)}`);
     const lookup = opts.lookup ?? opts.options?.lookup ?? 0;
     if (!(Number.isInteger(lookup) && lookup >= 0 && lookup <= 64)) throw new MeshError(`lookup must be an integer in [0, 64], got ${JSON.stringify(opts.lookup)}`);
-    const spec = {drafted: 0, accepted: 0, passes: 0};
-    const gen = await Generator.open(this.text, {...opts, lookup: undefined, nCtx});
+    const spec = {drafted: 0, accepted: 0, passes: 0, draftMs: 0};
+    const dm = opts.draftModel && opts.draft !== false ? opts.draftModel : null;
+    const draftN = dm ? opts.draftN ?? dm.n : 0;
+    if (dm && !(Number.isInteger(draftN) && draftN >= 1 && draftN <= dm.n)) throw new MeshError(`draftN must be an integer in [1, ${dm.n}] (the draft model's n), got ${JSON.stringify(opts.draftN)}`);
+    const gen = await Generator.open(this.text, {...opts, lookup: undefined, draft: undefined, draftN: undefined, draftModel: undefined, nCtx});
     const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
     const first = shardK(gen.params, ids, logprobs);
     const cached = Math.max(0, Math.min(opts.cached ?? 0, ids.length - 1));
-    const state = {sid, links, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0, widened: 0,
-                   nextRow: null, rowsPrefetched: 0, pipelined: prefill === "pipelined", inFlight: 0};
+    const state = {sid, links, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, restores: 0, abstains: 0, flagged: [], maxK: 0, widened: 0,
+                   nextRow: null, rowsPrefetched: 0, pipelined: prefill === "pipelined", inFlight: 0,
+                   // drafting: the rows seen so far, so a pass's drafts and pending token skip the embed fan-out
+                   rows: lookup && !first.full && gen.params.grammar !== true ? new EmbedRows(this.E) : null, rowsCached: 0};
     const chunk = opts.chunk ?? 64;
     const t0 = Date.now();
     const out = [];
     let text = "", reason = "", prefillMs = 0, decodeMs = 0, nDecoded = 0, kept = false;
     this.held = null;
     this.route = links.assign;
+    let drafter = null;  // the draft model's own KV for this generation (freed below)
     try {
+      // a grammar, or a sampler that needs the full logits: no drafting (a draft is verified
+      // over the merged top-k, which the grammar's filter does not see)
+      if (dm && !first.full && gen.params.grammar !== true) drafter = await Drafter.open(dm.model, this.text, {nCtx, n: draftN});
       ev({event: "route", sid, stations: t.stations.length, members: t.stations.reduce((a, s) => a + s.members.length, 0),
           shards: t.shards.length, ...(replicaCount(t) > 1 ? {replicas: replicaCount(t), route: {...links.assign}} : {}), knot: t.knot, nCtx, logits: first.full ? "full" : "top-k+lse", k: first.full ? undefined : first.k});
       const fresh = ids.slice(cached);  // prefix reuse: the stations hold [0, cached) already
       ev({event: "prefill_started", tokens: fresh.length, cached, mode: prefill});
       gen.start(ids);
       // every phase runs under live(): its events leave as they happen, not when it ends
-      let xn = yield* live(q, this.#feed(state, fresh, cached, chunk, (done) => ev({event: "prefill_progress", done, total: fresh.length})));
+      const feeding = this.#feed(state, fresh, cached, chunk, (done) => ev({event: "prefill_progress", done, total: fresh.length}));
+      if (drafter) {  // the draft prefills the prompt here while the first frames are out at the stations
+        feeding.catch(() => {});
+        await new Promise((r) => setTimeout(r, 0));
+        const td = Date.now();
+        drafter.prime(ids);
+        spec.draftPrimeMs = Date.now() - td;
+      }
+      let xn = yield* live(q, feeding);
       prefillMs = Date.now() - t0;
       ev({event: "prefill_completed", tokens: fresh.length, cached, ms: prefillMs, mode: prefill, maxInFlight: state.inFlight});
       let next = yield* live(q, this.#lmHead(state, xn, shardK(gen.params, ids, logprobs)));
       // a grammar: no drafting (a draft is verified over the merged top-k, which the grammar's
       // filter does not see), and every top-k step is widened until it holds what the sampler keeps
       const grammar = gen.params.grammar === true;
-      ev({event: "decode_started", ...(lookup ? {lookup, drafting: !first.full && !grammar} : {})});
+      const drafting = drafter ? "draft" : lookup && !first.full && !grammar ? "lookup" : null;
+      ev({event: "decode_started", ...(lookup ? {lookup} : {}), ...(dm ? {draft: dm.knot, draftN} : {}),
+          ...(lookup || dm ? {drafting: drafting !== null} : {})});
       // A pass: rows[i] is the lm-head answer for the position of batch[i]; rows[i] verifies
       // batch[i + 1] (a draft), the last row gives the next token. Plain decoding: one row.
       const hist = ids.slice();
-      let rows = [next], batch = [null], passTokens = 0;
+      let rows = [next], batch = [null], qs = [null], passTokens = 0;
       for (;;) {
         let pending = null, done = false;
         for (let i = 0; i < rows.length; i++) {
           let nx = rows[i];
           const draft = batch[i + 1];
           if (grammar && nx.top) nx = yield* live(q, this.#widen(state, gen, nx, shardK(gen.params, hist, undefined).k));
-          const s = draft !== undefined ? gen.stepDraft(nx.top, draft) : gen.step(nx.top ?? nx.logits);
+          const s = draft !== undefined ? gen.stepDraft(nx.top, draft, qs[i + 1]) : gen.step(nx.top ?? nx.logits);
           if (s.needWider) throw new MeshError(`the merged top-k of ${nx.top.ids.length} tokens holds none the grammar allows`);
           if (logprobs !== undefined) Object.assign(s, await this.#logprobs(nx, s.id, logprobs));
           out.push(s.id);
@@ -147,7 +175,7 @@ export class MeshCoordinator {
           if (s.accepted) spec.accepted++;
           yield* q.drain();
           const tel = {n: out.length, elapsedMs: Date.now() - t0, decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, hops: state.hops};
-          if (lookup) tel.speculative = {drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0};
+          if (lookup || dm) tel.speculative = {drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0};
           yield {type: "token", token: s.id, text: s.text, ...(s.logprob !== undefined ? {logprob: s.logprob, top: s.top} : {}), telemetry: tel};
           if (s.done) { reason = s.reason; done = true; break; }
           if (!s.accepted) { pending = s.id; break; }  // a plain step, a rejected draft's replacement, or the last row's token
@@ -157,16 +185,21 @@ export class MeshCoordinator {
         // the chunk and the tokens still to generate (the rule of core/infer/speculative.cpp);
         // a pass below the positions the stations hold rewinds them (docs/protocol.md)
         const pos = ids.length + out.length - 1;
-        let drafts = [];
-        if (lookup && !first.full && !grammar) {
+        const ts = Date.now();  // the decode time of a pass counts its drafting in the coordinator
+        let drafts = [], dq = null;
+        if (drafting) {
           const left = gen.params.n_predict >= 0 ? gen.params.n_predict - out.length : Infinity;
-          const room = Math.min(nCtx - pos - 1, chunk - 1, left, lookup);
-          if (room > 0) drafts = draftLookup(hist, room);
+          const room = Math.min(nCtx - pos - 1, chunk - 1, left, drafter ? draftN : lookup);
+          if (room > 0 && drafter) {
+            const td = Date.now();
+            ({ids: drafts, q: dq} = drafter.propose(hist, room));  // dq: the draft's distributions (null: one-hot)
+            spec.draftMs += Date.now() - td;
+          } else if (room > 0) drafts = draftLookup(hist, room);
         }
         spec.drafted += drafts.length;
         if (drafts.length) spec.passes++;
         batch = [pending, ...drafts];
-        const ts = Date.now();
+        qs = [null, ...drafts.map((_, i) => dq?.[i] ?? null)];
         rows = yield* live(q, (async () => {
           const want = shardK(gen.params, hist, logprobs);
           const x = await this.#feed(state, batch, pos, chunk, undefined, batch.length > 1);
@@ -180,14 +213,38 @@ export class MeshCoordinator {
       yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length, cachedTokens: cached, nGenerated: out.length, nDecoded,
              nCtx, shardK: state.maxK || "full", prefillMs, decodeMs, prefillTokS: (ids.length - cached) / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", prefill, passes: passTokens, hops: state.hops,
-             ...(lookup ? {speculative: {lookup, drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
-                                         verifyPasses: spec.passes}} : {}),
-             reprefills: state.reprefills, failovers: links.failovers, abstains: state.abstains, widened: state.widened, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
+             ...(lookup || dm ? {speculative: {...(dm ? {draft: dm.knot, draftN, draftMs: spec.draftMs, draftPrimeMs: spec.draftPrimeMs ?? 0, ...draftMemory(drafter, dm)} : {lookup}),
+                                               drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
+                                               verifyPasses: spec.passes, ...(state.rows ? {rowsCached: state.rowsCached} : {})}} : {}),
+             reprefills: state.reprefills, restores: state.restores, failovers: links.failovers, abstains: state.abstains, widened: state.widened, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
     } finally {
+      drafter?.free();
       gen.free();
       if (!kept) await this.#end(sid, links, state);
       for (const l of links.values()) l.close();
+      // the copies a failover left: the session ends there (their snapshot was needed until the
+      // new copies restored) now, or when its back-off ends (a copy backing off is not asked);
+      // this.left: those still to be told, each {physical, chain, notBefore} (session.mjs asks later)
+      const due = links.left.filter((x) => !this.health.down(x.physical));
+      this.left = [...(due.length ? await this.endLeft(sid, due) : []), ...links.left.filter((x) => !due.includes(x))]
+        .map((x) => ({...x, notBefore: this.health.state.get(x.physical)?.until ?? 0}));
     }
+  }
+
+  /**
+   * End session `sid` at station copies a failover left (routes.mjs RouteLinks.left:
+   * [{physical, chain}]; a chain's first leader passes it on). Returns the ones that did not
+   * answer, to be asked again (session.mjs: an alarm, while back-off lasts).
+   */
+  async endLeft(sid, left) {
+    const failed = [];
+    await Promise.all(left.map(async (x) => {
+      const l = this.connect(x.physical, sid);
+      try {
+        await l.request(encodeFrame({kind: "end", sid, reqId: 1, width: 0, flags: x.chain ? FLAG.chain : 0}), x.chain ? 5000 : 1000);
+      } catch { failed.push(x); } finally { l.close(); }
+    }));
+    return failed;
   }
 
   /** End session `sid` at every station (a held session the prefix index evicted; route: its replicas). */
@@ -207,23 +264,43 @@ export class MeshCoordinator {
 
   // Feed ids at positions [pos, pos + n) in chunks; returns the normed last row (allRows:
   // every row of the last chunk, normed: a verify pass fits one chunk). A pos below what was
-  // fed rewinds (the stations truncate their KV on that frame). A lost session at a station
-  // re-feeds everything before pos from position 0 once, then ids.
+  // fed rewinds (the stations truncate their KV on that frame). A member moved to another
+  // copy restores there: the feed goes on from the positions every station completed
+  // (state.fed; the stations ahead of it rewind to there). A lost session at a station, or a
+  // restore that found no snapshot, re-feeds everything before pos from position 0 once, then ids.
   async #feed(state, ids, pos, chunk, progress, allRows = false) {
     if (state.fed.length > pos) state.fed.length = pos;
     let history = null;  // the ids before pos, once a replay is needed
+    let restoring = null;  // recover()'s answer while the moved member restores from a snapshot
     for (;;) {
       try {
         if (history) {
           state.fed.length = 0;
           if (history.length) await this.#feedRaw(state, history, 0, chunk);
         }
-        return await this.#feedRaw(state, ids, pos, chunk, progress, allRows);
+        // a restore goes on after the chunks every station completed
+        const skip = restoring ? Math.max(0, Math.min(state.fed.length - pos, ids.length - 1)) : 0;
+        if (restoring) state.fed.length = pos + skip;
+        const xn = await this.#feedRaw(state, ids.slice(skip), pos + skip, chunk, progress && ((d) => progress(skip + d)), allRows);
+        if (restoring) state.ev({event: "restored", member: restoring.member, replica: restoring.replica, positions: pos + skip});
+        return xn;
       } catch (e) {
         // 409: the station no longer holds the session; 0: its link dropped (DO restarted) and a
         // resend failed; with replicas also a timeout or 5xx: the route moves the member to
-        // another copy (routes.mjs recover) and the token history is replayed there
-        if (!(e instanceof LinkError) || state.reprefills >= 2 * replicaCount(this.topology) || !state.links.recover(e)) throw e;
+        // another copy (routes.mjs recover), which restores from the failed copy's snapshot or
+        // has the token history replayed
+        if (!(e instanceof LinkError) || state.reprefills + state.restores >= 2 * replicaCount(this.topology)) throw e;
+        if (restoring && e.status === 409 && e.link === restoring.replica) {
+          // the new copy found no snapshot to restore from (the failed copy's was lost or unreadable)
+          state.ev({event: "failover", member: restoring.member, from: restoring.from, replica: restoring.replica,
+                    reason: `no snapshot to restore from: ${e.message}`, rebuilt: "replay"});
+          restoring = null;
+        } else {
+          const r = state.links.recover(e);
+          if (!r) throw e;
+          if (r.rebuilt === "restore" && !history) { restoring = r; state.restores++; continue; }
+          restoring = null;
+        }
         state.reprefills++;
         state.ev({event: "reprefill", reason: e.message, tokens: pos + ids.length});
         history ??= state.fed.slice(0, pos);
@@ -331,7 +408,11 @@ export class MeshCoordinator {
     for (const id of ids) if (!(id >= 0 && id < this.V)) throw new MeshError(`token id ${id} outside the vocabulary [0, ${this.V})`);
     const pre = state.nextRow;
     state.nextRow = null;
+    if (pre?.id === ids[0]) state.rows?.put(pre.id, pre.row);  // a pass's pending token, then its drafts
     if (ids.length === 1 && pre?.id === ids[0]) { state.rowsPrefetched++; return Float32Array.from(pre.row); }
+    const held = state.rows?.gather(ids);  // drafting: every row seen before, no round trip
+    if (held) { state.rowsCached += ids.length; return held; }
+    const abstains = state.abstains;
     const groups = this.groups.filter((grp) => grp.shards.some((s) => ids.some((id) => id >= s.vocab[0] && id < s.vocab[1])));
     const frame = () => encodeFrame({kind: "embed", sid: state.sid, reqId: state.reqId++, pos, width: 1, data: Int32Array.from(ids)});
     const x = new Float32Array(ids.length * this.E);
@@ -339,6 +420,7 @@ export class MeshCoordinator {
       if (f.data.length !== x.length) throw new MeshError(`shard ${grp.hub}: embed returned ${f.data.length} values, want ${x.length}`);
       addPartials(x, f.data);
     }
+    if (state.rows && state.abstains === abstains) state.rows.putAll(ids, x);  // rows of a slice that abstained are not kept
     return x;
   }
 
@@ -446,17 +528,31 @@ export class MeshCoordinator {
   }
 
   // The lm-head fan-out for a verify pass: xn [rows, n_embd] normed; one merged {top} per
-  // row (top-k only: drafting is off when the sampler needs full logits).
+  // row (top-k only: drafting is off when the sampler needs full logits). Greedy: the shards
+  // also send each row's best token's embedding row (FLAG.topRow), kept in state.rows, so the
+  // next pass's pending token (some row's best) needs no embed round trip.
   async #lmHeadRows(state, xn, rows, want) {
     state.maxK = Math.max(state.maxK, want.k);
-    const frame = () => encodeFrame({kind: "lmhead", sid: state.sid, reqId: state.reqId++, pos: want.k, width: this.E, data: xn});
+    const topRow = want.k === 1 && !!state.rows;
+    const frame = () => encodeFrame({kind: "lmhead", sid: state.sid, reqId: state.reqId++, pos: want.k, width: this.E,
+      flags: topRow ? FLAG.topRow : 0, data: xn});
     const answers = await this.#fanOut(state, this.groups, frame, "lm-head");
     state.nextRow = null;
+    const sent = Array.from({length: rows}, () => new Map());  // per row: best id -> its embedding row
     const lists = answers.map(({grp, f}) => {
-      try { return decodeTopKs(f.data, rows); } catch (e) { throw new MeshError(`shard ${grp.hub}: ${e.message}`); }
+      try {
+        const {top, rows: emb} = topRow ? splitTopRows(f.data, rows, this.E) : {top: f.data, rows: null};
+        const l = decodeTopKs(top, rows);
+        if (emb) l.forEach((t, r) => { if (t.ids.length) sent[r].set(t.ids[0], emb.subarray(r * this.E, (r + 1) * this.E)); });
+        return l;
+      } catch (e) { throw new MeshError(`shard ${grp.hub}: ${e.message}`); }
     });
     const out = [];
-    for (let r = 0; r < rows; r++) out.push({top: await mergeTopK(lists.map((l) => l[r]), want.k)});
+    for (let r = 0; r < rows; r++) {
+      const top = await mergeTopK(lists.map((l) => l[r]), want.k);
+      if (top.ids.length && sent[r].has(top.ids[0])) state.rows.put(top.ids[0], sent[r].get(top.ids[0]));
+      out.push({top});
+    }
     return out;
   }
 
@@ -470,6 +566,13 @@ export class MeshCoordinator {
     const logit = next.logits ? next.logits[id] : at >= 0 ? top.logits[at] : -Infinity;
     return {logprob: logit - lse, top: top.ids.slice(0, n).map((token, i) => ({token, logprob: top.logits[i] - lse}))};
   }
+}
+
+// What the draft model holds in the coordinator's wasm memory: its weights, and this
+// generation's KV cache and buffers (none when drafting was off for it).
+function draftMemory(drafter, dm) {
+  const t = drafter?.telemetry();
+  return {draftPasses: t?.passes ?? 0, draftWeightBytes: dm.weightBytes ?? 0, draftKvBytes: t?.kv_bytes ?? 0, draftEngineBytes: t?.engine_bytes ?? 0};
 }
 
 /** Telemetry waiting to leave: push() from anywhere, drain() in the generator. */

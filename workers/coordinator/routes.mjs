@@ -9,7 +9,8 @@
 //
 //   Health       back-off per physical name: a name that failed is down for backoffMs · 2^(n-1)
 //                (capped at backoffMaxMs) after its n-th failure in a row, and not asked while
-//                down; an answer resets it. Configuration: TIMEOUTS {backoffMs, backoffMaxMs}
+//                down; an answer resets it (and is reported to the mesh-wide copy when the name was
+//                backing off). Configuration: TIMEOUTS {backoffMs, backoffMaxMs}
 //                (FAILOVER_DEFAULTS), never a request's. The route's PrefixDO keeps the
 //                mesh-wide copy (sessions report their failures to it); each session starts from
 //                a snapshot of it.
@@ -20,19 +21,26 @@
 //   RouteLinks   a session's links through its assignment: get(name) / open(name) by logical
 //                name. A request whose link dropped (status 0) is sent again, once, on a fresh
 //                link to the same copy (resend) before it counts as a failure. A shard down
-//                (backing off) is answered by another copy, or refused at once (the fan-out
-//                abstains without waiting for its timeout); a shard that fails is asked again on
-//                another copy while the fan-out's time lasts.
+//                (backing off) is answered by another copy; when every copy is backing off, the
+//                one whose back-off ends first is asked (a trial; without replicas the request is
+//                refused at once and the fan-out abstains without waiting for its timeout); a shard
+//                that fails is asked again on another copy while the fan-out's time lasts.
 //   recover(e)   a station failure during a feed: moves the failed member (a chain: every station
 //                member) to a healthy copy (when every other copy is backing off, the one whose
-//                back-off ends first) and returns {rebuilt: "replay"}: the coordinator
-//                re-feeds the token history it keeps from position 0 (the Petals way; the stations
-//                that did not move rewind and recompute the same KV). Without another copy a
+//                back-off ends first) and returns {rebuilt: "restore", member, from, replica}:
+//                the coordinator sends the feed again from the positions every station completed,
+//                and the new copy restores the session from the snapshot the failed copy
+//                persisted (workers/station #restoreFromCopy). When that copy's snapshot cannot
+//                be read (the new copy answers 409), or the member is a URL member (no
+//                snapshot), or the copy is one the session left earlier (its own snapshot may
+//                predate a rewind), it is {rebuilt: "replay"}: the coordinator re-feeds the token
+//                history it keeps from position 0 (the Petals way; the stations that did not
+//                move rewind and recompute the same KV). Without another copy a
 //                lost session (409) or a dropped link re-prefills in place, and anything else is
 //                not recovered (the error stands). Telemetry: a "failover" event
 //                {member, from, replica, reason, rebuilt} (bindings/events.mjs).
 import {LinkError} from "../lib/link.mjs";
-import {replicaName, replicaCount} from "../lib/topology.mjs";
+import {replicaName, replicaCount, memberOf} from "../lib/topology.mjs";
 
 export const FAILOVER_DEFAULTS = Object.freeze({backoffMs: 2000, backoffMaxMs: 60_000});
 
@@ -52,7 +60,8 @@ export class Health {
     this.onFail?.(name, reason);
     return s;
   }
-  ok(name) { this.state.delete(name); }
+  /** An answer from name: its back-off ends (onOk: it was backing off, e.g. a trial answered). */
+  ok(name) { if (this.state.delete(name)) this.onOk?.(name); }
   down(name) { const s = this.state.get(name); return !!s && s.until > this.now(); }
   /** Plain data (RPC): {name: {n, until, reason}} of the names that are down. */
   snapshot() {
@@ -141,6 +150,7 @@ export class RouteLinks {
     this.links = new Map();  // logical -> {physical, link}
     this.failovers = 0;
     this.skipped = 0;  // shard requests refused at once (backing off, no other copy)
+    this.left = [];    // station copies moved away from: [{physical, chain}] (a chain: its first leader)
   }
 
   physical(name) { return replicaName(name, this.assign[name] ?? 0); }
@@ -191,16 +201,25 @@ export class RouteLinks {
   // a shard hub: stateless, so any copy answers the same frame
   async #shard(name, frame, ms) {
     const deadline = Date.now() + ms * Math.max(1, this.R);
-    let last = null, resent = false;
+    let last = null, resent = false, trial = false;
     for (let tries = 0; tries < this.R + 2; tries++) {
       const phys = this.physical(name);
-      if (this.health.down(phys)) {
+      if (this.health.down(phys) && !trial) {
         const alt = this.#healthyCopy(name);
-        if (alt === null) {
+        if (alt !== null) {
+          this.#move(name, alt, `${phys} is backing off`, "none (stateless)");
+          continue;
+        }
+        if (this.R === 1 || last) {
+          // no copy to ask instead: refused at once (the fan-out abstains without its timeout)
           this.skipped++;
           throw last ?? new LinkError(phys, -2, `backing off after a failure (${this.health.state.get(phys)?.reason ?? ""}): not asked`);
         }
-        this.#move(name, alt, `${phys} is backing off`, "none (stateless)");
+        // every copy is backing off: the one whose back-off ends first is asked (a trial), as a
+        // station failover does, so back-off only ever skips a copy that has an alternative
+        const soonest = this.#soonestCopy(name, true);
+        if (soonest !== this.assign[name]) this.#move(name, soonest, `every copy is backing off; ${replicaName(name, soonest)}'s ends first`, "none (stateless)");
+        trial = true;
         continue;
       }
       const left = deadline - Date.now();
@@ -216,6 +235,7 @@ export class RouteLinks {
         this.#reopen(name);
         if (err.status === 0 && !resent) { resent = true; continue; }  // a dropped link: once more on a fresh one
         this.health.fail(phys, err.message);
+        if (trial) break;  // the trial failed: its back-off grew; no further copy to ask
       }
     }
     throw last ?? new LinkError(this.physical(name), -1, "no copy answered");
@@ -233,26 +253,33 @@ export class RouteLinks {
 
   // every other copy is backing off too: the one whose back-off ends first (a station failure
   // would otherwise fail the request)
-  #soonestCopy(name) {
+  #soonestCopy(name, includeOwn = false) {
     let best = null, until = Infinity;
     for (let r = 0; r < this.R; r++) {
-      if (r === this.assign[name]) continue;
+      if (r === this.assign[name] && !includeOwn) continue;
       const u = Math.max(0, ...physicalSet(this.t, name, r, this.names).map((p) => this.health.state.get(p)?.until ?? 0));
       if (u < until) { best = r; until = u; }
     }
     return best;
   }
 
-  // move logical names to copy r; the old link closes. The failed copy is not asked again (not even
-  // to end the session: it is backing off); whatever KV it still holds goes with its idle TTL.
+  // move logical names to copy r; the old link closes. The failed copy is not asked again during
+  // the session; a station copy left is in this.left, and the coordinator ends the session there
+  // once the session's feed no longer needs its snapshot (mesh.mjs endLeft: at the generation's
+  // end or when its back-off ends, again while it does not answer), so it does not hold the KV
+  // until its TTL. A copy moved back to leaves this.left (it holds the session again).
+  #moved(name) { return this.t.chain && !this.isHub.has(name) ? this.names.stations : [name]; }
+
   #move(name, r, reason, rebuilt) {
-    const moved = this.t.chain && !this.isHub.has(name) ? this.names.stations : [name];
+    const moved = this.#moved(name);
     const from = this.physical(name);
+    if (!this.isHub.has(name) && !this.left.some((x) => x.physical === from)) this.left.push({physical: from, chain: !!this.t.chain});
     for (const n of moved) {
       this.links.get(n)?.link.close();
       this.links.delete(n);
       this.assign[n] = r;
     }
+    this.left = this.left.filter((x) => x.physical !== this.physical(name));
     this.failovers++;
     this.ev({event: "failover", member: name, from, replica: this.physical(name), reason, rebuilt});
   }
@@ -270,8 +297,14 @@ export class RouteLinks {
     if (e.status !== 409) this.health.fail(failedPhys, e.message);
     const alt = this.R > 1 ? this.#healthyCopy(name) ?? this.#soonestCopy(name) : null;
     if (alt !== null) {
-      this.#move(name, alt, e.message, "replay");
-      return {rebuilt: "replay"};
+      // a Worker station restores from the snapshot the failed copy persisted; a URL member
+      // (a native fat station) keeps none, and a copy moved back to holds a snapshot of its own
+      // that may predate a rewind made since (rejected drafts): the history is replayed there
+      const from = this.physical(name);
+      const back = this.left.some((x) => x.physical === replicaName(this.#moved(name)[0], alt));
+      const rebuilt = back || this.#moved(name).some((n) => memberOf(this.t, n)?.url !== undefined || memberOf(this.t, n)?.fat) ? "replay" : "restore";
+      this.#move(name, alt, e.message, rebuilt);
+      return {rebuilt, member: name, from, replica: this.physical(name)};
     }
     if (e.status === 409 || e.status === 0) return {rebuilt: "replay", inPlace: true};
     return null;
