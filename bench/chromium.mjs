@@ -8,7 +8,7 @@ import {existsSync} from "node:fs";
 import {execFileSync} from "node:child_process";
 import {basename, dirname, join, resolve} from "node:path";
 import {fileURLToPath} from "node:url";
-import {bindingsRoutes, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+import {ISOLATED, bindingsRoutes, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
@@ -17,10 +17,13 @@ const flag = (k, d) => { const i = args.indexOf(k); return i >= 0 ? Number(args.
 const nPrompt = flag("--prompt-tokens", 128), nDecode = flag("--decode", 128), runs = flag("--runs", 3);
 // --relaxed: the relaxed-SIMD module (build/wasm/knotwork-relaxed.wasm) instead of the baseline.
 const ri = args.indexOf("--relaxed");
-const wasmFile = ri >= 0 ? (args.splice(ri, 1), "knotwork-relaxed.wasm") : "knotwork.wasm";
+// --threads T: the threaded module (build/wasm/knotwork-mt.wasm) with T threads, on a page
+// served cross-origin isolated (COOP/COEP).
+const threads = flag("--threads", undefined);
+const wasmFile = threads !== undefined ? "knotwork-mt.wasm" : ri >= 0 ? (args.splice(ri, 1), "knotwork-relaxed.wasm") : "knotwork.wasm";
 const model = args[0];
 if (!model || !existsSync(model)) {
-  console.error("usage: node bench/chromium.mjs MODEL [--prompt-tokens N] [--decode N] [--runs R] [--relaxed]");
+  console.error("usage: node bench/chromium.mjs MODEL [--prompt-tokens N] [--decode N] [--runs R] [--relaxed | --threads T]");
   process.exit(2);
 }
 const {chromium} = await import("playwright-core");
@@ -30,7 +33,7 @@ const server = await serveFiles({
   ...bindingsRoutes(),
   [`/build/wasm/${wasmFile}`]: join(ROOT, "build/wasm", wasmFile),
   "/model": resolve(model),
-});
+}, {headers: threads !== undefined ? ISOLATED : {}});
 const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-bench-chromium-"), {
   executablePath: CHROMIUM, headless: true,
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -41,13 +44,14 @@ try {
   const logs = [];
   page.on("console", (m) => logs.push(m.text()));
   page.on("pageerror", (e) => logs.push(`pageerror: ${e.message}`));
-  await page.goto(`${server.url}/bench/chromium-page.html?prompt=${nPrompt}&decode=${nDecode}&runs=${runs}&wasm=${wasmFile}`);
+  await page.goto(`${server.url}/bench/chromium-page.html?prompt=${nPrompt}&decode=${nDecode}&runs=${runs}&wasm=${wasmFile}${threads !== undefined ? `&threads=${threads}` : ""}`);
   await page.waitForFunction(() => window.knotResult, null, {timeout: 600_000, polling: 500});
   const r = await page.evaluate(() => window.knotResult);
   if (r.error) throw new Error(`${r.error}\n${logs.join("\n")}`);
   if (r.decodeTokens !== nDecode) throw new Error(`expected ${nDecode} decode steps, ran ${r.decodeTokens}`);
   const browser = execFileSync(CHROMIUM, ["--version"], {encoding: "utf8"}).trim();
-  console.log(JSON.stringify({model: basename(model), runtime: `wasm (${wasmFile}, headless ${browser})`, ...r}));
+  console.log(JSON.stringify({model: basename(model), runtime: `wasm (${wasmFile}${threads !== undefined ? `, ${threads} threads` : ""}, headless ${browser})`,
+                                ...(threads !== undefined ? {threads} : {}), ...r}));
 } finally {
   await ctx.close();
   await server.close();

@@ -1,7 +1,11 @@
 #!/usr/bin/env node
 // bench/generate.mjs — prefill and decode tokens/s of the wasm module under Node, JSON.
 //
-//   node bench/generate.mjs [MODEL] [--prompt-tokens N] [--decode N] [--runs R] [--reference]
+//   node bench/generate.mjs [MODEL] [--prompt-tokens N] [--decode N] [--runs R] [--reference] [--threads T]
+//
+// --threads T: the threaded module (build/wasm/knotwork-mt.wasm) with T threads; the JSON
+// then also has cpuMsPerRun (this process's user+system CPU per measured run, median: the
+// workers' CPU included, spinning too) next to the wall-clock figures.
 //
 // Defaults follow the peer benchmark (/work/shared/peers): a 128-token prompt (BOS + the
 // first 127 tokens of bench/prompt.txt, exactly the ids bench_generate uses natively —
@@ -19,6 +23,8 @@ const flag = (name, def) => { const i = args.indexOf(name); return i >= 0 ? Numb
 const bool = (name) => { const i = args.indexOf(name); if (i >= 0) args.splice(i, 1); return i >= 0; };
 const nPrompt = flag("--prompt-tokens", 128), nDecode = flag("--decode", 128), runs = flag("--runs", 3);
 const reference = bool("--reference");
+const threads = flag("--threads", undefined);
+if (threads !== undefined) await kw.init(undefined, {threads});
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const model = args[0] ?? resolve(root, "../shared/models/stories260K-pad256-llama-q4_k_m.gguf");
 if (!existsSync(model)) {
@@ -49,8 +55,13 @@ const tw = performance.now();
 let warm = 0;
 do { await once(); warm++; } while (performance.now() - tw < 3000);
 await kw.resetPeakMemory();
-const res = [];
-for (let r = 0; r < runs; r++) res.push(await once());
+const res = [], cpu = [];
+for (let r = 0; r < runs; r++) {
+  const c0 = process.cpuUsage();
+  res.push(await once());
+  const c = process.cpuUsage(c0);
+  cpu.push((c.user + c.system) / 1000);
+}
 const med = (f) => res.map(f).sort((a, b) => a - b)[res.length >> 1];
 // CPU time of this process (the host is shared: wall figures move with the load): a
 // prefill-only call (maxTokens 1: the prompt's forward pass, no decode step) and a full
@@ -67,7 +78,9 @@ const s = res[0];
 if (s.nDecoded !== nDecode) throw new Error(`expected ${nDecode} decode steps, ran ${s.nDecoded}`);
 const mem = await kw.memoryStats();
 console.log(JSON.stringify({
-  model: basename(model), runtime: "wasm (knotwork.wasm, Node " + process.version + ")", mode: s.mode,
+  model: basename(model), mode: s.mode,
+  runtime: `wasm (${threads !== undefined ? `knotwork-mt.wasm, ${threads} threads` : "knotwork.wasm"}, Node ${process.version})`,
+  ...(threads !== undefined ? {threads, cpuMsPerRun: +cpu.sort((a, b) => a - b)[cpu.length >> 1].toFixed(1)} : {}),
   promptTokens: s.nPrompt, decodeTokens: s.nDecoded,
   prefillTokS: +med((x) => x.prefillTokS).toFixed(1), decodeTokS: +med((x) => x.decodeTokS).toFixed(1),
   prefillTokSCpu: +(nPrompt / cpuPreS).toFixed(1), decodeTokSCpu: +(nDecode / cpuDecS).toFixed(1),
@@ -78,3 +91,4 @@ console.log(JSON.stringify({
   sameIdsAcrossRuns: res.every((x) => x.ids.join() === s.ids.join()),
 }));
 m.close();
+await kw.shutdown();

@@ -12,11 +12,13 @@
 // MODEL is a .gguf/.knot path or an http(s) URL served with Range support.
 import {closeSync, openSync, readFileSync, readSync, statSync, writeFileSync} from "node:fs";
 import * as kw from "../bindings/knotwork.mjs";
+import {MAX_THREADS} from "../bindings/threads.mjs";
 import {writePlanWranglerConfigs} from "../deploy/wrangler.mjs";
 
 const USAGE = `usage: knotwork <command> [args]
-  generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]
-                                            run a model in wasm (see generate --help)
+  generate MODEL (-p TEXT | --prompt-file FILE) [-n N] [--threads N] [options]
+                                            run a model in wasm (see generate --help;
+                                            --threads N: the threaded module, N threads)
   tokenize MODEL (-p TEXT | --prompt-file FILE) [--ids] [--no-bos] [--no-special]
                                             token ids and pieces (see tokenize --help)
   inspect MODEL [--json]                    header: config and tensor table
@@ -510,9 +512,25 @@ async function selftest() {
   return r.failures ? 1 : 0;
 }
 
+// --threads N (generate, serve, selftest): the threaded wasm module with N threads
+// (bindings/threads.mjs). A runtime option, not a core one: taken off the command line
+// before the core's option spec reads it.
+async function takeThreads(args) {
+  const i = args.findIndex((a) => a === "--threads" || a.startsWith("--threads="));
+  if (i < 0) return args;
+  const eq = args[i].indexOf("=");
+  const v = eq >= 0 ? args[i].slice(eq + 1) : args[i + 1];
+  const n = Number(v);
+  if (v === undefined || !/^[0-9]+$/.test(v) || n < 1 || n > MAX_THREADS)
+    throw new UsageError(`--threads: expected an integer in [1, ${MAX_THREADS}], got ${v === undefined ? "nothing" : `'${v}'`}`);
+  await kw.init(undefined, {threads: n});
+  return [...args.slice(0, i), ...args.slice(i + (eq >= 0 ? 1 : 2))];
+}
+
 async function main(argv) {
-  const [cmd, ...args] = argv;
+  let [cmd, ...args] = argv;
   try {
+    if (cmd === "generate" || cmd === "serve" || cmd === "selftest") args = await takeThreads(args);
     switch (cmd) {
       case "generate": return await generate(args);
       case "mesh": return await mesh(args);
@@ -543,3 +561,4 @@ process.stdout.on("error", (e) => {
 });
 
 process.exitCode = await main(process.argv.slice(2));
+await kw.shutdown();  // --threads: stop the workers (a worker inside the module keeps the process alive)

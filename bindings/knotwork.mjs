@@ -8,6 +8,7 @@
 // One wasm instance per JS realm (module scope) is shared by every model: a Worker
 // isolate has 128 MB, and the module's memory is capped at that.
 import {loadWasm, KnotworkError} from "./loader.mjs";
+import {loadThreadedWasm} from "./threads.mjs";
 import {bytesSource, fileSource, urlSource, countingSource, blobSource, cachedUrlSource} from "./sources.mjs";
 import {coreOptions} from "./options.mjs";
 import {reusable} from "./prefix.mjs";
@@ -22,16 +23,43 @@ const te = new TextEncoder();
 /** @type {Promise<import("./loader.mjs").KnotworkWasm>|null} */
 let runtime = null;
 
+let runtimeThreads;  // the threads init() was first called with (undefined: single-threaded)
+
 /**
  * Load (once) the wasm module. Call before anything else to pass a precompiled
  * WebAssembly.Module (Workers), bytes, or a URL/path; otherwise the default build
  * output next to this package is used.
+ * {threads: N} (Node, or a cross-origin isolated page; not Workers): the threaded module
+ * build/wasm/knotwork-mt.wasm with N threads (the caller's + N - 1 workers, see
+ * bindings/threads.mjs; wasmSource, if given, is that module). The ids are the same for
+ * any N and as the single-threaded modules give. Without it: the single-threaded modules.
  * @param {WebAssembly.Module|ArrayBuffer|ArrayBufferView|URL|string} [wasmSource]
+ * @param {{threads?: number}} [opts]
  */
-export function init(wasmSource) {
-  runtime ??= loadWasm(wasmSource).then((w) => { readTypeTraits(w); return w; })
+export function init(wasmSource, {threads} = {}) {
+  if (runtime && threads !== undefined && threads !== runtimeThreads)
+    throw new Error(`knotwork: the wasm runtime is already loaded with ${runtimeThreads ?? "no"} threads; ` +
+                    `init({threads: ${threads}}) must come first`);
+  if (!runtime) runtimeThreads = threads;
+  runtime ??= (threads !== undefined ? loadThreadedWasm({threads, source: wasmSource}) : loadWasm(wasmSource))
+    .then((w) => { readTypeTraits(w); return w; })
     .catch((e) => { runtime = null; throw e; });  // a failed load may be retried
   return runtime;
+}
+
+/** Threads the loaded runtime computes with (1 for the single-threaded modules). */
+export async function threadCount() {
+  const w = await init();
+  return w.threads ?? 1;
+}
+
+/** Stop the threaded runtime's workers (Node exits without it too: they are unref'd). */
+export async function shutdown() {
+  if (!runtime) return;
+  const w = await runtime;
+  w.close?.();
+  runtime = null;
+  runtimeThreads = undefined;
 }
 
 /**

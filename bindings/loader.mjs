@@ -16,6 +16,18 @@ export const PROVIDED_IMPORTS = Object.freeze([
   "wasi_snapshot_preview1.proc_exit",
 ]);
 
+/** Imports of the threaded module build/wasm/knotwork-mt.wasm (bindings/threads.mjs
+ *  provides them): the shared memory, and the few hooks of Emscripten's -mt libc. */
+export const PROVIDED_IMPORTS_MT = Object.freeze([
+  ...PROVIDED_IMPORTS,
+  "env.memory",
+  "env.__emscripten_init_main_thread_js",
+  "env.emscripten_check_blocking_allowed",
+  "env.emscripten_unwind_to_js_event_loop",
+  "wasi_snapshot_preview1.clock_time_get",
+  "wasi_snapshot_preview1.fd_write",
+]);
+
 /** Thrown when the module calls exit (it should never: every ABI entry catches). */
 export class WasmExit extends Error {
   constructor(code) { super(`knotwork wasm called proc_exit(${code})`); this.code = code; }
@@ -123,7 +135,8 @@ export class KnotworkWasm {
   constructor(instance, state) {
     this.instance = instance;
     this.exports = instance.exports;
-    this.memory = instance.exports.memory;
+    this.memory = instance.exports.memory ?? state.memory;  // the threaded module imports its memory
+    this.shared = typeof SharedArrayBuffer !== "undefined" && this.memory.buffer instanceof SharedArrayBuffer;
     this.state = state;
     // Standalone reactor: run static constructors.
     if (this.exports._initialize) this.exports._initialize();
@@ -137,7 +150,13 @@ export class KnotworkWasm {
   lastError() {
     const p = this.exports.kw_last_error();
     const n = this.exports.kw_last_error_len();
-    return td.decode(this.u8().subarray(p, p + n));
+    return this.text(p, n);
+  }
+  /** UTF-8 text at [p, p + n) (copied first when the memory is shared: TextDecoder
+   *  refuses views of a SharedArrayBuffer). */
+  text(p, n) {
+    const v = this.u8().subarray(p, p + n);
+    return td.decode(this.shared ? v.slice() : v);
   }
   /** Call an ABI function that returns a status; throw KnotworkError on non-zero. */
   call(fn, ...args) {
@@ -153,8 +172,7 @@ export class KnotworkWasm {
     return this.u8().slice(p, p + n);
   }
   resultText() {
-    const p = this.exports.kw_result_ptr(), n = this.exports.kw_result_len();
-    return td.decode(this.u8().subarray(p, p + n));
+    return this.text(this.exports.kw_result_ptr(), this.exports.kw_result_len());
   }
   resultJSON() { return JSON.parse(this.resultText()); }
   /** A generation step's result (kw_session_step, kw_generator_step*): a JSON line

@@ -14,6 +14,11 @@
 # and rewrites them. (LLVM 14's wasm-ld drops the opcode's operand, so lld-19 it is.)
 # Without clang-19 / lld-19 (scripts/setup.sh installs them) only the baseline is built.
 #
+# And build/wasm/knotwork-mt.wasm, the threaded module for Node and browsers (not Workers):
+# every source again with -pthread -DKNOT_WASM_THREADS, linked by wasm-ld with em++'s link
+# arguments, the -mt system libraries and an imported shared memory (see the section below
+# and docs/wasm.md); bindings/threads.mjs runs it.
+#
 # usage: scripts/build-wasm.sh [--clean]
 #
 # Objects are compiled one at a time (the build machine is shared) and reused when the
@@ -119,11 +124,11 @@ em++ -v "${LDFLAGS[@]}" "${OBJS[@]}" -o "$TMPW" 2> "$OUT/link.log" || { cat "$OU
 # Import check: the module may import only what bindings/loader.mjs implements.
 # (Node 20 parses relaxed SIMD only behind a flag; only the import list is read here.)
 check_imports() {
-node ${2:-} --input-type=module - "$1" "$ROOT/bindings/loader.mjs" <<'JS'
+node ${2:-} --input-type=module - "$1" "$ROOT/bindings/loader.mjs" "${3:-PROVIDED_IMPORTS}" <<'JS'
 import {readFileSync} from "node:fs";
 import {pathToFileURL} from "node:url";
-const [wasmPath, loaderPath] = process.argv.slice(2);
-const {PROVIDED_IMPORTS} = await import(pathToFileURL(loaderPath).href);
+const [wasmPath, loaderPath, listName] = process.argv.slice(2);
+const PROVIDED_IMPORTS = (await import(pathToFileURL(loaderPath).href))[listName];
 const mod = new WebAssembly.Module(readFileSync(wasmPath));
 const imports = WebAssembly.Module.imports(mod).map(i => `${i.module}.${i.name}`);
 const bad = imports.filter(i => !PROVIDED_IMPORTS.includes(i));
@@ -137,6 +142,75 @@ JS
 check_imports "$TMPW"
 mv "$TMPW" "$WASM"
 echo "built $WASM: $(stat -c %s "$WASM") bytes in $(( $(date +%s) - T0 )) s" >&2
+
+# em++'s wasm-ld command line (from the -v log), minus its output and our objects; the
+# threaded and relaxed links reuse it.
+mapfile -t LDARGS < <(python3 - "$OUT/link.log" "$OBJ" <<'PY'
+import shlex, sys
+log, objdir = sys.argv[1], sys.argv[2]
+args = next(a for a in map(shlex.split, open(log)) if a and "wasm-ld" in a[0].rsplit("/", 1)[-1])[1:]
+out, skip = [], False
+for a in args:
+    if skip: skip = False; continue
+    if a == "-o": skip = True; continue
+    if a.startswith(objdir + "/"): continue
+    out.append(a)
+print("\n".join(out))
+PY
+)
+
+# ---- the threaded module ----------------------------------------------------------------
+# build/wasm/knotwork-mt.wasm: every source recompiled with -pthread (atomics, bulk memory)
+# and -DKNOT_WASM_THREADS (wasm/abi_threads.cpp's pool; kernel scratch thread_local), linked
+# by wasm-ld with em++'s arguments, the -mt system libraries and an imported shared memory
+# (--shared-memory --import-memory, same 128 MB cap). No Emscripten pthread JS runtime:
+# bindings/threads.mjs instantiates it once per worker thread on the one memory. em++
+# refuses -pthread with -sSTANDALONE_WASM, hence the direct wasm-ld link.
+T2=$(date +%s)
+MOBJ="$OUT/obj-mt"
+mkdir -p "$MOBJ"
+MT_FLAGS=(-pthread -DKNOT_WASM_THREADS)
+MSTAMP="$MOBJ/flags.stamp"
+MFLAGS_NOW="$FLAGS_NOW ${MT_FLAGS[*]}"
+if [[ ! -f "$MSTAMP" || "$(cat "$MSTAMP")" != "$MFLAGS_NOW" ]]; then
+  rm -f "$MOBJ"/*.o "$MOBJ"/*.d
+  printf '%s' "$MFLAGS_NOW" > "$MSTAMP"
+fi
+MOBJS=()
+mbuilt=0
+for src in "${SRCS[@]}"; do
+  rel="${src#$ROOT/}"; name="${rel//\//_}"
+  o="$MOBJ/${name%.cpp}.o"; d="$MOBJ/${name%.cpp}.d"
+  MOBJS+=("$o")
+  if stale "$o" "$d"; then
+    opt="$(opt_for "$src")"
+    echo "em++ -pthread $opt $rel" >&2
+    "${CCACHE[@]}" em++ "${CXXFLAGS_COMMON[@]}" "${MT_FLAGS[@]}" "$opt" -MMD -MF "$d" -c "$src" -o "$o"
+    mbuilt=$((mbuilt + 1))
+  fi
+done
+for o in "$MOBJ"/*.o; do
+  [[ -e "$o" ]] || continue
+  keep=0
+  for k in "${MOBJS[@]}"; do [[ "$k" == "$o" ]] && keep=1 && break; done
+  if [[ $keep == 0 ]]; then rm -f "$o" "${o%.o}.d"; fi
+done
+MLDARGS=()
+for a in "${LDARGS[@]}"; do
+  case "$a" in  # the thread-safe builds of the system libraries
+    -lc|-ldlmalloc|-lcompiler_rt|-lsockets) MLDARGS+=("$a-mt") ;;
+    -lc++-except|-lc++abi-except|-lunwind-except) MLDARGS+=("${a%-except}-mt-except") ;;
+    -lGL|-lal|-lhtml5) ;;  # nothing of ours uses them
+    *) MLDARGS+=("$a") ;;
+  esac
+done
+MWASM="$OUT/knotwork-mt.wasm"
+MTMP="$OUT/knotwork-mt.new.wasm"
+echo "wasm-ld link, threaded (${#MOBJS[@]} objects, $mbuilt recompiled)" >&2
+wasm-ld-14 -o "$MTMP" "${MOBJS[@]}" "${MLDARGS[@]}" --shared-memory --import-memory --export=_emscripten_thread_init
+check_imports "$MTMP" "" PROVIDED_IMPORTS_MT
+mv "$MTMP" "$MWASM"
+echo "built $MWASM: $(stat -c %s "$MWASM") bytes in $(( $(date +%s) - T2 )) s" >&2
 
 # ---- the relaxed-SIMD module ------------------------------------------------------------
 CLANG19=/usr/lib/llvm-19/bin/clang++
@@ -191,20 +265,6 @@ for src in "${RELAXED_SRCS[@]}"; do
     rbuilt=$((rbuilt + 1))
   fi
 done
-# em++'s wasm-ld command line (from the -v log), minus its output and our objects.
-mapfile -t LDARGS < <(python3 - "$OUT/link.log" "$OBJ" <<'PY'
-import shlex, sys
-log, objdir = sys.argv[1], sys.argv[2]
-args = next(a for a in map(shlex.split, open(log)) if a and "wasm-ld" in a[0].rsplit("/", 1)[-1])[1:]
-out, skip = [], False
-for a in args:
-    if skip: skip = False; continue
-    if a == "-o": skip = True; continue
-    if a.startswith(objdir + "/"): continue
-    out.append(a)
-print("\n".join(out))
-PY
-)
 RTMP="$OUT/knotwork-relaxed.new.wasm"
 echo "wasm-ld-19 link (${#ROBJS[@]} objects, $rbuilt recompiled)" >&2
 "$LLD19" -o "$RTMP" "${ROBJS[@]}" "${LDARGS[@]}"

@@ -6,12 +6,17 @@
 // _free / _memalign (emscripten's dlmalloc.c makes the public names weak, for this), and
 // every block's chunk size is added to or taken from a counter: O(1), and the peak is
 // exact instead of sampled at ABI boundaries.
+// In the threaded module (KNOT_WASM_THREADS) the pool's workers allocate kernel scratch,
+// so each call holds a spin lock (dlmalloc-mt locks itself; the counters need it too).
 #include <cstddef>
 #include <cstdint>
 
 #include "abi_internal.h"
 
 #include <cstring>
+#if defined(KNOT_WASM_THREADS)
+#include <atomic>
+#endif
 
 // emscripten's dlmalloc.c: malloc, free and memalign under names an application's own
 // malloc can call; malloc_usable_size stays dlmalloc's (not replaced here).
@@ -23,6 +28,17 @@ size_t malloc_usable_size(void*);
 }
 
 namespace {
+#if defined(KNOT_WASM_THREADS)
+std::atomic<int> g_lock{0};
+struct Locked {
+  Locked() { while (g_lock.exchange(1, std::memory_order_acquire)) {} }
+  ~Locked() { g_lock.store(0, std::memory_order_release); }
+};
+#else
+struct Locked {
+  Locked() {}  // single-threaded: no lock
+};
+#endif
 // Each live block's chunk: its usable bytes + dlmalloc's size word (what mallinfo's
 // uordblks counts).
 size_t g_in_use = 0;
@@ -39,9 +55,13 @@ inline void* counted(void* p) {
 }  // namespace
 
 extern "C" {
-void* malloc(size_t n) { return counted(emscripten_builtin_malloc(n)); }
+void* malloc(size_t n) {
+  Locked l;
+  return counted(emscripten_builtin_malloc(n));
+}
 void free(void* p) {
   if (!p) return;
+  Locked l;
   g_in_use -= chunk_bytes(p);
   emscripten_builtin_free(p);
 }
@@ -63,7 +83,10 @@ void* realloc(void* old, size_t n) {
   free(old);
   return p;
 }
-void* memalign(size_t align, size_t n) { return counted(emscripten_builtin_memalign(align, n)); }
+void* memalign(size_t align, size_t n) {
+  Locked l;
+  return counted(emscripten_builtin_memalign(align, n));
+}
 int posix_memalign(void** out, size_t align, size_t n) {
   if (align < sizeof(void*) || (align & (align - 1))) return 22;  // EINVAL
   void* p = memalign(align, n);

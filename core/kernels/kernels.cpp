@@ -14,6 +14,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/kernels_internal.h"
+#include "kernels/parallel.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -235,6 +236,50 @@ static void matmul_reference(DType wtype, const uint8_t* W, size_t rb, int64_t r
   }
 }
 
+// One token chunk of matmul_rows: activations quantized, weights from the range's first
+// row. run_chunk_rows computes output rows [r0, r1) of it (parallel_rows' fn).
+struct ChunkJob {
+  dot_fn dot;
+  mm_fn mm;  // the batched kernel, or nullptr: tiles of the dot kernel
+  mm_fn mv;  // the decode kernel (one token, mm[] not taking it), or nullptr
+  int64_t cols;
+  const uint8_t* W;  // row 0 of the range
+  size_t rb;
+  const uint8_t* acts;
+  size_t ab;
+  int64_t nc;  // tokens in the chunk
+  float* Y;    // [nc, nout]
+  int64_t nout;
+};
+
+constexpr int64_t ROW_TILE = 16;  // weight rows kept in cache while every token tile passes
+
+static void run_chunk_rows(void* ctx, int64_t r0, int64_t r1) {
+  const ChunkJob& j = *(const ChunkJob*)ctx;
+  if (j.mm) {  // batched kernel: all tokens of the chunk at once
+    j.mm(j.cols, j.W + (size_t)r0 * j.rb, j.rb, r1 - r0, j.acts, j.ab, j.nc, j.Y + r0, j.nout);
+    return;
+  }
+  if (j.mv) {  // decode kernel: one token, several rows per pass
+    j.mv(j.cols, j.W + (size_t)r0 * j.rb, j.rb, r1 - r0, j.acts, j.ab, 1, j.Y + r0, j.nout);
+    return;
+  }
+  for (int64_t rt = r0; rt < r1; rt += ROW_TILE) {
+    const int64_t rt_end = std::min(r1, rt + ROW_TILE);
+    for (int64_t t0 = 0; t0 < j.nc; t0 += KMAX_TOK) {
+      const int nt = (int)std::min<int64_t>(KMAX_TOK, j.nc - t0);
+      const void* acts[KMAX_TOK];
+      for (int t = 0; t < nt; t++) acts[t] = j.acts + (size_t)(t0 + t) * j.ab;
+      float* yt = j.Y + t0 * j.nout;  // [nt, nout]
+      for (int64_t r = rt; r < rt_end; r++) {  // hot loop: one weight row x nt tokens
+        float out[KMAX_TOK];
+        j.dot(j.cols, j.W + (size_t)r * j.rb, acts, nt, out);
+        for (int t = 0; t < nt; t++) yt[t * j.nout + r] = out[t];
+      }
+    }
+  }
+}
+
 void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end, int64_t cols,
                  const float* X, int64_t ntok, float* Y, Kernel k) {
   const size_t rb = check_weights(wtype, cols, "matmul");
@@ -266,7 +311,6 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
   const mm_fn mm = pick_mm_batch(dot_kernels(k), wtype);
   const int64_t mm_min = dot_kernels(k).mm_min_tokens;
   const mm_fn mv = pick_mv(dot_kernels(k), wtype);
-  const int64_t ROW_TILE = 16;  // weight rows kept in cache while every token tile passes
   for (int64_t c0 = 0; c0 < ntok; c0 += TOK_CHUNK) {
     const int64_t nc = std::min(TOK_CHUNK, ntok - c0);
     const uint8_t* acts_base;
@@ -277,28 +321,12 @@ void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end,
         quantize_act_row(dot_kernels(k), af, X + (c0 + t) * cols, (uint8_t*)qa.get() + (size_t)t * ab, cols);
       acts_base = (const uint8_t*)qa.get();
     }
-    if (mm && nc >= mm_min && cols % 256 == 0) {  // batched kernel: all tokens of the chunk at once
-      mm(cols, Wb + (size_t)row_begin * rb, rb, nout, acts_base, ab, nc, Y + c0 * nout, nout);
-      continue;
-    }
-    if (mv && nc == 1) {  // decode kernel (when mm[] does not take one token)
-      mv(cols, Wb + (size_t)row_begin * rb, rb, nout, acts_base, ab, 1, Y + c0 * nout, nout);
-      continue;
-    }
-    for (int64_t rt = row_begin; rt < row_end; rt += ROW_TILE) {
-      const int64_t rt_end = std::min(row_end, rt + ROW_TILE);
-      for (int64_t t0 = 0; t0 < nc; t0 += KMAX_TOK) {
-        const int nt = (int)std::min<int64_t>(KMAX_TOK, nc - t0);
-        const void* acts[KMAX_TOK];
-        for (int j = 0; j < nt; j++) acts[j] = acts_base + (size_t)(t0 + j) * ab;
-        float* yt = Y + (c0 + t0) * nout;  // [nt, nout]
-        for (int64_t r = rt; r < rt_end; r++) {  // hot loop: one weight row x nt tokens
-          float out[KMAX_TOK];
-          dot(cols, Wb + (size_t)r * rb, acts, nt, out);
-          for (int j = 0; j < nt; j++) yt[j * nout + (r - row_begin)] = out[j];
-        }
-      }
-    }
+    // Output rows of this token chunk, split by parallel_rows (one thread per range; the
+    // same code per row whatever the range, so the same bits for any thread count).
+    const bool batched = mm && nc >= mm_min && cols % 256 == 0;
+    ChunkJob job{dot, batched ? mm : nullptr, !batched && nc == 1 ? mv : nullptr, cols, Wb + (size_t)row_begin * rb, rb,
+                 acts_base, ab, nc, Y + c0 * nout, nout};
+    parallel_rows(nout, ROW_TILE, run_chunk_rows, &job);
   }
 }
 

@@ -20,6 +20,16 @@
 
 namespace knot {
 
+// Mutable kernel scratch at namespace scope carries KNOT_KERNEL_TLS: thread_local in the
+// threaded wasm module (kernels run on every thread of its pool, parallel.h), nothing
+// elsewhere. Only trivially destructible types (a pointer to heap scratch, arrays): no
+// thread-exit destructor is ever registered.
+#if defined(KNOT_WASM_THREADS)
+#define KNOT_KERNEL_TLS thread_local
+#else
+#define KNOT_KERNEL_TLS
+#endif
+
 constexpr int KMAX_TOK = 4;  // token tile width of the multi-token kernels
 
 typedef void (*dot_fn)(int64_t n, const void* w, const void* const* act, int nt, float* out);

@@ -437,12 +437,21 @@ struct MmScratch {
   std::vector<int16_t> ap;   // [nt][n/256][8] Q8_K pair sums bsums[2j]+bsums[2j+1]
   std::vector<v128_t> acc;   // [RD/4][nt] f32x4 accumulators (lanes = 4 rows)
 };
-MmScratch g_mm;  // the wasm module is single-threaded
+// Per thread (KNOT_KERNEL_TLS): the threaded module runs this kernel on several threads;
+// there each thread's scratch is allocated at its first call (never freed: a thread_local
+// with a destructor would need thread-exit support the pool does not have).
+#if defined(KNOT_WASM_THREADS)
+KNOT_KERNEL_TLS MmScratch* g_mm_p;
+inline MmScratch& mm_scratch() { return g_mm_p ? *g_mm_p : *(g_mm_p = new MmScratch); }
+#else
+MmScratch g_mm;
+inline MmScratch& mm_scratch() { return g_mm; }
+#endif
 
-alignas(16) int16_t wdec[RD][SB];  // decoded, pre-scaled weights of one super-block
-alignas(16) float wd[8][RD];       // [block in super-block][row] weight scale d
-alignas(16) float wdm[RD];         // [row] dmin (Q4_K/Q5_K)
-alignas(16) int16_t wm[RD][8];     // [row] mins m0..m7 (Q4_K/Q5_K)
+alignas(16) KNOT_KERNEL_TLS int16_t wdec[RD][SB];  // decoded, pre-scaled weights of one super-block
+alignas(16) KNOT_KERNEL_TLS float wd[8][RD];       // [block in super-block][row] weight scale d
+alignas(16) KNOT_KERNEL_TLS float wdm[RD];         // [row] dmin (Q4_K/Q5_K)
+alignas(16) KNOT_KERNEL_TLS int16_t wm[RD][8];     // [row] mins m0..m7 (Q4_K/Q5_K)
 
 inline v128_t reduce4(v128_t a, v128_t b, v128_t c, v128_t d) {  // -> [sum a, sum b, sum c, sum d]
   const v128_t ab = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), wasm_i32x4_shuffle(a, b, 2, 6, 3, 7));
@@ -601,7 +610,7 @@ template <class F>
 void mm_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
              int64_t nt, float* Y, int64_t ldy) {
   const int64_t ns = n / SB, nbe = n / F::BE;
-  MmScratch& m = g_mm;
+  MmScratch& m = mm_scratch();
   m.a16.resize((size_t)(nt * n));
   m.ad.resize((size_t)(nt * nbe));
   if (F::KMIN) m.ap.resize((size_t)(nt * ns * 8));

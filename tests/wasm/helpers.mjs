@@ -41,6 +41,10 @@ export function tmpDir(prefix = "knotwork-wasm-") {
 const MIME = {".html": "text/html; charset=utf-8", ".mjs": "text/javascript", ".js": "text/javascript",
               ".wasm": "application/wasm", ".json": "application/json"};
 
+/** serveFiles headers of a cross-origin isolated page (SharedArrayBuffer: the threaded module). */
+export const ISOLATED = Object.freeze({"Cross-Origin-Opener-Policy": "same-origin",
+                                       "Cross-Origin-Embedder-Policy": "require-corp"});
+
 /** serveFiles routes for every module of bindings/ (what a page importing the JS API loads). */
 export function bindingsRoutes() {
   const dir = join(ROOT, "bindings");
@@ -50,17 +54,18 @@ export function bindingsRoutes() {
 /**
  * Tiny static server on 127.0.0.1 (ephemeral port) with single-range Range support.
  * routes: {"/url/path": "/abs/file/path"}. Records every request in `log`.
+ * headers: sent with every answer (e.g. COOP/COEP for a cross-origin isolated page).
  */
-export async function serveFiles(routes) {
+export async function serveFiles(routes, {headers: extra = {}} = {}) {
   const log = [];
   const server = createServer((req, res) => {
     const url = new URL(req.url, "http://x");
     const file = routes[url.pathname];
     log.push({method: req.method, path: url.pathname, range: req.headers.range || null});
-    if (!file || !existsSync(file)) { res.writeHead(404); res.end("not found"); return; }
+    if (!file || !existsSync(file)) { res.writeHead(404, extra); res.end("not found"); return; }
     const size = statSync(file).size;
     const headers = {"Content-Type": MIME[extname(file)] || "application/octet-stream",
-                     "Accept-Ranges": "bytes", "Cache-Control": "no-store"};
+                     "Accept-Ranges": "bytes", "Cache-Control": "no-store", ...extra};
     const m = /^bytes=(\d*)-(\d*)$/.exec(req.headers.range || "");
     if (m && (m[1] !== "" || m[2] !== "")) {
       let start, end;
