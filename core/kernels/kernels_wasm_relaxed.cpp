@@ -149,11 +149,11 @@ namespace {
 constexpr int RD = 16;   // weight rows decoded per pass (4 register tiles of 4)
 constexpr int SB = 256;  // weights per decoded super-block
 
-alignas(16) uint8_t wq[RD][SB];   // decoded unsigned quants of one super-block, activation order
-alignas(16) int16_t wsc[RD][16];  // [row] sub-block scales (Q4_K: 8 of 32 weights; Q6_K: 16 of 16)
-alignas(16) int16_t wm2[RD][16];  // [row] Q4_K mins, each twice (m0,m0,m1,m1,..: against bsums)
-alignas(16) float wd[RD];         // [row] d
-alignas(16) float wdm[RD];        // [row] dmin (Q4_K)
+alignas(16) KNOT_KERNEL_TLS uint8_t wq[RD][SB];   // decoded unsigned quants of one super-block, activation order
+alignas(16) KNOT_KERNEL_TLS int16_t wsc[RD][16];  // [row] sub-block scales (Q4_K: 8 of 32 weights; Q6_K: 16 of 16)
+alignas(16) KNOT_KERNEL_TLS int16_t wm2[RD][16];  // [row] Q4_K mins, each twice (m0,m0,m1,m1,..: against bsums)
+alignas(16) KNOT_KERNEL_TLS float wd[RD];         // [row] d
+alignas(16) KNOT_KERNEL_TLS float wdm[RD];        // [row] dmin (Q4_K)
 std::vector<v128_t> g_acc;        // [RD/4][nt] f32x4 accumulators (lanes = 4 rows)
 
 inline v128_t reduce4(v128_t a, v128_t b, v128_t c, v128_t d) {  // -> [sum a, sum b, sum c, sum d]
