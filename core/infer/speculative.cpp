@@ -33,6 +33,7 @@ void DecodeLoop::begin(const std::vector<int32_t>& prompt, const float* logits) 
   pending_ = -1;
   rows_ = nullptr;
   batch_.clear();
+  q_.clear();
 }
 
 DecodeLoop::Next DecodeLoop::next() {

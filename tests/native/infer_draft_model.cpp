@@ -176,8 +176,9 @@ TEST(DraftModel, AVocabularyMismatchNamesBothModels) {
 TEST(DraftModel, SampledGenerationsAreDistributedAsPlainOnes) {
   // Many seeds at temperature 0.8: the token at each of the first 6 generated positions with
   // a q4_k_m draft (n 4) against plain q8_0 decoding (two-sample chi-square over the tokens
-  // seen at least 10 times in the two runs together; 1e-4 tail). The greedy draft is a
-  // one-hot q, so the acceptance rule keeps p; drafts are both kept and rejected.
+  // seen at least 10 times in the two runs together; 1e-4 tail). One-hot drafts (the draft's
+  // argmax, DraftModel one_hot): q is one-hot, so the acceptance rule keeps p; drafts are both
+  // kept and rejected. (Sampled drafts: WithSampledDraftsSampledGenerations... below.)
   const std::string tpath = model_path("stories260K-pad256-llama-q8_0.gguf");
   const std::string dpath = model_path("stories260K-pad256-llama-q4_k_m.gguf");
   REQUIRE_SHARED_MODEL(tpath);
@@ -187,7 +188,7 @@ TEST(DraftModel, SampledGenerationsAreDistributedAsPlainOnes) {
   EngineOptions eo;
   eo.n_ctx = 96;
   Engine e(tm, eo), de(dm, eo);
-  DraftModel d(de, 4);
+  DraftModel d(de, 4, true);
   const std::vector<int32_t> prompt = tok.encode("Lily saw a big red ball. She", true, false);
   const int seeds = 1500, positions = 6;
   std::vector<std::map<int32_t, int>> a(positions), b(positions);
