@@ -5,6 +5,7 @@
 // run of the same request (Model.generate with the options the mesh's backend derives).
 //
 //   node bench/chaos.mjs [--clients 32] [--seconds 60] [--seed 1] [--model NAME.gguf] [--replicas R]
+//                        [--stall-ms 60000] [--deadline-ms 300000]
 //                        [--out bench/chaos-2026-12-01.jsonl]      (appends the result as a JSON line)
 //   import {runChaos} from "./chaos.mjs"; const r = await runChaos({clients: 4, seconds: 20});
 //
@@ -12,7 +13,9 @@
 // (each turn resends the conversation so far with the mesh's reply: prefix reuse across
 // turns, usage.prompt_tokens_details.cached_tokens) and completions, greedy or seeded
 // sampling (temperature 0.8, with or without top_k), streamed (TTFT), maxRetries 0 (a
-// failure is seen, not retried). A request's deadline is `deadlineMs`; nothing outlives it.
+// failure is seen, not retried). A request that receives no byte (a token, a telemetry comment)
+// for `stallMs` is given up as lost, and none outlives `deadlineMs`: a slow answer that is still
+// streaming (a loaded host) is not lost.
 // Faults (a seeded driver, one every `faultEveryMs` on average, each cleared after 0.5-2.5 s):
 //   station-restart  a station member's Durable Object of a live session restarted (kinds:
 //                    restore from the KV snapshot, wipe it too (re-prefill), ctx.abort() only)
@@ -25,7 +28,7 @@
 // Classes of a reply (the single-process run of the same prompt ids and options is the
 // reference): identical; degraded (completed, and its telemetry names an abstain or a
 // failover, identical or not); failed (an HTTP error, or an error in the stream, whose
-// message names the cause); lost (no answer within the deadline, a dropped connection or a
+// message names the cause); lost (no byte for stallMs or no end by deadlineMs, a dropped connection or a
 // stream that ended without a finish reason or an error: must be 0); wrong (completed, not
 // degraded, not identical: must be 0).
 // Result (one JSON object): clients, seconds, requests, completed, identical, degraded
@@ -102,6 +105,7 @@ function tapFetch(rec) {
           buf = buf.slice(i + 1);
           if (line.startsWith(": knotwork ")) { try { rec.onTele(JSON.parse(line.slice(11))); } catch {} }
         }
+        rec.onBytes?.();
         ctl.enqueue(chunk);
       },
     });
@@ -113,7 +117,7 @@ const GENERIC = /^(Connection error\.?|Request timed out\.?|terminated|fetch fai
 
 // One streamed request through the official client: {kind, body, text, finish, usage, ms,
 // ttftMs, tele, error?, lost?}.
-async function request(baseURL, kind, body, deadlineMs, live) {
+async function request(baseURL, kind, body, {deadlineMs, stallMs}, live) {
   const rec = {kind, body, text: "", finish: null, usage: null, tele: [], t0: performance.now()};
   let sid = null;
   rec.onTele = (e) => {
@@ -121,7 +125,12 @@ async function request(baseURL, kind, body, deadlineMs, live) {
     if (e.type === "route" && e.sid) { sid = e.sid; live.set(sid, e); }
   };
   const ac = new AbortController();
-  const timer = setTimeout(() => ac.abort(new Error(`deadline ${deadlineMs} ms`)), deadlineMs);
+  let last = performance.now(), why = "";
+  rec.onBytes = () => { last = performance.now(); };
+  const timer = setTimeout(() => { why = `no end within the deadline of ${deadlineMs} ms`; ac.abort(new Error(why)); }, deadlineMs);
+  const watch = setInterval(() => {
+    if (performance.now() - last > stallMs) { why = `no byte for ${stallMs} ms`; ac.abort(new Error(why)); }
+  }, 500);
   const client = new OpenAI({baseURL, apiKey: "unused", maxRetries: 0, timeout: deadlineMs + 1000, fetch: tapFetch(rec)});
   try {
     const args = {...body, model: "model", stream: true, stream_options: {include_usage: true}};
@@ -138,11 +147,13 @@ async function request(baseURL, kind, body, deadlineMs, live) {
     if (!rec.finish) rec.lost = "the stream ended without a finish reason or an error";
   } catch (e) {
     const msg = e?.message ?? String(e);
-    if (ac.signal.aborted) rec.lost = `no answer within the deadline of ${deadlineMs} ms`;
+    if (ac.signal.aborted) rec.lost = why;
     else if (e instanceof OpenAI.APIConnectionError || GENERIC.test(msg.trim()) || !msg.trim()) rec.lost = `connection: ${msg}${e?.cause ? ` (cause: ${e.cause.message ?? e.cause}${e.cause.cause ? `: ${e.cause.cause.message ?? e.cause.cause}` : ""})` : ""}`;
     else rec.error = {status: e?.status ?? null, message: msg};
   } finally {
     clearTimeout(timer);
+    clearInterval(watch);
+    delete rec.onBytes;
     if (sid) live.delete(sid);
     rec.ms = performance.now() - rec.t0;
     delete rec.onTele;
@@ -151,7 +162,7 @@ async function request(baseURL, kind, body, deadlineMs, live) {
 }
 
 // A client: until the end time, conversations of 1-4 turns and completions, from its own seed.
-async function client(i, {baseURL, seed, endAt, deadlineMs, live, out}) {
+async function client(i, {baseURL, seed, endAt, limits, live, out}) {
   const r = rng(seed * 1000 + i);
   while (performance.now() < endAt) {
     if (r.next() < 0.6) {
@@ -159,14 +170,14 @@ async function client(i, {baseURL, seed, endAt, deadlineMs, live, out}) {
       const turns = r.int(1, 4);
       for (let t = 0; t < turns && performance.now() < endAt; t++) {
         messages.push({role: "user", content: r.pick(WORDS)});
-        const rec = await request(baseURL, "chat", {messages: messages.map((m) => ({...m})), ...sampling(r)}, deadlineMs, live);
+        const rec = await request(baseURL, "chat", {messages: messages.map((m) => ({...m})), ...sampling(r)}, limits, live);
         rec.turn = t;
         out.push(rec);
         if (rec.error || rec.lost) break;
         messages.push({role: "assistant", content: rec.text});
       }
     } else {
-      out.push(await request(baseURL, "completion", {prompt: r.pick(WORDS), ...sampling(r)}, deadlineMs, live));
+      out.push(await request(baseURL, "completion", {prompt: r.pick(WORDS), ...sampling(r)}, limits, live));
     }
   }
 }
@@ -256,10 +267,10 @@ async function drained(url, members, ms) {
 /**
  * Run the chaos load; resolves with the result object (see the header).
  * @param {{clients?: number, seconds?: number, seed?: number, model?: string, replicas?: number,
- *   deadlineMs?: number, faultEveryMs?: number, kinds?: string[], log?: (s: string) => void}} o
+ *   deadlineMs?: number, stallMs?: number, faultEveryMs?: number, kinds?: string[], log?: (s: string) => void}} o
  */
 export async function runChaos({clients = 32, seconds = 60, seed = 1, model = "stories260K-pad256-llama-q4_k_m.gguf", replicas = 1,
-                                deadlineMs = 90_000, faultEveryMs = 1500, kinds, fluid: withFluid = true, log} = {}) {
+                                deadlineMs = 300_000, stallMs = 60_000, faultEveryMs = 1500, kinds, fluid: withFluid = true, log} = {}) {
   const gguf = await kw.openModel(await kw.fileSource(join(MODELS, model)));
   const bytes = gguf.toKnot();
   gguf.close();
@@ -279,21 +290,21 @@ export async function runChaos({clients = 32, seconds = 60, seed = 1, model = "s
                                 timeouts: {shardMs: SHARD_MS, stationMs: 30_000}, ttlMs: 20_000,
                                 prefixCache: {ttlMs: 2000, kvTokens: (clients + 4) * defaultContext(config)}});  // a held session per client
   const baseURL = new URL("/v1", mesh.url).href;
-  const live = new Map(), out = [];
+  const live = new Map(), out = [], limits = {deadlineMs, stallMs};
   let result;
   try {
     // warm-up: every isolate booted (one chat, one completion), the held sessions drained
     for (const kind of ["chat", "completion"]) {
       const body = kind === "chat" ? {messages: [{role: "user", content: "Hi"}], max_tokens: 4, temperature: 0}
         : {prompt: "Once", max_tokens: 4, temperature: 0};
-      const w = await request(baseURL, kind, body, deadlineMs, new Map());
+      const w = await request(baseURL, kind, body, limits, new Map());
       if (w.error || w.lost) throw new Error(`chaos: warm-up ${kind} failed: ${w.error?.message ?? w.lost}`);
     }
     const baseline = await drained(mesh.url, members, 20_000);
     const before = await counters(mesh, members);
     const start = performance.now(), endAt = start + seconds * 1000;
     const driver = faultDriver(mesh, {seed, everyMs: faultEveryMs, kinds, live, fluid, wardenNames, log});
-    await Promise.all(Array.from({length: clients}, (_, i) => client(i, {baseURL, seed, endAt, deadlineMs, live, out})));
+    await Promise.all(Array.from({length: clients}, (_, i) => client(i, {baseURL, seed, endAt, limits, live, out})));
     const injected = await driver.stop();
     const elapsed = (performance.now() - start) / 1000;
     for (const s of [...topology.stations.flatMap((x) => x.members.map((m) => m.name)), ...topology.shards.map((x) => x.name)])
@@ -402,6 +413,7 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
   const r = await runChaos({clients: Number(opt("--clients", 32)), seconds: Number(opt("--seconds", 60)), seed: Number(opt("--seed", 1)),
                             model: opt("--model", undefined), replicas: Number(opt("--replicas", 1)),
                             faultEveryMs: Number(opt("--fault-every-ms", 1500)), fluid: !args.includes("--no-fluid"),
+                            deadlineMs: Number(opt("--deadline-ms", 300_000)), stallMs: Number(opt("--stall-ms", 60_000)),
                             kinds: opt("--kinds", undefined)?.split(",").filter(Boolean),
                             log: args.includes("--verbose") ? (s) => console.error(`[chaos ${new Date().toISOString().slice(11, 23)}] ${s}`) : undefined});
   const line = JSON.stringify(r);

@@ -10,8 +10,8 @@
 // the median of --runs. Fields: decodeTokS {plain, lookup}, speedup (lookup / plain, same
 // runtime), acceptance (accepted / drafted), drafted, accepted, sameIds (lookup == plain ==
 // single process), draft: "lookup".
-// Draft-model speculation (--draft MODEL) is not on the mesh yet; its lines
-// come from build/bin/knot generate (runtime "native") and the wasm API (runtime "wasm"):
+// --mesh-draft: only the mesh's plain vs lookup vs draft model (the coordinator's DRAFT), below.
+// The single-process draft-model lines come from build/bin/knot generate (runtime "native") and the wasm API (runtime "wasm"):
 // plain vs lookup vs draft model, same runtime, same run: the q8_0 target stories260K-pad256 with its own q4_k_m as the draft,
 // and the synth llama in Q8_0 with its Q4_K_M twin as the draft (same shape: the draft is
 // only ~1.6x cheaper than the target there, an upper-bound acceptance, not a speedup case).
@@ -70,6 +70,61 @@ if (existsSync(stories)) {
     "--heads", "12", "--kv-heads", "4", "--ffn", "2048", "--vocab", "512", "--type", "Q4_K_M", "--seed", "1", out]);
   models.push({name: "synth llama hidden 768 FFN 2048 Q4_K_M", bytes: new Uint8Array(readFileSync(out)), stations, synth: true});
   rmSync(dir, {recursive: true});
+}
+
+// ---- mesh: plain vs lookup vs the coordinator's draft model (--mesh-draft) ------------------
+// The q8_0 stories260K-pad256 target on the mesh with each quantized twin as the deployment's
+// draft (DRAFT: q6_k, q4_k_m), modes interleaved run by run so the host's load hits them alike.
+// One line per draft x prompt kind: decodeTokS {plain, lookup, draft}, speedup {lookup, draft}
+// over plain (the same mesh, the same run), acceptance {lookup, draft}, passes, sameIds.
+if (args.includes("--mesh-draft")) {
+  const q8 = join(sharedDir, "stories260K-pad256-llama-q8_0.gguf");
+  const knotOf = async (p) => { const mm = await kw.openModel(await kw.fileSource(p)); try { return mm.toKnot(); } finally { mm.close(); } };
+  const target = await knotOf(q8);
+  const tm = await kw.openModel(kw.bytesSource(target, "bench.knot"));
+  const promptIds = Object.fromEntries(Object.entries(PROMPTS).map(([k, p]) => [k, tm.tokenize(p)]));
+  tm.close();
+  const config = (await kw.parseKnotHeader(kw.bytesSource(target, "bench.knot"))).config;
+  const topology = topologyFromCounts(config, {knot: "model.knot", stations: [2, 3], shards});
+  for (const twin of opt("--draft-models", "q6_k,q4_k_m").split(",")) {
+    const draftBytes = await knotOf(join(sharedDir, `stories260K-pad256-llama-${twin}.gguf`));
+    const mesh = await startMesh({knotBytes: target, topology, draftBytes, draft: {knot: "draft.knot", n: draftN}});
+    try {
+      for (const [kind, ids] of Object.entries(promptIds)) {
+        const options = {maxTokens: nDecode, temperature: 0, ignoreEos: true};
+        const modes = {plain: {...options, draft: false}, lookup: {...options, draft: false, lookup}, draft: options};
+        const r = {plain: [], lookup: [], draft: []};
+        const load0 = loadavg()[0];
+        for (let i = 0; i <= nRuns; i++) {
+          for (const [mode, o] of Object.entries(modes)) {
+            const res = await mesh.run({ids, options: o});
+            if (res.error) throw new Error(res.error.error);
+            if (i > 0) r[mode].push(res.summary);
+          }
+        }
+        const med = (k, f = (s) => s.decodeTokS) => median(r[k].map(f));
+        const sp = (k) => r[k][0].speculative;
+        const line = {
+          bench: "speculative", date: new Date().toISOString(), model: "stories260K-pad256-llama-q8_0", prompt: kind, runtime: "mesh",
+          draft: "lookup+model", draftModel: `stories260K-pad256-llama-${twin}`, lookup, draftN, topology: {stations: [2, 3], shards},
+          promptTokens: ids.length, decodeTokens: nDecode, runs: nRuns,
+          decodeTokS: {plain: med("plain"), lookup: med("lookup"), draft: med("draft")},
+          speedup: {lookup: med("lookup") / med("plain"), draft: med("draft") / med("plain")},
+          acceptance: {lookup: sp("lookup").acceptance, draft: sp("draft").acceptance},
+          drafted: {lookup: sp("lookup").drafted, draft: sp("draft").drafted}, accepted: {lookup: sp("lookup").accepted, draft: sp("draft").accepted},
+          passes: {plain: med("plain", (s) => s.passes), lookup: med("lookup", (s) => s.passes), draft: med("draft", (s) => s.passes)},
+          hops: {plain: med("plain", (s) => s.hops), lookup: med("lookup", (s) => s.hops), draft: med("draft", (s) => s.hops)},
+          draftMs: med("draft", (s) => s.speculative.draftMs), draftPrimeMs: med("draft", (s) => s.speculative.draftPrimeMs), decodeMs: {plain: med("plain", (s) => s.decodeMs), draft: med("draft", (s) => s.decodeMs)},
+          draftMemory: {weightBytes: sp("draft").draftWeightBytes, kvBytes: sp("draft").draftKvBytes},
+          sameIds: [...r.plain, ...r.lookup, ...r.draft].every((s) => JSON.stringify(s.ids) === JSON.stringify(r.plain[0].ids)),
+          cores: cpus().length, loadavg: [+load0.toFixed(2), +loadavg()[0].toFixed(2)],
+        };
+        console.log(JSON.stringify(line));
+        if (outFile) appendFileSync(outFile, JSON.stringify(line) + "\n");
+      }
+    } finally { await mesh.close(); }
+  }
+  process.exit(0);
 }
 
 const lines = [];

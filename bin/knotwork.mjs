@@ -150,6 +150,20 @@ async function mesh(args) {
   } finally { await src.close?.(); }
   const text = await openTextModel(kw.bytesSource(bytes, model));
   const c = text.info.config;
+  // --draft SMALL [--draft-n K]: the coordinator's draft model (the deployment's DRAFT: its .knot
+  // in R2 beside the target's); a mismatched vocabulary is refused here, naming both models
+  let draftBytes = null, draft = null;
+  if (cli.draft !== undefined) {
+    const dsrc = await source(cli.draft);
+    let dm;
+    try { dm = await kw.openModel(dsrc); } finally { await dsrc.close?.(); }
+    try {
+      const {Drafter} = await import("../bindings/drafter.mjs");
+      (await Drafter.open(dm, text, {n: cli.draft_n ?? 4})).free();
+      draftBytes = dm.toKnot();
+    } catch (e) { text.close(); throw e; } finally { dm.close(); }
+    draft = {knot: "draft.knot", n: cli.draft_n ?? 4};
+  }
   const given = planPath ? JSON.parse(readFileSync(planPath, "utf8")) : null;
   // a planner plan (stations with ids, slices) or a topology (stations with members)
   const topology = given ? (given.stations?.[0]?.members ? validateTopology(c, {...given, knot: "model.knot"})
@@ -191,7 +205,7 @@ async function mesh(args) {
   }
   const closeFat = async () => { if (fat) { await Promise.all(fat.stations.map((x) => x.stop())); await fat.range.close(); } };
   let m;
-  try { m = await startMesh({knotBytes: bytes, topology, linkMode}); } catch (e) { await closeFat(); throw e; }
+  try { m = await startMesh({knotBytes: bytes, topology, linkMode, ...(draft ? {draftBytes, draft} : {})}); } catch (e) { await closeFat(); throw e; }
   let summary = null, error = null;
   try {
     for await (const ev of m.generate({ids, options: meshOptions})) {
@@ -220,8 +234,9 @@ async function mesh(args) {
     if (s.widened) process.stderr.write(`knotwork: grammar: ${s.widened} lm-head fan-outs asked again with a wider top-k\n`);
     if (s.speculative) {
       const sp = s.speculative;
-      process.stderr.write(`knotwork: speculative (lookup ${sp.lookup}): ${sp.drafted} drafted, ${sp.accepted} accepted ` +
-                           `(${(100 * sp.acceptance).toFixed(0)}%) in ${sp.verifyPasses} verify passes\n`);
+      process.stderr.write(`knotwork: speculative (${sp.draft ? `draft ${cli.draft}, n ${sp.draftN}` : `lookup ${sp.lookup}`}): ${sp.drafted} drafted, ${sp.accepted} accepted ` +
+                           `(${(100 * sp.acceptance).toFixed(0)}%) in ${sp.verifyPasses} verify passes` +
+                           `${sp.draft ? `; draft ${sp.draftPasses} passes in ${(sp.draftMs / 1000).toFixed(3)} s, ${mib(sp.draftWeightBytes)} MiB weights + ${mib(sp.draftKvBytes)} MiB KV in the coordinator` : ""}\n`);
     }
   } finally { await m.close(); await closeFat(); }
   return 0;
@@ -408,13 +423,25 @@ async function serve(args) {
   const trained = m.info.config?.n_ctx_train;
   if (o.nCtx !== undefined && trained > 0 && o.nCtx > trained)
     process.stderr.write(`knotwork: warning: --ctx ${o.nCtx} is larger than the model's trained context (${trained})\n`);
+  // --draft SMALL [--draft-n K]: every request drafts with it (same vocabulary: checked here)
+  let draft = null;
+  const draftN = cli.draft_n;
+  if (cli.draft !== undefined) {
+    try {
+      const dsrc = await source(cli.draft);
+      try { draft = await kw.openModel(dsrc); } finally { await dsrc.close?.(); }
+      const {Drafter} = await import("../bindings/drafter.mjs");
+      (await Drafter.open(draft, m, {nCtx: o.nCtx, n: draftN ?? 4})).free();
+    } catch (e) { server.closeAllConnections?.(); server.close(); throw e; }
+    process.stderr.write(`knotwork: speculative decoding with draft model ${cli.draft} (${draftN ?? 4} tokens per pass)\n`);
+  }
   // slots: --parallel, fewer when the memory holds fewer sessions of this context
-  const fit = await slotsThatFit(m, {nCtx: o.nCtx, chunk: o.chunk, reference: o.reference});
+  const fit = await slotsThatFit(m, {nCtx: o.nCtx, chunk: o.chunk, reference: o.reference, draft, draftN});
   const slots = Math.min(o.parallel, fit);
   if (slots < o.parallel)
     process.stderr.write(`knotwork: --parallel ${o.parallel}: the wasm memory holds ${fit} session(s) of this context; running ${slots} at once\n`);
   const backend = localBackend(m, {id, nCtx: o.nCtx, chunk: o.chunk, reference: o.reference, chatTemplate: o.chatTemplate,
-                                   modelPath: model, slots});
+                                   modelPath: model, slots, ...(draft ? {draft, draftN} : {})});
   ready(createHandler(backend, {apiKey: o.apiKey}));
   process.stderr.write(`knotwork: serving ${id} at http://${shown}:${port} (OpenAI API under /v1, chat page at /)` +
                        `${o.apiKey ? ", API key required" : ""}\n`);

@@ -31,7 +31,7 @@
  *   {tokens, cached?, ms, mode?, maxInFlight?} (tokens, done, total: the prompt tokens fed;
  *   cached: those a held session already had, not fed again; mode "pipelined" | "sequential":
  *   the mesh's prefill; maxInFlight: chunks in the stations at once); "decode_started":
- *   {lookup?, drafting?};
+ *   {lookup?, draft?, draftN?, drafting?};
  *   "reprefill": {reason, tokens}; "abstain": {phase, shard, slice: [v0, v1], reason,
  *   tokens: [{id, pos}]}; "failover": {member, from, replica, reason, rebuilt} (the mesh's routes,
  *   workers/coordinator/routes.mjs: member, the logical station member or shard hub; from, the
@@ -50,13 +50,18 @@
  *            promptIds: number[], nPrompt: number, cachedTokens?: number, nGenerated: number, nDecoded: number, nCtx: number,
  *            prefillMs: number, decodeMs: number, prefillTokS: number, decodeTokS: number,
  *            mode: string, engine?: object, memory?: object, prefill?: "pipelined"|"sequential", passes?: number,
- *            speculative?: {lookup: number, drafted: number, accepted: number, acceptance: number, verifyPasses?: number},
+ *            speculative?: {lookup?: number, draft?: string, draftN?: number, drafted: number, accepted: number, acceptance: number,
+ *                           verifyPasses?: number, draftMs?: number, draftPrimeMs?: number, draftPasses?: number,
+ *                           draftWeightBytes?: number, draftKvBytes?: number, draftEngineBytes?: number},
  *            hops?: number, subrequests?: number, maxConnections?: number, messages?: number,
  *            abstains?: number, reprefills?: number, failovers?: number, rowsPrefetched?: number, flaggedTokens?: number[],
  *            shardK?: number|"full", coordinatorMemory?: object}} SummaryEvent
  *   cachedTokens: prompt tokens reused from a held session (its KV already held them);
- *   engine / memory: a single process's (Model.generate); speculative (lookup > 0): both
- *   (the mesh adds verifyPasses: passes that carried drafts); prefill, passes (decode
+ *   engine / memory: a single process's (Model.generate); speculative (lookup > 0, or a draft
+ *   model: draft names it, draftN its tokens per pass): both (the mesh adds verifyPasses: passes
+ *   that carried drafts; with a draft model draftMs / draftPrimeMs: the coordinator's drafting
+ *   time in decode / while the stations prefill, draftPasses, and the draft's weights, KV and
+ *   buffers in the coordinator's wasm memory); prefill, passes (decode
  *   passes through the stations), hops ... coordinatorMemory: the mesh's
  * @typedef {{type: "error", error: string, status: number}} ErrorEvent
  * @typedef {AcceptedEvent|PrefillEvent|TelemetryEvent|TokenEvent|SummaryEvent|ErrorEvent} GenerationEvent

@@ -18,9 +18,13 @@
 // request takes the free slot whose held ids keep the most of its prompt (bindings/prefix.mjs),
 // and feeds only the rest (usage.prompt_tokens_details.cached_tokens). A request that fails or
 // is abandoned (the consumer's return(), or the request's AbortSignal) frees its session.
+// draft (a loaded Model of the same vocabulary) and draftN: speculative decoding with that
+// draft model for every request (Model.generate's {draft, draftN}; each slot's session holds
+// its own draft KV); the summary's speculative counts reach usage and the `knotwork` field.
 import {ApiError} from "./openai.mjs";
 import {memoryStats} from "./knotwork.mjs";
 import {reusable} from "./prefix.mjs";
+import {Drafter} from "./drafter.mjs";
 
 const LINEAR_CAP = 128 * 1024 * 1024;  // the module's maximum memory (docs/memory.md)
 
@@ -29,10 +33,13 @@ const LINEAR_CAP = 128 * 1024 * 1024;  // the module's maximum memory (docs/memo
  * bytes measured (KV cache + buffers, wasm/abi_session.cpp), then freed; `margin` bytes
  * stay free for requests' temporaries. At least 1 (a lone session is checked by the core).
  */
-export async function slotsThatFit(model, {nCtx, chunk, reference = false, margin = 4 << 20} = {}) {
+export async function slotsThatFit(model, {nCtx, chunk, reference = false, margin = 4 << 20, draft = null, draftN} = {}) {
   const before = (await memoryStats()).heap;
   const s = model.session({nCtx, chunk, reference});
+  // a draft model's engine per session too (its KV for the same context)
+  const d = draft ? await Drafter.open(draft, model, {nCtx, n: draftN ?? 4}) : null;
   const per = Math.max(1, (await memoryStats()).heap - before);
+  d?.free();
   s.free();
   return Math.max(1, Math.floor((LINEAR_CAP - before - margin) / per));
 }
@@ -69,7 +76,7 @@ export function quantization(info) {
  *   prefillProgress: report prefill progress every ~N prompt tokens (default 64)
  */
 export function localBackend(model, {id, nCtx, chunk, reference = false, prefillProgress = 64, chatTemplate = "",
-                                     modelPath = id, slots = 1, created = Math.floor(Date.now() / 1000)} = {}) {
+                                     modelPath = id, slots = 1, created = Math.floor(Date.now() / 1000), draft = null, draftN} = {}) {
   const cfg = model.info.config ?? {};
   const ctx = nCtx ?? defaultContext(cfg);
   const quant = quantization(model.info);
@@ -206,7 +213,8 @@ export function localBackend(model, {id, nCtx, chunk, reference = false, prefill
         try {
           yield {type: "telemetry", event: "slot", slot, slots};
           await tick();  // the "accepted" bytes leave before the prefill blocks this thread
-          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), ...(call.jsonSchema ? {jsonSchema: call.jsonSchema} : {}), nCtx: ctx, chunk, reference, prefillProgress, slot: held[slot]});
+          const gen = model.generate(ids, {...requestOptions(req, {maxTokens, seed}), ...(call.jsonSchema ? {jsonSchema: call.jsonSchema} : {}), nCtx: ctx, chunk, reference, prefillProgress, slot: held[slot],
+                                     ...(draft ? {draft, draftN} : {})});
           for await (const ev of gen) {
             yield ev;  // Model.generate's events as they are (bindings/events.mjs)
             await tick();

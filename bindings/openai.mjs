@@ -367,15 +367,23 @@ export function normalizeTelemetry(ev) {
   return TELEMETRY[name] ? TELEMETRY[name](rest) : {...rest, type: name};
 }
 
-// prompt_tokens_details.cached_tokens: the prompt tokens a held session already had (not fed again)
+// prompt_tokens_details.cached_tokens: the prompt tokens a held session already had (not fed again);
+// with speculative decoding (a draft model, prompt lookup) completion_tokens_details carries the
+// drafted tokens the model kept and those it rejected (OpenAI's accepted / rejected_prediction_tokens)
 const usageOf = (s) => ({prompt_tokens: s.nPrompt, completion_tokens: s.nGenerated, total_tokens: s.nPrompt + s.nGenerated,
-                         prompt_tokens_details: {cached_tokens: s.cachedTokens ?? 0}});
+                         prompt_tokens_details: {cached_tokens: s.cachedTokens ?? 0},
+                         ...(s.speculative ? {completion_tokens_details: {accepted_prediction_tokens: s.speculative.accepted,
+                                                                          rejected_prediction_tokens: s.speculative.drafted - s.speculative.accepted}} : {})});
 
 // What the stream's `done` telemetry and a response's `knotwork` field say of a summary:
 // timings, a single process's peaks, a mesh's hops and links (absent fields stay absent).
 const summaryTelemetry = (s) => ({prefillMs: s.prefillMs, decodeMs: s.decodeMs, prefillTokS: s.prefillTokS, decodeTokS: s.decodeTokS,
   peakEngineBytes: s.engine?.engine_peak_bytes, peakLinearBytes: s.memory?.peakLinear, hops: s.hops, subrequests: s.subrequests,
-  maxConnections: s.maxConnections, abstains: s.abstains, reprefills: s.reprefills});
+  maxConnections: s.maxConnections, abstains: s.abstains, reprefills: s.reprefills, speculative: s.speculative});
+
+// llama-server's timings of a speculative generation (draft_n: tokens drafted, draft_n_accepted: kept).
+const timingsOf = (s) => ({prompt_n: s.nPrompt - (s.cachedTokens ?? 0), prompt_ms: s.prefillMs, predicted_n: s.nGenerated, predicted_ms: s.decodeMs,
+                           draft_n: s.speculative.drafted, draft_n_accepted: s.speculative.accepted});
 
 // Rolling tokens/s over the last `window` tokens.
 class Rate {
@@ -438,7 +446,8 @@ async function complete(backend, req, signal, metrics) {
        finish_reason: calls?.calls.length ? "tool_calls" : finishReason(summary.reason)}
     : {index: 0, text, logprobs: req.logprobs >= 0 ? lpComp : null, finish_reason: finishReason(summary.reason)};
   return jsonResponse({id, object: chat ? "chat.completion" : "text_completion",
-                       created, model: req.model, system_fingerprint: null, choices: [choice], usage: usageOf(summary), knotwork});
+                       created, model: req.model, system_fingerprint: null, choices: [choice], usage: usageOf(summary), knotwork,
+                       ...(summary.speculative ? {timings: timingsOf(summary)} : {})});
 }
 
 function stream(backend, req, signal, metrics) {

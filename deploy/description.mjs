@@ -22,6 +22,8 @@
 //   testHooks [false]                TEST_HOOKS=1 on every script (fault and debug routes)
 //   prefixCache [{}]                 PREFIX_CACHE of the coordinator {kvTokens?, ttlMs?, similarity?}: the held
 //                                    sessions reused by prompt prefix (workers/coordinator/prefixes.mjs)
+//   draft                            DRAFT of the coordinator {knot, n?}: the draft model of speculative decoding
+//                                    (its .knot key in the bucket, at most n tokens per pass; workers/coordinator/draft.mjs)
 // An unknown option or a bad value is refused naming it.
 import {init} from "../bindings/knotwork.mjs";
 

@@ -6,6 +6,7 @@
 // description's, exactly those deploy/wrangler.mjs writes (tests/workers/renderings.test.mjs).
 //
 //   const mesh = await startMesh({knotBytes, topology, testHooks: true});   // + describeDeployment's options
+//   draftBytes: the draft model's .knot, put under options.draft.knot
 //   for await (const ev of mesh.generate({ids, options: {maxTokens: 16, temperature: 0}})) ...
 //   await mesh.close();
 import {Miniflare} from "miniflare";
@@ -40,11 +41,13 @@ export async function meshWorkers(topology, options = {}, root = ROOT) {
 }
 
 /** Start a mesh; the model's .knot bytes are put into local R2 under topology.knot. */
-export async function startMesh({knotBytes, topology, port, ...options}) {
+export async function startMesh({knotBytes, draftBytes, topology, port, ...options}) {
+  if (draftBytes && !options.draft?.knot) throw new Error("startMesh: draftBytes needs options.draft {knot, n?} (its key in the bucket)");
   const mf = new Miniflare({workers: await meshWorkers(topology, options), ...(port !== undefined ? {host: "127.0.0.1", port} : {})});
   const url = await mf.ready;
   const bucket = await mf.getR2Bucket("MODELS");
   if (knotBytes) await bucket.put(topology.knot, knotBytes);
+  if (draftBytes) await bucket.put(options.draft.knot, draftBytes);
   const worker = (name) => mf.getWorker(name);
   return {
     mf, topology, bucket, worker, url,

@@ -158,6 +158,13 @@ int kw_generator_step_draft_q_topk(int32_t g, const int32_t* ids, int32_t n_ids,
 int kw_generator_allowed(int32_t g, const int32_t* ids, uint32_t n);
 int kw_generator_stop(int32_t g, const char* reason, uint32_t len);
 int kw_generator_free(int32_t g);
+// A draft model for a mesh coordinator (abi_draft.cpp): its own Engine; the vocabulary must
+// be the target's (a text model will do); proposals are i32 ids (greedy: q one-hot).
+int kw_drafter_new(int32_t draft_model, int32_t target_model, const char* opts, uint32_t opts_len, int32_t* out_handle);
+int kw_drafter_prime(int32_t d, const int32_t* ids, uint32_t n);
+int kw_drafter_propose(int32_t d, const int32_t* ids, uint32_t n, int32_t room);
+int kw_drafter_telemetry(int32_t d);
+int kw_drafter_free(int32_t d);
 // A slice's top-k + lse + min (result: the top-k layout); the merge of n_parts shards'
 // top-k lists: ids and logits end to end, sizes i32[2 * n_parts] = (ids, logits) counts
 // per part, stats f64[2 * n_parts] = (lse, min) per part (result: the top-k layout).

@@ -305,6 +305,7 @@ int kw_model_free(int32_t h) {
   return guard([&] {
     g_models.get(h, "kw_model_free");
     free_sessions_of(h);
+    free_drafters_of(h);
     if (!g_models.remove(h)) throw HandleError("kw_model_free: unknown or freed handle " + std::to_string(h));
   });
 }

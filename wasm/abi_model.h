@@ -52,6 +52,8 @@ struct Bound {
 
 // Sessions reference their model; freeing a model frees its sessions first.
 void free_sessions_of(int model_handle);
+// Drafters (abi_draft.cpp) run their draft model's weights; freeing the model frees them.
+void free_drafters_of(int model_handle);
 // A live session's weights never change under it: replacing, evicting or cutting a
 // tensor of a model with sessions is refused (fn names the call, what the tensor).
 void refuse_if_sessions(int model_handle, const ModelEntry& m, const char* fn, const std::string& what);

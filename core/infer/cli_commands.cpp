@@ -105,7 +105,7 @@ const OptionSpec kStKvBudget = {KEY("kv_budget"), .flag = "--kv-budget", .kind =
 const CommandSpec& serve_command() {
   static const CommandSpec c = {
       "serve", "MODEL [options]", "MODEL", kModelHelp, nullptr,
-      {&kPort, &kHost, &kApiKey, &kName, &kCtx, &kChunk, &kReference, &kChatTemplate, &kParallel},
+      {&kPort, &kHost, &kApiKey, &kName, &kCtx, &kChunk, &kReference, &kChatTemplate, &kParallel, &kDraft, &kDraftN},
       "Routes: GET / (chat page), GET /v1/models, POST /v1/chat/completions, POST /v1/completions,\n"
       "POST /v1/embeddings, GET /health, and llama-server's POST /tokenize, /detokenize, /apply-template,\n"
       "GET /props, /metrics. Listens at once (\"knotwork: listening at URL\"; /health is a 503 while the\n"
@@ -124,10 +124,11 @@ const CommandSpec& mesh_command() {
       "Runs MODEL on a mesh of Workers under workerd (Miniflare): one script per station member and\n"
       "per vocab shard, a coordinator with a session Durable Object, the model in local R2 (a .gguf\n"
       "is converted to .knot first). stdout is exactly what generate prints; stderr reports hops,\n"
-      "subrequests, connections and peak memory per isolate.\n",
+      "subrequests, connections and peak memory per isolate. --draft: the coordinator drafts with\n"
+      "that model (the deployment's DRAFT, its .knot in R2) and the stations verify in one pass.\n",
       {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
        &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kStop, &kIgnoreEos, &kGrammarFile, &kJsonSchemaFile, &kNoSpecial, &kIds, &kPlan,
-       &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink, &kLookup, &kPrefillMode, &kReplicas, &kMeshFat},
+       &kStations, &kShards, &kVocab, &kSlices, &kFluid, &kChain, &kLink, &kLookup, &kDraft, &kDraftN, &kPrefillMode, &kReplicas, &kMeshFat},
       nullptr};
   return c;
 }

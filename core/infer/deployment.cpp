@@ -351,6 +351,21 @@ DeployOptions deploy_options_from_json(const ojson& j) {
         } else fail("deployment: unknown option prefixCache." + f);
       }
       o.prefix_cache = v;
+    } else if (k == "draft") {
+      // the coordinator's draft model (speculative decoding): its .knot key in the bucket and
+      // the most tokens it drafts per pass; configuration, never a request's
+      if (!v.is_object()) fail("deployment: draft must be an object {knot, n?}, got " + v.dump());
+      for (auto p = v.begin(); p != v.end(); ++p) {
+        const std::string& f = p.key();
+        const ojson& x = p.value();
+        if (f == "knot") {
+          if (!x.is_string() || x.get<std::string>().empty()) fail("deployment: draft.knot must be the draft model's object key, got " + x.dump());
+        } else if (f == "n") {
+          if (!x.is_number_integer() || x.get<int64_t>() < 1 || x.get<int64_t>() > 64) fail("deployment: draft.n must be an integer in [1, 64], got " + x.dump());
+        } else fail("deployment: unknown option draft." + f);
+      }
+      if (!v.contains("knot")) fail("deployment: draft needs knot (the draft model's object key)");
+      o.draft = v;
     }
     else fail("deployment: unknown option " + k);
   }
@@ -403,6 +418,7 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
   co["vars"] = {{"TOPOLOGY", t}, {"LINK_MODE", o.link_mode}};
   if (!o.timeouts.empty()) co["vars"]["TIMEOUTS"] = o.timeouts;
   if (!o.prefix_cache.empty()) co["vars"]["PREFIX_CACHE"] = o.prefix_cache;
+  if (!o.draft.empty()) co["vars"]["DRAFT"] = o.draft;
   co["vars"].update(hooks);
   if (!o.chat_template.empty()) co["vars"]["CHAT_TEMPLATE"] = o.chat_template;
   co["durable_objects"] = ojson::array({{{"name", "SESSION"}, {"class_name", "SessionDO"}},

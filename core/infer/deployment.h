@@ -47,10 +47,11 @@ struct DeployOptions {
   std::string chat_template;                   // CHAT_TEMPLATE of the coordinator ("": none)
   bool test_hooks = false;                     // TEST_HOOKS=1 on every script
   nlohmann::ordered_json prefix_cache = nlohmann::ordered_json::object();  // PREFIX_CACHE {kvTokens?, ttlMs?, similarity?}
+  nlohmann::ordered_json draft = nlohmann::ordered_json::object();  // DRAFT {knot, n?}: the coordinator's draft model
 };
 
 // From the JS option names {bucket, compatibilityDate, warden, linkMode, timeouts, ttlMs,
-// wardenBudget, chatTemplate, testHooks, prefixCache}; an unknown key or a bad value fails naming it.
+// wardenBudget, chatTemplate, testHooks, prefixCache, draft}; an unknown key or a bad value fails naming it.
 DeployOptions deploy_options_from_json(const nlohmann::ordered_json& j);
 
 // The R2 object key of a model by default: its file name, .gguf -> .knot.

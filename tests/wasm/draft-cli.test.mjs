@@ -71,3 +71,36 @@ test("wasm: knotwork generate --draft and {draft, draftN} give the plain greedy 
     await assert.rejects(async () => target.complete("x", {...o, draft: {}}), /draft must be a loaded Model/);
   } finally { target.close(); draft.close(); }
 });
+
+test("wasm: a Drafter (kw_drafter_*, a mesh coordinator's) proposes the draft model's greedy tokens after any history", async (t) => {
+  if (!existsSync(Q8) || !existsSync(Q4)) return t.skip("shared models missing");
+  const {Drafter, draftFits} = await import("../../bindings/drafter.mjs");
+  const target = await kw.openModel(await kw.fileSource(Q8)), draft = await kw.openModel(await kw.fileSource(Q4));
+  try {
+    const greedy = async (ids, n) => (await draft.complete(ids, {maxTokens: n, temperature: 0, ignoreEos: true})).ids;
+    const d = await Drafter.open(draft, target, {nCtx: 256, n: 4});
+    assert.equal(d.n, 4);
+    assert.ok(d.info.kv_bytes > 0);
+    const hist = target.tokenize("Once upon a time, Lily");
+    d.prime(hist);
+    const a = d.propose(hist, 8);
+    assert.equal(a.q, null, "a greedy draft: one-hot");
+    assert.deepEqual(a.ids, await greedy(hist, 4), "min(n, room) tokens: the draft's greedy continuation");
+    assert.deepEqual(d.propose(hist, 2).ids, (await greedy(hist, 2)), "room 2: two");
+    // a history that keeps the first proposal and then goes elsewhere (a rejection): the KV is cut back
+    const next = [...hist, a.ids[0], 42];
+    assert.deepEqual(d.propose(next, 4).ids, await greedy(next, 4));
+    assert.deepEqual(d.propose(next, 0).ids, []);
+    assert.ok(d.telemetry().passes > 0);
+    d.free();
+    const header = await kw.parseKnotHeader(await kw.fileSource(Q4));
+    const fit = await draftFits(header, {nCtx: 256, name: "q4"});
+    assert.ok(fit.weightBytes > 0 && fit.kvBytes === 2 * header.config.n_layer * header.config.n_head_kv * header.config.head_dim * 2 * 256);
+    const huge = {...header, tensors: [{size: 200 << 20}]};
+    await assert.rejects(draftFits(huge, {nCtx: 256, name: "huge.gguf"}), /draft model huge\.gguf does not fit in the coordinator's 128 MB wasm memory: 209715200 bytes of weights/);
+    // freeing the draft model frees its drafters
+    const d2 = await Drafter.open(draft, target, {n: 2});
+    draft.close();
+    assert.throws(() => d2.propose(hist, 2), /unknown or freed handle/);
+  } finally { target.close(); draft.close(); }
+});

@@ -130,6 +130,35 @@ test("a shard that hangs (one copy) is asked once, then skipped during its back-
   } finally { await mesh.close(); }
 });
 
+test("every copy of a shard backing off: the one whose back-off ends first is asked (a trial), not refused; its answer ends the back-off mesh-wide", async (t) => {
+  const bytes = await sharedKnot(t, MODEL);
+  if (!bytes) return;
+  const opts = {maxTokens: 8, temperature: 0};
+  const want = await single(bytes, [1, 400, 130, 300, 200, 420], opts);
+  const mesh = await meshFor(bytes, {stations: [5], shards: 2, replicas: 2},
+                             {testHooks: true, timeouts: {shardMs: 400, backoffMs: 60_000}, prefixCache: {kvTokens: 0}});
+  try {
+    for (const s of ["sh1", "sh1r1"]) await mesh.fault(s, {status: 500});
+    let r = await mesh.run({ids: want.promptIds, options: opts});
+    const failed = r.error !== undefined || r.summary.abstains > 0;
+    assert.ok(failed, "both copies failing: the request fails or the slice abstains");
+    // the fault clears (a 1 ms hang only counts the frames each copy sees); both copies are
+    // backing off for 60 s
+    for (const s of ["sh1", "sh1r1"]) await mesh.fault(s, {hangMs: 1});
+    const seen = async () => (await log(mesh, "sh1")).seen + (await log(mesh, "sh1r1")).seen;
+    r = await mesh.run({ids: want.promptIds, options: opts});
+    assert.equal(r.error, undefined, r.error?.error);
+    assert.deepEqual(r.summary.ids, want.ids, "a copy was asked: the exact ids");
+    assert.equal(r.summary.abstains, 0);
+    assert.ok(await seen() > 0, "a copy of sh1 was asked during its back-off");
+    // the trial's answer ended the back-off mesh-wide: the next session asks sh1's copies at once
+    r = await mesh.run({ids: [...want.promptIds, 7], options: opts});
+    assert.equal(r.error, undefined, r.error?.error);
+    assert.equal(r.summary.abstains, 0);
+    assert.equal(r.telemetry.filter((e) => e.event === "failover").length, 0, "no copy backing off any more");
+  } finally { await mesh.close(); }
+});
+
 test("a dropped link: the frame is sent again on a fresh link (no replay, same ids)", async (t) => {
   const bytes = await sharedKnot(t, MODEL);
   if (!bytes) return;

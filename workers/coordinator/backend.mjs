@@ -12,6 +12,7 @@ import {sessionEvents} from "./session.mjs";
 import {checkOptions} from "./request.mjs";
 import {textModel, promptIds} from "./prompt.mjs";
 import {isolateStats} from "./stats.mjs";
+import {draftConfig} from "./draft.mjs";
 import {toolPrompt} from "../../bindings/tools.mjs";
 
 /** @param {import("./index.mjs").Env} env */
@@ -71,7 +72,7 @@ export function meshBackend(env, {created = Math.floor(Date.now() / 1000)} = {})
       const seed = req.seed ?? Math.floor(Math.random() * 2 ** 32);
       const options = {...requestOptions(req, {maxTokens: req.maxTokens ?? nCtx - ids.length, seed}), ...(call.jsonSchema ? {jsonSchema: call.jsonSchema} : {}), nCtx};
       for (const k of Object.keys(options)) if (options[k] === undefined) delete options[k];
-      try { await checkOptions(m, options, {prefix: ""}); } catch (e) {
+      try { await checkOptions(m, options, {prefix: "", draftMax: draftConfig(env)?.n ?? 0}); } catch (e) {
         throw call.jsonSchema ? new ApiError(400, `tools: the parameters cannot constrain a forced call: ${e.message}`, {param: "tools"})
           : new ApiError(400, e.message, {param: null});
       }

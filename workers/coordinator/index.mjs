@@ -31,6 +31,9 @@
  * @property {string} [CHAT_TEMPLATE]  chatml | llama2 | llama3 | zephyr | jinja: the chat
  *   template by name; by default the model's own, and one the core cannot render is a 400 naming it
  * @property {string} [MODEL_ID]  the model's id in /v1/models (default: the .knot's name)
+ * @property {string|{knot: string, n?: number}} [DRAFT]  JSON: the draft model of speculative decoding
+ *   (its .knot in MODELS, at most n tokens per pass; draft.mjs): on for every request unless it
+ *   asks draft: false (or fewer tokens: draftN)
  * @property {string} [TEST_HOOKS]
  * M_<name>: a service binding (Fetcher) per station member and shard the coordinator links to
  */
@@ -42,6 +45,7 @@ import {textModel} from "./prompt.mjs";
 import {checkGenerateBody} from "./request.mjs";
 import {meshBackend} from "./backend.mjs";
 import {isolateStats} from "./stats.mjs";
+import {draftConfig} from "./draft.mjs";
 
 export {SessionDO} from "./session.mjs";
 export {PrefixDO} from "./prefixes.mjs";
@@ -67,7 +71,7 @@ export default {
       if (url.pathname === "/v1/mesh/stats") return Response.json(await isolateStats(env));
       if (url.pathname === "/v1/mesh/generate" && req.method === "POST") {
         const body = await req.json().catch(() => { throw new HttpError(400, "body is not JSON"); });
-        const checked = await checkGenerateBody(await textModel(env), body, env.CHAT_TEMPLATE ?? "");
+        const checked = await checkGenerateBody(await textModel(env), body, env.CHAT_TEMPLATE ?? "", {draftMax: draftConfig(env)?.n ?? 0});
         return new Response(await sessionStream(env, checked), {headers: {"content-type": "application/x-ndjson"}});
       }
       if (OPENAI_ROUTES.has(url.pathname.replace(/\/+$/, "") || "/") || url.pathname.startsWith("/v1/"))

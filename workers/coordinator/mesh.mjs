@@ -15,6 +15,7 @@
 import {encodeFrame, decodeFrame, decodeTopK, decodeTopKs, splitTopRow, FLAG} from "../lib/frame.mjs";
 import {Counter, LinkError, gather} from "../lib/link.mjs";
 import {Generator, mergeTopK, topkLse, draftLookup} from "../../bindings/generator.mjs";
+import {Drafter} from "../../bindings/drafter.mjs";
 import {linkBudget, replicaName, replicaCount} from "../lib/topology.mjs";
 import {RouteLinks, Health} from "./routes.mjs";
 import {addPartials} from "../lib/partials.mjs";
@@ -84,6 +85,11 @@ export class MeshCoordinator {
    * completes leaves the session at its stations, and this.held is the ids they hold; one that
    * fails or is stopped ends it there, and this.held stays null); route: the replica of each
    * member and shard hub (routes.mjs pickRoute; this.route is the one it ended on).
+   * Speculative decoding: lookup K (prompt-lookup drafts), or draftModel ({model, knot, n}: a
+   * loaded draft model with the target's vocabulary, draft.mjs; it drafts instead of the
+   * lookup) with draft (false: off) and draftN (at most its n): the drafts and the pending
+   * token go through the stations as one pass and are verified by the acceptance rule
+   * (Generator.stepDraft, with the draft's distribution q when it has one).
    */
   async *generate(ids, opts = {}) {
     const t = this.topology;
@@ -99,8 +105,11 @@ export class MeshCoordinator {
     if (prefill !== "pipelined" && prefill !== "sequential") throw new MeshError(`prefill must be "pipelined" or "sequential", got ${JSON.stringify(prefill)}`);
     const lookup = opts.lookup ?? opts.options?.lookup ?? 0;
     if (!(Number.isInteger(lookup) && lookup >= 0 && lookup <= 64)) throw new MeshError(`lookup must be an integer in [0, 64], got ${JSON.stringify(opts.lookup)}`);
-    const spec = {drafted: 0, accepted: 0, passes: 0};
-    const gen = await Generator.open(this.text, {...opts, lookup: undefined, nCtx});
+    const spec = {drafted: 0, accepted: 0, passes: 0, draftMs: 0};
+    const dm = opts.draftModel && opts.draft !== false ? opts.draftModel : null;
+    const draftN = dm ? opts.draftN ?? dm.n : 0;
+    if (dm && !(Number.isInteger(draftN) && draftN >= 1 && draftN <= dm.n)) throw new MeshError(`draftN must be an integer in [1, ${dm.n}] (the draft model's n), got ${JSON.stringify(opts.draftN)}`);
+    const gen = await Generator.open(this.text, {...opts, lookup: undefined, draft: undefined, draftN: undefined, draftModel: undefined, nCtx});
     const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
     const first = shardK(gen.params, ids, logprobs);
     const cached = Math.max(0, Math.min(opts.cached ?? 0, ids.length - 1));
@@ -112,32 +121,46 @@ export class MeshCoordinator {
     let text = "", reason = "", prefillMs = 0, decodeMs = 0, nDecoded = 0, kept = false;
     this.held = null;
     this.route = links.assign;
+    let drafter = null;  // the draft model's own KV for this generation (freed below)
     try {
+      // a grammar, or a sampler that needs the full logits: no drafting (a draft is verified
+      // over the merged top-k, which the grammar's filter does not see)
+      if (dm && !first.full && gen.params.grammar !== true) drafter = await Drafter.open(dm.model, this.text, {nCtx, n: draftN});
       ev({event: "route", sid, stations: t.stations.length, members: t.stations.reduce((a, s) => a + s.members.length, 0),
           shards: t.shards.length, ...(replicaCount(t) > 1 ? {replicas: replicaCount(t), route: {...links.assign}} : {}), knot: t.knot, nCtx, logits: first.full ? "full" : "top-k+lse", k: first.full ? undefined : first.k});
       const fresh = ids.slice(cached);  // prefix reuse: the stations hold [0, cached) already
       ev({event: "prefill_started", tokens: fresh.length, cached, mode: prefill});
       gen.start(ids);
       // every phase runs under live(): its events leave as they happen, not when it ends
-      let xn = yield* live(q, this.#feed(state, fresh, cached, chunk, (done) => ev({event: "prefill_progress", done, total: fresh.length})));
+      const feeding = this.#feed(state, fresh, cached, chunk, (done) => ev({event: "prefill_progress", done, total: fresh.length}));
+      if (drafter) {  // the draft prefills the prompt here while the first frames are out at the stations
+        feeding.catch(() => {});
+        await new Promise((r) => setTimeout(r, 0));
+        const td = Date.now();
+        drafter.prime(ids);
+        spec.draftPrimeMs = Date.now() - td;
+      }
+      let xn = yield* live(q, feeding);
       prefillMs = Date.now() - t0;
       ev({event: "prefill_completed", tokens: fresh.length, cached, ms: prefillMs, mode: prefill, maxInFlight: state.inFlight});
       let next = yield* live(q, this.#lmHead(state, xn, shardK(gen.params, ids, logprobs)));
       // a grammar: no drafting (a draft is verified over the merged top-k, which the grammar's
       // filter does not see), and every top-k step is widened until it holds what the sampler keeps
       const grammar = gen.params.grammar === true;
-      ev({event: "decode_started", ...(lookup ? {lookup, drafting: !first.full && !grammar} : {})});
+      const drafting = drafter ? "draft" : lookup && !first.full && !grammar ? "lookup" : null;
+      ev({event: "decode_started", ...(lookup ? {lookup} : {}), ...(dm ? {draft: dm.knot, draftN} : {}),
+          ...(lookup || dm ? {drafting: drafting !== null} : {})});
       // A pass: rows[i] is the lm-head answer for the position of batch[i]; rows[i] verifies
       // batch[i + 1] (a draft), the last row gives the next token. Plain decoding: one row.
       const hist = ids.slice();
-      let rows = [next], batch = [null], passTokens = 0;
+      let rows = [next], batch = [null], qs = [null], passTokens = 0;
       for (;;) {
         let pending = null, done = false;
         for (let i = 0; i < rows.length; i++) {
           let nx = rows[i];
           const draft = batch[i + 1];
           if (grammar && nx.top) nx = yield* live(q, this.#widen(state, gen, nx, shardK(gen.params, hist, undefined).k));
-          const s = draft !== undefined ? gen.stepDraft(nx.top, draft) : gen.step(nx.top ?? nx.logits);
+          const s = draft !== undefined ? gen.stepDraft(nx.top, draft, qs[i + 1]) : gen.step(nx.top ?? nx.logits);
           if (s.needWider) throw new MeshError(`the merged top-k of ${nx.top.ids.length} tokens holds none the grammar allows`);
           if (logprobs !== undefined) Object.assign(s, await this.#logprobs(nx, s.id, logprobs));
           out.push(s.id);
@@ -147,7 +170,7 @@ export class MeshCoordinator {
           if (s.accepted) spec.accepted++;
           yield* q.drain();
           const tel = {n: out.length, elapsedMs: Date.now() - t0, decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, hops: state.hops};
-          if (lookup) tel.speculative = {drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0};
+          if (lookup || dm) tel.speculative = {drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0};
           yield {type: "token", token: s.id, text: s.text, ...(s.logprob !== undefined ? {logprob: s.logprob, top: s.top} : {}), telemetry: tel};
           if (s.done) { reason = s.reason; done = true; break; }
           if (!s.accepted) { pending = s.id; break; }  // a plain step, a rejected draft's replacement, or the last row's token
@@ -157,16 +180,21 @@ export class MeshCoordinator {
         // the chunk and the tokens still to generate (the rule of core/infer/speculative.cpp);
         // a pass below the positions the stations hold rewinds them (docs/protocol.md)
         const pos = ids.length + out.length - 1;
-        let drafts = [];
-        if (lookup && !first.full && !grammar) {
+        const ts = Date.now();  // the decode time of a pass counts its drafting in the coordinator
+        let drafts = [], dq = null;
+        if (drafting) {
           const left = gen.params.n_predict >= 0 ? gen.params.n_predict - out.length : Infinity;
-          const room = Math.min(nCtx - pos - 1, chunk - 1, left, lookup);
-          if (room > 0) drafts = draftLookup(hist, room);
+          const room = Math.min(nCtx - pos - 1, chunk - 1, left, drafter ? draftN : lookup);
+          if (room > 0 && drafter) {
+            const td = Date.now();
+            ({ids: drafts, q: dq} = drafter.propose(hist, room));  // dq: the draft's distributions (null: one-hot)
+            spec.draftMs += Date.now() - td;
+          } else if (room > 0) drafts = draftLookup(hist, room);
         }
         spec.drafted += drafts.length;
         if (drafts.length) spec.passes++;
         batch = [pending, ...drafts];
-        const ts = Date.now();
+        qs = [null, ...drafts.map((_, i) => dq?.[i] ?? null)];
         rows = yield* live(q, (async () => {
           const want = shardK(gen.params, hist, logprobs);
           const x = await this.#feed(state, batch, pos, chunk, undefined, batch.length > 1);
@@ -180,10 +208,12 @@ export class MeshCoordinator {
       yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length, cachedTokens: cached, nGenerated: out.length, nDecoded,
              nCtx, shardK: state.maxK || "full", prefillMs, decodeMs, prefillTokS: (ids.length - cached) / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", prefill, passes: passTokens, hops: state.hops,
-             ...(lookup ? {speculative: {lookup, drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
-                                         verifyPasses: spec.passes}} : {}),
+             ...(lookup || dm ? {speculative: {...(dm ? {draft: dm.knot, draftN, draftMs: spec.draftMs, draftPrimeMs: spec.draftPrimeMs ?? 0, ...draftMemory(drafter, dm)} : {lookup}),
+                                               drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
+                                               verifyPasses: spec.passes}} : {}),
              reprefills: state.reprefills, failovers: links.failovers, abstains: state.abstains, widened: state.widened, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
     } finally {
+      drafter?.free();
       gen.free();
       if (!kept) await this.#end(sid, links, state);
       for (const l of links.values()) l.close();
@@ -470,6 +500,13 @@ export class MeshCoordinator {
     const logit = next.logits ? next.logits[id] : at >= 0 ? top.logits[at] : -Infinity;
     return {logprob: logit - lse, top: top.ids.slice(0, n).map((token, i) => ({token, logprob: top.logits[i] - lse}))};
   }
+}
+
+// What the draft model holds in the coordinator's wasm memory: its weights, and this
+// generation's KV cache and buffers (none when drafting was off for it).
+function draftMemory(drafter, dm) {
+  const t = drafter?.telemetry();
+  return {draftPasses: t?.passes ?? 0, draftWeightBytes: dm.weightBytes ?? 0, draftKvBytes: t?.kv_bytes ?? 0, draftEngineBytes: t?.engine_bytes ?? 0};
 }
 
 /** Telemetry waiting to leave: push() from anywhere, drain() in the generator. */

@@ -16,6 +16,7 @@
 //       is kept, free, on `route`: the copies it ended on after any failover), or null (the
 //       session ended; forgotten).
 //   report(name, reason)                a session saw copy `name` fail: it backs off mesh-wide.
+//   recovered(name)                     a copy that was backing off answered: its back-off ends mesh-wide.
 // Eviction: the held sessions of a route together keep at most `kvTokens` KV positions
 // allocated at every station (each counts its nCtx: a station allocates the whole context when
 // the session opens; busy ones count too); past it the least recently used free sessions are
@@ -86,6 +87,9 @@ export class PrefixDO extends DurableObject {
 
   /** @param {string} name @param {string} reason */
   report(name, reason) { this.health.fail(name, reason); }
+
+  /** A name that was backing off answered (a trial): the mesh-wide back-off ends. @param {string} name */
+  recovered(name) { this.health.ok(name); }
 
   /** @param {string} sid @param {number[] | null} ids @param {object} [route] */
   async release(sid, ids, route) {

@@ -10,11 +10,15 @@
 //     (session ids: prefixes.mjs).
 //     ids: a non-empty array of integers in [0, n_vocab) that leaves room for one token in
 //     the context (`ids[i]` named when one is not).
-//   checkOptions(model, options, {nCtx}) -> options   the generation options, either route's:
+//   checkOptions(model, options, {nCtx, draftMax}) -> options   the generation options, either route's:
 //     every key known (OPTION_TYPES, or any other of bindings/options.mjs SAMPLING_KEYS, left to
 //     the core), each of its type and range, `chunk` in [1, nCtx], `nCtx`
 //     in [1, the model's default context]; then the core's own check of the sampling values
 //     (Generator.open; its message names the core's key, given with the option's name).
+//     The draft model is configuration (the DRAFT var {knot, n}: draft.mjs): a request may
+//     turn it off (`draft: false`) or lower its tokens per pass (`draftN` in [1, draftMax],
+//     the configured n); without a configured draft `draft: true` and `draftN` are refused,
+//     and a draft model named in a request (a string) is refused by name.
 import {HttpError} from "../lib/errors.mjs";
 import {defaultContext, SAMPLING_KEYS} from "../../bindings/options.mjs";
 import {Generator} from "../../bindings/generator.mjs";
@@ -30,6 +34,7 @@ const OPTION_TYPES = Object.freeze({
   presencePenalty: ["num", -2, 2], frequencyPenalty: ["num", -2, 2], seed: ["int", 0, Number.MAX_SAFE_INTEGER], stop: ["stop"],
   ignoreEos: ["bool"], lookup: ["int", 0, 64], logprobs: ["int", 0, 20], chunk: ["int", 1, "nCtx"], nCtx: ["int", 1, "the default context"],
   prefill: ["choice", ["pipelined", "sequential"]],  // the mesh's prefill (docs/protocol.md)
+  draft: ["bool"], draftN: ["int", 1, "the deployment's DRAFT.n"],  // the configured draft model: off, or fewer tokens
   options: ["object"],  // the core's sampling keys as they are (knotwork mesh -t/--top-k ...): the core checks them
 });
 const BODY_FIELDS = new Set(["ids", "messages", "prompt", "options"]);
@@ -61,7 +66,7 @@ function checkValue(name, v, [type, min, max]) {
 }
 
 /** The generation options of a request, checked (see the header); `prefix` names them. */
-export async function checkOptions(model, options, {prefix = "options."} = {}) {
+export async function checkOptions(model, options, {prefix = "options.", draftMax = 0} = {}) {
   if (options === undefined || options === null) options = {};
   if (typeof options !== "object" || Array.isArray(options)) throw bad(`${prefix.replace(/\.$/, "") || "options"} must be an object`);
   const maxCtx = defaultContext(model.info.config);
@@ -69,13 +74,17 @@ export async function checkOptions(model, options, {prefix = "options."} = {}) {
   for (const [k, v] of Object.entries(options)) {
     if (v === undefined || v === null) continue;
     if (INTERNAL[k]) throw bad(`${prefix}${k} is not settable from a request: ${INTERNAL[k]}`);
+    if (k === "draft" && typeof v === "string")
+      throw bad(`${prefix}draft is not settable from a request: the draft model is deployment configuration (the DRAFT var); a request may set draft: false or draftN`);
+    if ((k === "draftN" || (k === "draft" && v === true)) && !draftMax)
+      throw bad(`${prefix}${k}: this deployment has no draft model (the DRAFT var)`);
     const t = OPTION_TYPES[k] ?? (k in SAMPLING_KEYS ? ["core"] : null);  // a sampling key without a row here: the core checks it
     if (!t) throw bad(`${prefix}${k} is not an option (options: ${[...new Set([...Object.keys(OPTION_TYPES), ...Object.keys(SAMPLING_KEYS)])].join(", ")})`);
-    checkValue(`${prefix}${k}`, v, k === "nCtx" ? ["int", 1, maxCtx] : k === "chunk" ? ["int", 1, nCtx] : t);
+    checkValue(`${prefix}${k}`, v, k === "nCtx" ? ["int", 1, maxCtx] : k === "chunk" ? ["int", 1, nCtx] : k === "draftN" ? ["int", 1, draftMax] : t);
   }
   let gen;
   try {
-    gen = await Generator.open(model, {...options, nCtx});
+    gen = await Generator.open(model, {...options, draft: undefined, draftN: undefined, nCtx});
   } catch (e) {
     const key = Object.entries(SAMPLING_KEYS).find(([js, core]) => options[js] != null && new RegExp(`\\b${core}\\b`).test(e.message))?.[0];
     throw bad(`${key ? `${prefix}${key}: ` : `${prefix.replace(/\.$/, "") || "options"}: `}${e.message}`);
@@ -97,13 +106,13 @@ export function checkIds(model, ids, {name = "ids", nCtx} = {}) {
 }
 
 /** POST /v1/mesh/generate's body -> {ids, options}, or a 400 naming the field. */
-export async function checkGenerateBody(model, body, template = "") {
+export async function checkGenerateBody(model, body, template = "", {draftMax = 0} = {}) {
   if (body === null || typeof body !== "object" || Array.isArray(body)) throw bad("the body must be a JSON object");
   for (const k of Object.keys(body)) {
     if (INTERNAL[k]) throw bad(`${k} is not settable from a request: ${INTERNAL[k]}`);
     if (!BODY_FIELDS.has(k)) throw bad(`${k} is not a field of a generate request (fields: ${[...BODY_FIELDS].join(", ")})`);
   }
-  const options = await checkOptions(model, body.options);
+  const options = await checkOptions(model, body.options, {draftMax});
   const nCtx = options.nCtx ?? defaultContext(model.info.config);
   let ids;
   if (body.ids !== undefined) ids = body.ids;

@@ -9,7 +9,8 @@
 //
 //   Health       back-off per physical name: a name that failed is down for backoffMs · 2^(n-1)
 //                (capped at backoffMaxMs) after its n-th failure in a row, and not asked while
-//                down; an answer resets it. Configuration: TIMEOUTS {backoffMs, backoffMaxMs}
+//                down; an answer resets it (and is reported to the mesh-wide copy when the name was
+//                backing off). Configuration: TIMEOUTS {backoffMs, backoffMaxMs}
 //                (FAILOVER_DEFAULTS), never a request's. The route's PrefixDO keeps the
 //                mesh-wide copy (sessions report their failures to it); each session starts from
 //                a snapshot of it.
@@ -20,9 +21,10 @@
 //   RouteLinks   a session's links through its assignment: get(name) / open(name) by logical
 //                name. A request whose link dropped (status 0) is sent again, once, on a fresh
 //                link to the same copy (resend) before it counts as a failure. A shard down
-//                (backing off) is answered by another copy, or refused at once (the fan-out
-//                abstains without waiting for its timeout); a shard that fails is asked again on
-//                another copy while the fan-out's time lasts.
+//                (backing off) is answered by another copy; when every copy is backing off, the
+//                one whose back-off ends first is asked (a trial; without replicas the request is
+//                refused at once and the fan-out abstains without waiting for its timeout); a shard
+//                that fails is asked again on another copy while the fan-out's time lasts.
 //   recover(e)   a station failure during a feed: moves the failed member (a chain: every station
 //                member) to a healthy copy (when every other copy is backing off, the one whose
 //                back-off ends first) and returns {rebuilt: "replay"}: the coordinator
@@ -52,7 +54,8 @@ export class Health {
     this.onFail?.(name, reason);
     return s;
   }
-  ok(name) { this.state.delete(name); }
+  /** An answer from name: its back-off ends (onOk: it was backing off, e.g. a trial answered). */
+  ok(name) { if (this.state.delete(name)) this.onOk?.(name); }
   down(name) { const s = this.state.get(name); return !!s && s.until > this.now(); }
   /** Plain data (RPC): {name: {n, until, reason}} of the names that are down. */
   snapshot() {
@@ -191,16 +194,25 @@ export class RouteLinks {
   // a shard hub: stateless, so any copy answers the same frame
   async #shard(name, frame, ms) {
     const deadline = Date.now() + ms * Math.max(1, this.R);
-    let last = null, resent = false;
+    let last = null, resent = false, trial = false;
     for (let tries = 0; tries < this.R + 2; tries++) {
       const phys = this.physical(name);
-      if (this.health.down(phys)) {
+      if (this.health.down(phys) && !trial) {
         const alt = this.#healthyCopy(name);
-        if (alt === null) {
+        if (alt !== null) {
+          this.#move(name, alt, `${phys} is backing off`, "none (stateless)");
+          continue;
+        }
+        if (this.R === 1 || last) {
+          // no copy to ask instead: refused at once (the fan-out abstains without its timeout)
           this.skipped++;
           throw last ?? new LinkError(phys, -2, `backing off after a failure (${this.health.state.get(phys)?.reason ?? ""}): not asked`);
         }
-        this.#move(name, alt, `${phys} is backing off`, "none (stateless)");
+        // every copy is backing off: the one whose back-off ends first is asked (a trial), as a
+        // station failover does, so back-off only ever skips a copy that has an alternative
+        const soonest = this.#soonestCopy(name, true);
+        if (soonest !== this.assign[name]) this.#move(name, soonest, `every copy is backing off; ${replicaName(name, soonest)}'s ends first`, "none (stateless)");
+        trial = true;
         continue;
       }
       const left = deadline - Date.now();
@@ -216,6 +228,7 @@ export class RouteLinks {
         this.#reopen(name);
         if (err.status === 0 && !resent) { resent = true; continue; }  // a dropped link: once more on a fresh one
         this.health.fail(phys, err.message);
+        if (trial) break;  // the trial failed: its back-off grew; no further copy to ask
       }
     }
     throw last ?? new LinkError(this.physical(name), -1, "no copy answered");
@@ -233,10 +246,10 @@ export class RouteLinks {
 
   // every other copy is backing off too: the one whose back-off ends first (a station failure
   // would otherwise fail the request)
-  #soonestCopy(name) {
+  #soonestCopy(name, includeOwn = false) {
     let best = null, until = Infinity;
     for (let r = 0; r < this.R; r++) {
-      if (r === this.assign[name]) continue;
+      if (r === this.assign[name] && !includeOwn) continue;
       const u = Math.max(0, ...physicalSet(this.t, name, r, this.names).map((p) => this.health.state.get(p)?.until ?? 0));
       if (u < until) { best = r; until = u; }
     }

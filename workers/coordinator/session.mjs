@@ -31,6 +31,7 @@ import {MeshCoordinator} from "./mesh.mjs";
 import {Health} from "./routes.mjs";
 import {replicaCount} from "../lib/topology.mjs";
 import {textModel} from "./prompt.mjs";
+import {draftModel} from "./draft.mjs";
 import {routeKey} from "./prefixes.mjs";
 
 // The generation loop over the deployment's topology, timeouts and link mode (text: the
@@ -44,6 +45,7 @@ function coordinator(env, text = null, counter = new Counter(), snapshot = {}) {
   // recovered is used at once; with replicas the route's back-off holds for the session too
   const health = new Health(timeouts).merge(replicaCount(topology) > 1 ? snapshot : {});
   health.onFail = (name, reason) => { index(env).report(name, reason).catch(() => {}); };
+  health.onOk = (name) => { index(env).recovered(name).catch(() => {}); };
   return new MeshCoordinator({topology, text, counter, timeouts, health,
     connect: (name, sid) => new Link(name, peerFetcher(env, "M", name, memberOf(topology, name)), {mode, counter, sid})});
 }
@@ -62,10 +64,14 @@ export class SessionDO extends DurableObject {
     const env = /** @type {import("./index.mjs").Env} */ (this.env);
     let held = null, route = body.route;
     try {
-      const coord = coordinator(env, await textModel(env), undefined, body.health);
+      const text = await textModel(env);
+      // the deployment's draft model (DRAFT), loaded once per isolate; a request may turn it off
+      const draft = body.options.draft === false ? null : await draftModel(env, text);
+      const coord = coordinator(env, text, undefined, body.health);
       try {
-        for await (const e of coord.generate(body.ids, {...body.options, sid: body.sid, cached: body.cached ?? 0, keep: true, route: body.route})) {
-          if (e.type === "summary") e.coordinatorMemory = await memoryStats();
+        for await (const e of coord.generate(body.ids, {...body.options, sid: body.sid, cached: body.cached ?? 0, keep: true, route: body.route,
+                                                        ...(draft ? {draftModel: draft} : {})})) {
+          if (e.type === "summary") e.coordinatorMemory = {...await memoryStats(), ...(draft ? {draftWeightBytes: draft.weightBytes} : {})};
           await send(e);
         }
       } finally { held = coord.held; route = coord.route ?? route; }
