@@ -163,6 +163,9 @@ int kw_generator_free(int32_t g);
 int kw_drafter_new(int32_t draft_model, int32_t target_model, const char* opts, uint32_t opts_len, int32_t* out_handle);
 int kw_drafter_prime(int32_t d, const int32_t* ids, uint32_t n);
 int kw_drafter_propose(int32_t d, const int32_t* ids, uint32_t n, int32_t room);
+// Sampling drafts from a drafter: as kw_session_propose (generator g's chain and RNG; result:
+// the proposal layout above), for the mesh coordinator's Drafter.propose(hist, room, gen).
+int kw_drafter_propose_with(int32_t d, int32_t g, const int32_t* ids, uint32_t n, int32_t room);
 int kw_drafter_telemetry(int32_t d);
 int kw_drafter_free(int32_t d);
 // A slice's top-k + lse + min (result: the top-k layout); the merge of n_parts shards'

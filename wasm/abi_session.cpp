@@ -531,18 +531,26 @@ int kw_session_propose(int32_t h, int32_t g, const int32_t* ids, uint32_t n, int
     if (!s.proposer) s.proposer.emplace(*s.engine, 64);
     std::vector<knot::Sampler::Dist> q;
     const std::vector<int32_t> out = s.proposer->propose(std::vector<int32_t>(ids, ids + n), std::min(room, 64), gen, &q);
-    std::vector<double> r{(double)out.size()};
-    for (size_t i = 0; i < out.size(); i++) {
-      const knot::Sampler::Dist* d = i < q.size() ? &q[i] : nullptr;
-      r.push_back(out[i]);
-      r.push_back(d ? d->at(out[i]) : 1.0);
-      r.push_back(d ? (double)d->ids.size() : 0.0);
-      if (d)
-        for (size_t k = 0; k < d->ids.size(); k++) r.push_back(d->ids[k]), r.push_back(d->p[k]);
-    }
-    set_result_bytes(r.data(), sizeof(double) * r.size());
+    set_proposal_result(out, q);
   });
 }
+
+namespace kw {
+knot::Generator* generator_arg(int32_t g, const char* fn) { return g ? g_generators.get(g, fn).obj.get() : nullptr; }
+
+void set_proposal_result(const std::vector<int32_t>& ids, const std::vector<knot::Sampler::Dist>& q) {
+  std::vector<double> r{(double)ids.size()};
+  for (size_t i = 0; i < ids.size(); i++) {
+    const knot::Sampler::Dist* d = i < q.size() ? &q[i] : nullptr;
+    r.push_back(ids[i]);
+    r.push_back(d ? d->at(ids[i]) : 1.0);
+    r.push_back(d ? (double)d->ids.size() : 0.0);
+    if (d)
+      for (size_t k = 0; k < d->ids.size(); k++) r.push_back(d->ids[k]), r.push_back(d->p[k]);
+  }
+  set_result_bytes(r.data(), sizeof(double) * r.size());
+}
+}  // namespace kw
 
 // How many of ids[0..n) the grammar would take next (Generator::allowed; every id without a
 // grammar): a mesh coordinator widens its shards' top-k until the merged list holds as many
