@@ -4,7 +4,7 @@
 // bench/generate.mjs times in wasm; both print the ids' FNV-1a hash) then N greedy decode
 // steps (default 128; N + 1 tokens sampled), EOS ignored.
 // Median of --runs (default 3) after one warm-up. Prints one JSON object.
-// --simd NAME forces one of the SIMD variants this CPU can run ("avx512vnni", "avx2";
+// --simd NAME forces one of the SIMD variants this CPU can run ("avx512vnni", "avxvnni", "avx2";
 // default: the best), so variants compare in one session. "loadavg" (/proc/loadavg at
 // the start) and "cpu_share" (this thread's CPU time / wall time over the timed runs,
 // median) say how much of a core the figures got on a shared host; *_tok_s_cpu time the

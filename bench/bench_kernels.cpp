@@ -6,7 +6,7 @@
 // (>= 256 MiB; "*_large"): decode of a real model streams its weights from memory. Its
 // rows are the 4096x4096 matrix's blocks reshuffled per row (quantizing 256 MiB of random
 // floats would take minutes; the kernels' speed does not depend on the values).
-// "variants": every SIMD table this CPU can run (AVX-512 VNNI, AVX2; the first is the
+// "variants": every SIMD table this CPU can run (AVX-512 VNNI, AVX-VNNI, AVX2; the first is the
 // default Simd path) forced in turn in the same process: matvec, matmul over 64 tokens
 // and the large matvec per quantized type, in G weights per second of this thread's CPU
 // time, best of 3 alternating rounds — each variant's ratio is against the AVX2 figure

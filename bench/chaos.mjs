@@ -34,7 +34,7 @@
 // Result (one JSON object): clients, seconds, requests, completed, identical, degraded
 // (degraded_identical of them identical), failed, lost, wrong, p50_ms, p99_ms, ttft_p50_ms,
 // cached_ratio (cached / prompt tokens of completed requests), faults {kind: injected},
-// observed {abstains, reprefills, failovers, restores, wardenRejects}, memory per isolate
+// observed {abstains, reprefills, failovers, restores, copyRestores, wardenRejects}, memory per isolate
 // {baseline, after, delta} (wasm heap bytes, after the sessions drained back: every station's
 // liveSessions 0), errors (the distinct failure messages, counted), and the examples of any
 // lost / wrong reply.
@@ -330,7 +330,7 @@ export async function runChaos({clients = 32, seconds = 60, seed = 1, model = "s
       cached_ratio: result.cachedRatio, cached_tokens: result.cached, prompt_tokens: result.prompt,
       faults: injected,
       observed: {...obs, restores: afterCounters.restores - before.restores, wardenRejects: afterCounters.wardenRejects - before.wardenRejects,
-                 relinks: afterCounters.relinks - before.relinks},
+                 relinks: afterCounters.relinks - before.relinks, copyRestores: afterCounters.copyRestores - before.copyRestores},
       drained: members.every((m) => after[m]?.stats?.liveSessions === 0), drain_ms: drainMs,
       memory, errors: result.errors, examples: result.examples, wallSeconds: Math.round((Date.now() - t0) / 100) / 10,
     };
@@ -344,12 +344,13 @@ export async function runChaos({clients = 32, seconds = 60, seed = 1, model = "s
 const round = (x) => (x === null ? null : Math.round(x));
 
 async function counters(mesh, members) {
-  const c = {restores: 0, wardenRejects: 0, relinks: 0};
+  const c = {restores: 0, wardenRejects: 0, relinks: 0, copyRestores: 0};
   for (const m of members) {
     const s = await (await (await mesh.worker(`knot-${m}`)).fetch("http://x/stats")).json();
     c.restores += s.stats.restores;
     c.wardenRejects += s.stats.wardenRejects;
     c.relinks += s.stats.relinks;
+    c.copyRestores += s.stats.copyRestores;  // sessions a failover moved to this copy, restored from the failed copy's snapshot
   }
   return c;
 }

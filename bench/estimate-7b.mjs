@@ -10,8 +10,20 @@
 //     workerd by bench/mesh.mjs (local: production DO-to-DO hops are not measured here);
 //   - fluid stations read every matmul weight once per token: the measured local load
 //     (file -> hash check -> wasm) and, as a stated assumption, --fetch-mbps from warden/R2.
+//   - speculation (prompt lookup, --lookup K): every station and shard also times a verify
+//     pass of r = 2 .. K + 1 rows; a real model (--spec-model, the shared stories260K: a
+//     260K-parameter story model, so its acceptance is what a tiny model copies, not what
+//     qwen2.5-coder-7b would) generates --decode greedy tokens on each prompt kind
+//     (lib/prompts.mjs) through the drafting path (Model.complete with lookup: its drafted and
+//     accepted counts) and the mesh's drafting rule is replayed on those ids (draftLookup,
+//     workers/coordinator/mesh.mjs) for the rows of every pass; a pass costs the stations'
+//     and shards' r-row time and the round trips of a plain greedy step (no embed: rows.mjs),
+//     a fluid pass reads its weights once whatever r is;
+//   - time to first token of a 2,000-token prompt, sequential and pipelined: the planner's
+//     model (plan_cost.h) with the rates measured in this run.
 //   node bench/estimate-7b.mjs [--hop-ms 4.4] [--fetch-mbps 200] [--timing 5] [--dir build/mem]
-//                              [--write-cost bench/cost-model.json]
+//                              [--write-cost bench/cost-model.json] [--lookup 6] [--decode 128]
+//                              [--spec-model FILE.gguf] [--out FILE.jsonl] [--cpu (compute in CPU time)]
 // --write-cost writes the planner's time model (core/infer/plan_cost.h) from the resident
 // stations measured here: decode weight bytes per ms (a station's weight bytes / its decode
 // compute), prefill weight bytes x tokens per ms (its first chunk), --hop-ms (measure it
@@ -20,7 +32,11 @@ import {join, resolve} from "node:path";
 import {mkdtempSync, rmSync, writeFileSync} from "node:fs";
 import os, {tmpdir} from "node:os";
 import {spawnSync} from "node:child_process";
+import {appendFileSync, existsSync} from "node:fs";
 import {ROOT, spawnIsolate, synth7b} from "./lib/isolate.mjs";
+import {PROMPTS} from "./lib/prompts.mjs";
+import * as kw from "../bindings/knotwork.mjs";
+import {draftLookup} from "../bindings/generator.mjs";
 import {plan} from "../bindings/planner.mjs";
 import {topologyFromPlan, linkBudget} from "../workers/lib/topology.mjs";
 
@@ -28,10 +44,55 @@ const args = process.argv.slice(2);
 const opt = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] : d; };
 const hopMs = Number(opt("--hop-ms", "4.4")), fetchMBps = Number(opt("--fetch-mbps", "200")), timing = Number(opt("--timing", "5"));
 const dir = resolve(opt("--dir", join(ROOT, "build/mem")));
-const costFile = opt("--write-cost", null);
+const costFile = opt("--write-cost", null), outFile = opt("--out", null);
+const K = Number(opt("--lookup", "6")), nDecode = Number(opt("--decode", "128"));
+const specModel = opt("--spec-model", join(process.env.KNOT_SHARED_MODELS ?? "/work/shared/models", "stories260K-pad256-llama-q4_k_m.gguf"));
+const verifyRows = Array.from({length: K}, (_, i) => i + 2);
+const cpu = args.includes("--cpu");  // compute timed in CPU time (lib/isolate.mjs): for a loaded host
 const rates = {decode: [], prefill: []};  // per resident station: weight bytes per ms
 const LAYERS = 4, FULL = 28;
-const log = (o) => console.log(JSON.stringify({bench: "estimate-7b", ...o}));
+const log = (o) => {
+  const line = JSON.stringify({bench: "estimate-7b", ...o});
+  console.log(line);
+  if (outFile) appendFileSync(outFile, line + "\n");
+};
+log({date: new Date().toISOString(), load_average: os.loadavg().map((x) => +x.toFixed(2)), cores: os.cpus().length, lookup: K, decode: nDecode,
+     clock: cpu ? "cpu" : "wall"});
+
+// ---- acceptance through the drafting path, on a real model ----------------------------
+// Per prompt kind: the greedy ids without and with lookup (equal), the engine's drafted /
+// accepted, and the passes of the mesh's loop replayed on those ids: pass i feeds the pending
+// token and draftLookup(history, room) drafts (room: the mesh's rule with chunk 64), keeps the
+// drafts that equal the greedy continuation, then one more token.
+const spec = {};
+if (existsSync(specModel)) {
+  const m = await kw.openModel(await kw.fileSource(specModel));
+  try {
+    for (const [kind, text] of Object.entries(PROMPTS)) {
+      const ids = m.tokenize(text), o = {maxTokens: nDecode, temperature: 0, ignoreEos: true};
+      const plain = await m.complete(ids, o), withLookup = await m.complete(ids, {...o, lookup: K});
+      const out = plain.ids, nCtx = m.info?.config?.n_ctx_train ?? 1 << 20, chunk = 64;
+      const passes = [];
+      for (let n = 1; n < out.length;) {
+        const hist = [...ids, ...out.slice(0, n)], pos = hist.length - 1;
+        const room = Math.min(nCtx - pos - 1, chunk - 1, out.length - n, K);
+        const drafts = room > 0 ? draftLookup(hist, room) : [];
+        let a = 0;
+        while (a < drafts.length && drafts[a] === out[n + a]) a++;
+        passes.push({rows: 1 + drafts.length, drafted: drafts.length, accepted: a});
+        n += Math.min(a + 1, out.length - n);
+      }
+      const sum = (k) => passes.reduce((x, p) => x + p[k], 0);
+      const sp = withLookup.speculative;
+      spec[kind] = {passes, tokens: out.length - 1};
+      log({acceptance: kind, model: specModel.split("/").pop(), prompt_tokens: ids.length, decode_tokens: out.length, lookup: K,
+           same_ids: JSON.stringify(withLookup.ids) === JSON.stringify(out),
+           engine: {drafted: sp.drafted, accepted: sp.accepted, acceptance: +sp.acceptance.toFixed(3)},
+           replay: {passes: passes.length, verify_passes: passes.filter((p) => p.drafted).length, drafted: sum("drafted"), accepted: sum("accepted"),
+                    acceptance: +(sum("drafted") ? sum("accepted") / sum("drafted") : 0).toFixed(3), tokens_per_pass: +((out.length - 1) / passes.length).toFixed(3)}});
+    }
+  } finally { m.close(); }
+} else log({acceptance: "skipped", reason: `${specModel} missing`});
 const model = synth7b(dir, LAYERS, log);
 
 // the 28-layer plan's topology (header only) for the link layout
@@ -49,7 +110,7 @@ for (const [name, opts] of Object.entries(plans)) {
   const t = topologyFromPlan(full.model, full, {knot: "q7b.knot"});
   const b = linkBudget(t);
   const job = (kind, s) => ({model, kind, station: s, context: small.context, chunk: Math.min(small.chunk, 16), nEmbd: small.model.n_embd,
-                             nHead: small.model.n_head, nKv: small.model.n_head_kv, headDim: small.model.head_dim, nFf: small.model.n_ff, timing});
+                             nHead: small.model.n_head, nKv: small.model.n_head_kv, headDim: small.model.head_dim, nFf: small.model.n_ff, timing, verifyRows, cpu});
   // per layer: the slowest slice of the layer (slices run in parallel), compute and load
   const perLayer = new Map();
   for (const s of small.stations) {
@@ -60,22 +121,24 @@ for (const [name, opts] of Object.entries(plans)) {
     }
     log({plan: name, id: s.id, mode: s.mode, layers: m.layers, prefill_compute_ms: m.prefill_compute_ms, prefill_tokens: m.prefill_tokens,
          decode_compute_ms: m.decode_compute_ms, decode_load_ms: m.decode_load_ms,
-         decode_load_bytes: m.decode_load_bytes, phase_ms: m.phase_ms, finite: m.finite});
+         decode_load_bytes: m.decode_load_bytes, phase_ms: m.phase_ms, verify_compute_ms: m.verify_compute_ms, finite: m.finite});
     for (let l = s.layers[0]; l < s.layers[1]; l++) {
-      const p = perLayer.get(l) ?? {compute: 0, load: 0, bytes: 0};
+      const p = perLayer.get(l) ?? {compute: 0, load: 0, bytes: 0, verify: {}};
       p.compute = Math.max(p.compute, m.decode_compute_ms / m.layers);
+      for (const r of verifyRows) p.verify[r] = Math.max(p.verify[r] ?? 0, m.verify_compute_ms[r] / m.layers);
       p.load = Math.max(p.load, m.decode_load_ms / m.layers);
       p.bytes = Math.max(p.bytes, m.decode_load_bytes / m.layers);
       perLayer.set(l, p);
     }
   }
   if (!shardMs) {
-    shardMs = {lmhead: 0, embed: 0};
+    shardMs = {lmhead: 0, embed: 0, verify: {}};
     for (const s of small.shards) {
       const m = spawnIsolate(job("shard", s));
-      log({plan: name, id: s.id, lmhead_ms: m.lmhead_ms, embed_ms: m.embed_ms, finite: m.finite});
+      log({plan: name, id: s.id, lmhead_ms: m.lmhead_ms, embed_ms: m.embed_ms, verify_lmhead_ms: m.verify_lmhead_ms, finite: m.finite});
       shardMs.lmhead = Math.max(shardMs.lmhead, m.lmhead_ms);
       shardMs.embed = Math.max(shardMs.embed, m.embed_ms);
+      for (const r of verifyRows) shardMs.verify[r] = Math.max(shardMs.verify[r] ?? 0, m.verify_lmhead_ms[r]);
     }
   }
   const avg = (k) => [...perLayer.values()].reduce((a, p) => a + p[k], 0) / perLayer.size;
@@ -91,18 +154,53 @@ for (const [name, opts] of Object.entries(plans)) {
                             ms_per_token_local_load: +(base + localLoad).toFixed(0), tok_s_local_load: +(1000 / (base + localLoad)).toFixed(3),
                             ms_per_token: +(base + fetchMs).toFixed(0), tok_s: +(1000 / (base + fetchMs)).toFixed(4)}
                          : {ms_per_token: +base.toFixed(1), tok_s: +(1000 / base).toFixed(2)})};
+  // a greedy pass of r rows: stations + shards at r rows, the round trips of a plain greedy
+  // step (no embed fan-out: its rows come with the lm-head answer or from rows.mjs), and a
+  // fluid plan's weights once per pass
+  const stationRows = (r) => r === 1 ? compute : [...perLayer.values()].reduce((a, p) => a + p.verify[r], 0) / perLayer.size * FULL;
+  const lmRows = (r) => r === 1 ? shardMs.lmhead : shardMs.verify[r];
+  const perPass = name === "fluid" ? fetchMs : 0;
+  const passMs = (r) => stationRows(r) + lmRows(r) + (rtts - 1) * hopMs + perPass;
+  out[name].verify_pass_ms = Object.fromEntries([1, ...verifyRows].map((r) => [r, +passMs(r).toFixed(1)]));
+  out[name].verify_station_ratio = Object.fromEntries(verifyRows.map((r) => [r, +(stationRows(r) / compute).toFixed(3)]));
+  out[name].greedy_tok_s = +(1000 / passMs(1)).toPrecision(3);
+  out[name].speculative = {};
+  for (const [kind, sp] of Object.entries(spec)) {
+    const ms = sp.passes.reduce((a, p) => a + passMs(p.rows), 0);
+    const tokS = sp.tokens / (ms / 1000);
+    out[name].speculative[kind] = {tok_s: +tokS.toPrecision(3), speedup: +(tokS * passMs(1) / 1000).toFixed(3),
+                                   tokens_per_pass: +(sp.tokens / sp.passes.length).toFixed(3)};
+  }
+  // what-if (not measured): an acceptance a per draft, i.i.d., K' drafts every pass:
+  // (1 - a^(K'+1)) / (1 - a) tokens per pass; the best K' <= K for each a
+  out[name].what_if = {};
+  for (const a of [0.3, 0.5, 0.7, 0.8, 0.9]) {
+    let best = {k: 0, tok_s: 1000 / passMs(1)};
+    for (let k = 1; k <= K; k++) {
+      const tokS = (1 - a ** (k + 1)) / (1 - a) / (passMs(k + 1) / 1000);
+      if (tokS > best.tok_s) best = {k, tok_s: tokS};
+    }
+    out[name].what_if[a] = {drafts: best.k, tok_s: +best.tok_s.toPrecision(3)};
+  }
+  // time to first token: the planner's model with this run's rates
+  const est = (await plan(header, {...opts, cost: measuredCost()})).estimate;
+  out[name].planner = {decode_tok_s: est.decode_tok_s, ttft_s: est.ttft_s, ttft_pipelined_s: est.ttft_pipelined_s, prompt_tokens: est.prompt_tokens};
 }
 rmSync(tmp, {recursive: true, force: true});
-if (costFile) {
+// the planner's time model from the resident stations measured so far
+function measuredCost() {
   const median = (v) => [...v].sort((a, b) => a - b)[v.length >> 1];
   const sig = (v) => Number(v.toPrecision(3));
   const commit = spawnSync("git", ["-C", ROOT, "rev-parse", "--short", "HEAD"], {encoding: "utf8"}).stdout.trim();
-  const cost = {decode_bytes_per_ms: sig(median(rates.decode)), prefill_token_bytes_per_ms: sig(median(rates.prefill)),
-                hop_ms: hopMs, fetch_bytes_per_ms: fetchMBps * 1000, prompt_tokens: 2000,
-                measured: new Date().toISOString().slice(0, 10), commit, load_average: os.loadavg().map((x) => +x.toFixed(2)),
-                command: `node bench/estimate-7b.mjs ${args.join(" ")}`,
-                note: "rates of one wasm station isolate (Node) on the 4-layer qwen2.5-coder-7b-shaped synth, median over its resident stations; " +
-                      "hop_ms is the given --hop-ms (bench/mesh.mjs measures it under local workerd); fetch is an assumption (--fetch-mbps)"};
+  return {decode_bytes_per_ms: sig(median(rates.decode)), prefill_token_bytes_per_ms: sig(median(rates.prefill)),
+          hop_ms: hopMs, fetch_bytes_per_ms: fetchMBps * 1000, prompt_tokens: 2000,
+          measured: new Date().toISOString().slice(0, 10), commit, load_average: os.loadavg().map((x) => +x.toFixed(2)),
+          command: `node bench/estimate-7b.mjs ${args.join(" ")}`,
+          note: "rates of one wasm station isolate (Node) on the 4-layer qwen2.5-coder-7b-shaped synth, median over its resident stations; " +
+                "hop_ms is the given --hop-ms (bench/mesh.mjs measures it under local workerd); fetch is an assumption (--fetch-mbps)"};
+}
+if (costFile) {
+  const cost = measuredCost();
   writeFileSync(costFile, JSON.stringify(cost, null, 2) + "\n");
   log({cost_model: costFile, ...cost});
 }

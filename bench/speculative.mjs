@@ -3,10 +3,12 @@
 // decoding, on the mesh (workerd via Miniflare) and in a single process, in the same run.
 // One JSON line per model x prompt kind x runtime on stdout (and --out FILE.jsonl):
 //   node bench/speculative.mjs [--lookup 6] [--decode 48] [--runs 3] [--stations 2,3] [--shards 2] [--out FILE]
+//                              [--kinds code-edit,story,repeat] [--mesh-only (stories260K on the mesh and one process)]
 // Models: the shared stories260K (KNOT_SHARED_MODELS or /work/shared/models; skipped when
 // absent) and a `knot synth` llama (hidden 768, 4 layers, FFN 2048, vocab 512, Q4_K_M).
-// Prompt kinds: "code-edit" (the reply repeats much of the prompt: a block of code and the
-// start of its edited copy) and "story" (free text). Greedy, EOS ignored; one warm-up, then
+// Prompt kinds (lib/prompts.mjs): "code-edit" (the reply repeats much of the prompt: a block
+// of code and the start of its edited copy), "story" (free text), "repeat" (a story whose
+// reply repeats its sentences, which stories260K copies). Greedy, EOS ignored; one warm-up, then
 // the median of --runs. Fields: decodeTokS {plain, lookup}, speedup (lookup / plain, same
 // runtime), acceptance (accepted / drafted), drafted, accepted, sameIds (lookup == plain ==
 // single process), draft: "lookup".
@@ -25,6 +27,7 @@ import {fileURLToPath} from "node:url";
 import * as kw from "../bindings/knotwork.mjs";
 import {startMesh} from "../deploy/miniflare.mjs";
 import {topologyFromCounts} from "../workers/lib/topology.mjs";
+import {PROMPTS} from "./lib/prompts.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const args = process.argv.slice(2);
@@ -32,26 +35,11 @@ const opt = (name, def) => { const i = args.indexOf(name); return i >= 0 ? args.
 const lookup = Number(opt("--lookup", 6)), nDecode = Number(opt("--decode", 48)), nRuns = Number(opt("--runs", 3));
 const stations = opt("--stations", "2,2").split(",").map(Number), shards = Number(opt("--shards", 2));
 const outFile = opt("--out", null), draftN = Number(opt("--draft-n", 4));
-const nativeOnly = args.includes("--native-only");
+const nativeOnly = args.includes("--native-only"), meshOnly = args.includes("--mesh-only");
+const kinds = opt("--kinds", Object.keys(PROMPTS).join(",")).split(",");
+for (const k of kinds) if (!PROMPTS[k]) { console.error(`--kinds: unknown prompt kind ${k} (${Object.keys(PROMPTS).join(", ")})`); process.exit(2); }
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
-const CODE = `function area(width, height) {
-  const w = Number(width);
-  const h = Number(height);
-  if (w < 0 || h < 0) throw new Error("negative size");
-  return w * h;
-}
-function perimeter(width, height) {
-  const w = Number(width);
-  const h = Number(height);
-  if (w < 0 || h < 0) throw new Error("negative size");
-  return 2 * (w + h);
-}
-`;
-const PROMPTS = {
-  "code-edit": `Rename width to x in this code:\n${CODE}\nThe code with width renamed to x:\nfunction area(x, height) {\n  const w = Number(x);\n`,
-  story: "Once upon a time there was a little girl named Lily. She loved to play in the park with her",
-};
 
 const models = [];
 const sharedDir = process.env.KNOT_SHARED_MODELS ?? "/work/shared/models";
@@ -61,7 +49,7 @@ if (existsSync(stories)) {
   models.push({name: "stories260K-pad256-llama-q4_k_m", bytes: mm.toKnot(), stations: [2, 3]});
   mm.close();
 }
-{
+if (!meshOnly) {
   const knot = process.env.KNOT_BIN ?? join(root, "build/bin/knot");
   if (!existsSync(knot)) { console.error(`${knot} missing: build the native CLI`); process.exit(2); }
   const dir = mkdtempSync(join(tmpdir(), "knot-bench-spec-"));
@@ -82,7 +70,7 @@ if (args.includes("--mesh-draft")) {
   const knotOf = async (p) => { const mm = await kw.openModel(await kw.fileSource(p)); try { return mm.toKnot(); } finally { mm.close(); } };
   const target = await knotOf(q8);
   const tm = await kw.openModel(kw.bytesSource(target, "bench.knot"));
-  const promptIds = Object.fromEntries(Object.entries(PROMPTS).map(([k, p]) => [k, tm.tokenize(p)]));
+  const promptIds = Object.fromEntries(kinds.map((k) => [k, tm.tokenize(PROMPTS[k])]));
   tm.close();
   const config = (await kw.parseKnotHeader(kw.bytesSource(target, "bench.knot"))).config;
   const topology = topologyFromCounts(config, {knot: "model.knot", stations: [2, 3], shards});
@@ -134,7 +122,7 @@ for (const model of nativeOnly ? [] : models) {
   const promptIds = model.synth
     ? {"code-edit": (() => { const b = Array.from({length: 40}, (_, i) => 3 + (i * 53) % 500); return [1, ...b, 7, ...b.slice(0, 6)]; })(),
        story: [1, ...Array.from({length: 40}, (_, i) => 3 + (i * 37) % 500)]}
-    : Object.fromEntries(Object.entries(PROMPTS).map(([k, p]) => [k, m.tokenize(p)]));
+    : Object.fromEntries(kinds.map((k) => [k, m.tokenize(PROMPTS[k])]));
   const options = {maxTokens: nDecode, temperature: 0, ignoreEos: true};
   const single = {};
   for (const [kind, ids] of Object.entries(promptIds)) {
@@ -174,6 +162,8 @@ for (const model of nativeOnly ? [] : models) {
         decodeTokens: nDecode, runs: nRuns,
         decodeTokS: {plain, lookup: spec}, speedup: spec / plain, acceptance: sp.acceptance, drafted: sp.drafted, accepted: sp.accepted,
         sameIds: [...r.plain, ...r.lookup].every((s) => JSON.stringify(s.ids) === want),
+        ...(runtime === "mesh" ? {passes: {plain: r.plain[0].passes, lookup: r.lookup[0].passes}, verifyPasses: sp.verifyPasses,
+                                  messages: {plain: r.plain[0].messages, lookup: r.lookup[0].messages}, rowsCached: sp.rowsCached} : {}),
         cores: cpus().length, loadavg: +loadavg()[0].toFixed(2),
       };
       lines.push(line);
@@ -184,7 +174,7 @@ for (const model of nativeOnly ? [] : models) {
 }
 
 // ---- native: plain vs lookup vs draft model (knot generate) ----------------------------
-{
+if (!meshOnly) {
   const knot = process.env.KNOT_BIN ?? join(root, "build/bin/knot");
   const dir = mkdtempSync(join(tmpdir(), "knot-bench-draft-"));
   const pairs = [];
@@ -202,7 +192,7 @@ for (const model of nativeOnly ? [] : models) {
   };
   try {
     for (const pair of pairs) {
-      for (const [kind, text] of Object.entries(PROMPTS)) {
+      for (const [kind, text] of kinds.map((k) => [k, PROMPTS[k]])) {
         const pf = join(dir, `${kind}.txt`);
         execFileSync("sh", ["-c", 'printf %s "$1" > "$2"', "sh", text, pf]);
         const r = {plain: [], lookup: [], draft: []};

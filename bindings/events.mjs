@@ -10,7 +10,7 @@
 //   accepted     once, first — the OpenAI backend interface only (the request fits)
 //   prefill      Model.generate with prefillProgress: before the first piece, after each
 //   telemetry    the mesh's named progress: route, prefill_started, prefill_progress,
-//                prefill_completed, decode_started, reprefill, abstain, failover; and queue (a
+//                prefill_completed, decode_started, reprefill, abstain, failover, restored; and queue (a
 //                backend's wait); anything else a backend names passes as telemetry too
 //   token        one per sampled token
 //   summary      once, last, when the generation ended
@@ -36,8 +36,11 @@
  *   tokens: [{id, pos}]}; "failover": {member, from, replica, reason, rebuilt} (the mesh's routes,
  *   workers/coordinator/routes.mjs: member, the logical station member or shard hub; from, the
  *   copy that failed; replica, the copy now serving it (the same one for a resend); rebuilt:
- *   "resend" (the frame sent again on a fresh link), "replay" (the token history re-fed from
- *   position 0) or "none (stateless)" (a shard)); "queue": {ahead}
+ *   "resend" (the frame sent again on a fresh link), "restore" (the new copy restores the
+ *   session from the snapshot the failed copy persisted), "replay" (the token history re-fed
+ *   from position 0; after a "restore" that found no snapshot, a second event says so) or
+ *   "none (stateless)" (a shard)); "restored": {member, replica, positions} (the restore
+ *   succeeded: positions [0, positions) were not fed again); "queue": {ahead}
  * @typedef {{type: "token", token: number, text: string, logprob?: number,
  *            top?: {token: number, logprob: number}[],
  *            telemetry: {n: number, elapsedMs: number, decodeTokS: number,
@@ -51,15 +54,16 @@
  *            prefillMs: number, decodeMs: number, prefillTokS: number, decodeTokS: number,
  *            mode: string, engine?: object, memory?: object, prefill?: "pipelined"|"sequential", passes?: number,
  *            speculative?: {lookup?: number, draft?: string, draftN?: number, drafted: number, accepted: number, acceptance: number,
- *                           verifyPasses?: number, draftMs?: number, draftPrimeMs?: number, draftPasses?: number,
+ *                           verifyPasses?: number, rowsCached?: number, draftMs?: number, draftPrimeMs?: number, draftPasses?: number,
  *                           draftWeightBytes?: number, draftKvBytes?: number, draftEngineBytes?: number},
  *            hops?: number, subrequests?: number, maxConnections?: number, messages?: number,
- *            abstains?: number, reprefills?: number, failovers?: number, rowsPrefetched?: number, flaggedTokens?: number[],
+ *            abstains?: number, reprefills?: number, restores?: number, failovers?: number, rowsPrefetched?: number, flaggedTokens?: number[],
  *            shardK?: number|"full", coordinatorMemory?: object}} SummaryEvent
  *   cachedTokens: prompt tokens reused from a held session (its KV already held them);
  *   engine / memory: a single process's (Model.generate); speculative (lookup > 0, or a draft
  *   model: draft names it, draftN its tokens per pass): both (the mesh adds verifyPasses: passes
- *   that carried drafts; with a draft model draftMs / draftPrimeMs: the coordinator's drafting
+ *   that carried drafts, and with lookup rowsCached: input rows taken from the rows already seen
+ *   instead of an embed fan-out; with a draft model draftMs / draftPrimeMs: the coordinator's drafting
  *   time in decode / while the stations prefill, draftPasses, and the draft's weights, KV and
  *   buffers in the coordinator's wasm memory); prefill, passes (decode
  *   passes through the stations), hops ... coordinatorMemory: the mesh's

@@ -62,20 +62,28 @@ export function startFatStation({model, layers, role, name, extra = [], bin = KN
 
 /**
  * Start a fat station for every station index in `indices` of topology t (single-member
- * stations), reading the model from range server `range`; returns {urls: {index: url}, stations}.
+ * stations), reading the model from range server `range`; with t.replicas R > 1, R processes
+ * per station (copy r named replicaName). Returns {urls: {index: url, or [url per copy]}, stations}
+ * (urls as withUrls takes them).
  */
 export async function startFatStations(t, indices, range) {
-  const stations = [];
+  const stations = [], R = t.replicas ?? 1, urls = {};
   try {
     for (const i of indices) {
       const s = t.stations[i];
       if (!s) throw new Error(`--fat ${i}: no station ${i} (the topology has ${t.stations.length})`);
       if (s.members.length !== 1) throw new Error(`--fat ${i}: station ${i} is split into ${s.members.length} members (a fat station runs whole layers)`);
-      stations.push(await startFatStation({model: range.url, layers: s.layers, role: s.role, name: s.members[0].name}));
+      const copies = [];
+      for (let r = 0; r < R; r++) {
+        const st = await startFatStation({model: range.url, layers: s.layers, role: s.role, name: r ? `${s.members[0].name}r${r}` : s.members[0].name});
+        stations.push(st);
+        copies.push(st.url);
+      }
+      urls[i] = R > 1 ? copies : copies[0];
     }
   } catch (e) {
     await Promise.all(stations.map((x) => x.stop()));
     throw e;
   }
-  return {urls: Object.fromEntries(indices.map((i, k) => [i, stations[k].url])), stations};
+  return {urls, stations};
 }

@@ -80,8 +80,9 @@ export async function startMesh({knotBytes, draftBytes, topology, port, ...optio
       const names = [...topology.stations.flatMap((s) => s.members.filter((m) => !m.url).map((m) => m.name)), ...topology.shards.map((s) => s.name)]
         .flatMap((n) => Array.from({length: topology.replicas ?? 1}, (_, r) => (r ? `${n}r${r}` : n)));  // topology.mjs replicaName
       for (const n of names) out[n] = await (await (await worker(`knot-${n}`)).fetch("http://x/stats")).json();
-      for (const m of topology.stations.flatMap((s) => s.members.filter((x) => x.url)))  // native fat stations
-        out[m.name] = await fetch(new URL("/health", m.url)).then((r) => r.json()).catch((e) => ({error: e.message}));
+      for (const m of topology.stations.flatMap((s) => s.members.filter((x) => x.url)))  // native fat stations (a list: one per copy)
+        for (const [r, u] of (Array.isArray(m.url) ? m.url : [m.url]).entries())
+          out[r ? `${m.name}r${r}` : m.name] = await fetch(new URL("/health", u)).then((r) => r.json()).catch((e) => ({error: e.message}));
       return out;
     },
     /** POST a fault ({status} | {hangMs} | null) to one worker's test hook. */

@@ -11,6 +11,9 @@
 // decode steps are timed (median): per phase compute ms and, for fluid stations, the load
 // ms and bytes of each phase (read from the file, verified by hash, copied into wasm); the
 // first prefill chunk's compute ms is reported too (prefill_compute_ms, prefill_tokens).
+// With verifyRows [r, ...] (and timing N): per r, the median compute of N speculative verify
+// passes of r rows (verify_compute_ms[r]; a shard: its lm-head of r rows, verify_lmhead_ms[r]).
+// With cpu: true, compute and lm-head times are this process's CPU time, not wall time.
 import {spawnSync} from "node:child_process";
 import {existsSync, mkdirSync, statSync} from "node:fs";
 import {dirname, join, resolve} from "node:path";
@@ -45,6 +48,9 @@ export function spawnIsolate(job) {
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
 export async function runIsolate(job) {
+  // job.cpu: compute timed in this process's CPU time (user + system), which a loaded host's
+  // waiting for a core does not inflate; loads stay wall time (they wait on I/O)
+  const clock = job.cpu ? () => { const u = process.cpuUsage(); return (u.user + u.system) / 1000; } : () => performance.now();
   const {init, fileSource} = await import("../../bindings/knotwork.mjs");
   const {openParts} = await import("../../bindings/mesh.mjs");
   const {loadSlice} = await import("../../bindings/slices.mjs");
@@ -83,14 +89,26 @@ export async function runIsolate(job) {
     if (job.timing) {
       const lm = [], em = [];
       for (let i = 0; i < job.timing; i++) {
-        let t = performance.now();
+        let t = clock();
         check(parts.lmHead(rand(E, 4 + i), 1, v0, v1));
-        lm.push(performance.now() - t);
-        t = performance.now();
+        lm.push(clock() - t);
+        t = clock();
         parts.embed([v0 + i], v0, v1, E);
-        em.push(performance.now() - t);
+        em.push(clock() - t);
       }
       Object.assign(timing, {lmhead_ms: median(lm), embed_ms: median(em)});
+      if (job.verifyRows?.length) {  // the lm-head of a verify pass: r normed rows at once
+        timing.verify_lmhead_ms = {};
+        for (const r of job.verifyRows) {
+          const ms = [];
+          for (let i = 0; i < job.timing; i++) {
+            const t = clock();
+            check(parts.lmHead(rand(r * E, 40 + i), r, v0, v1));
+            ms.push(clock() - t);
+          }
+          timing.verify_lmhead_ms[r] = median(ms);
+        }
+      }
     }
   } else {
     const D = job.headDim, G = job.nHead / job.nKv;
@@ -128,9 +146,9 @@ export async function runIsolate(job) {
         const phase = async (p, fn) => {
           const names = phaseTensors(l, p);
           if (fluid) await load(names);
-          const t = performance.now();
+          const t = clock();
           const r = fn();
-          computeMs[p] += performance.now() - t;
+          computeMs[p] += clock() - t;
           await sample();
           if (fluid) parts.evict(names.filter((n) => !keep(n)));
           return r;
@@ -160,6 +178,21 @@ export async function runIsolate(job) {
       const mid = steps.map((x, i) => [x.compute + x.load, i]).sort((a, b) => a[0] - b[0])[steps.length >> 1][1];
       Object.assign(timing, {layers: l1 - l0, prefill_compute_ms: prefillMs, prefill_tokens: K, decode_compute_ms: steps[mid].compute, decode_load_ms: steps[mid].load,
                              decode_load_bytes: steps[mid].bytes, phase_ms: steps[mid].phases});
+      // job.verifyRows [r, ...]: a speculative verify pass of r rows (the pending token and
+      // r - 1 drafts) at the next positions, timed the same way (median compute of N passes)
+      if (job.verifyRows?.length) {
+        timing.verify_compute_ms = {};
+        for (const r of job.verifyRows) {
+          const ms = [];
+          for (let i = 0; i < job.timing; i++) {
+            for (const k in computeMs) computeMs[k] = 0;
+            await run(positions, r);
+            positions += r;
+            ms.push(Object.values(computeMs).reduce((a, b) => a + b, 0));
+          }
+          timing.verify_compute_ms[r] = median(ms);
+        }
+      }
     }
   }
   await sample();

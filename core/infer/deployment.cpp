@@ -214,10 +214,19 @@ void require_topology(const ojson& t) {
       if (m.value("fat", false) && !m.contains("url") && t.value("chain", false))
         fail("topology: member " + name + ": a fat station cannot be in a chain (chain links are service bindings)");
       if (!m.contains("url")) continue;
-      if (!is_station_url(m["url"]))
-        fail("topology: member " + name + ": url must be http[s]://host[:port], got " + m["url"].dump());
+      // with replicas R > 1: a list of R urls, one per copy (topology.mjs)
+      const ojson& u = m["url"];
+      const int64_t R = replica_count(t);
+      if (u.is_array() ? (int64_t)u.size() != R : R > 1)
+        fail("topology: member " + name + ": with replicas " + std::to_string(R) + " its url must be a list of " + std::to_string(R) +
+             " urls (one per copy), got " + u.dump());
+      std::string all;
+      for (const auto& x : u.is_array() ? u : ojson::array({u})) {
+        if (!is_station_url(x)) fail("topology: member " + name + ": url must be http[s]://host[:port], got " + x.dump());
+        all += (all.empty() ? "" : ", ") + x.get<std::string>();
+      }
       if (t.value("chain", false))
-        fail("topology: member " + name + ": a URL member (" + m["url"].get<std::string>() + ") cannot be in a chain (chain links are service bindings)");
+        fail("topology: member " + name + ": a URL member (" + all + ") cannot be in a chain (chain links are service bindings)");
     }
 }
 
@@ -437,10 +446,17 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
     const Links l = links(tr);
     for (const auto& n : l.coordinator)
       if (!external(tr, n)) bound.push_back(n);  // a URL member is linked by its url (TOPOLOGY), not a binding
-    for (const auto& s : tr["stations"])
-      for (const auto& m : s["members"]) {
+    for (size_t si = 0; si < tr["stations"].size(); si++)
+      for (size_t mi = 0; mi < tr["stations"][si]["members"].size(); mi++) {
+        const ojson& s = tr["stations"][si];
+        const ojson& m = s["members"][mi];
         const std::string name = m["name"];
         if (external_member(m)) continue;  // a native fat station at its url: no script
+        // the other copies of this member: their StationDO namespaces, so that a session moved
+        // here on failover restores from the snapshot the failed copy persisted (docs/protocol.md)
+        std::vector<std::string> copies;
+        for (int64_t q = 0; q < nrep; q++)
+          if (q != r) copies.push_back(replica_name(t["stations"][si]["members"][mi]["name"], q));
         const StationLinks& sl = l.of(name);
         ojson v = {{"name", name}, {"knot", knot}, {"layers", s["layers"]}};
         if (m.contains("heads")) v["heads"] = m["heads"];
@@ -454,6 +470,7 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
         }
         if (o.timeouts.contains("stationMs") && o.timeouts["stationMs"] != 0) v["linkTimeoutMs"] = o.timeouts["stationMs"];
         if (o.ttl_ms) v["ttlMs"] = o.ttl_ms;
+        if (!copies.empty()) v["copies"] = copies;
         ojson st = make_script(script_name(name), "workers/station/index.mjs", "station", o);
         st["vars"] = {{"STATION", v}};
         st["vars"].update(hooks);
@@ -461,6 +478,8 @@ ojson describe_deployment(const ojson& t, const DeployOptions& o) {
         if (!sl.next.empty()) peers.push_back(sl.next);
         st["services"] = link_bindings("L", peers);
         st["durable_objects"] = ojson::array({{{"name", "STATION_DO"}, {"class_name", "StationDO"}}});
+        for (const auto& c : copies)
+          st["durable_objects"].push_back({{"name", "COPY_" + c}, {"class_name", "StationDO"}, {"script_name", script_name(c)}});
         if (o.warden) st["durable_objects"].push_back({{"name", "WARDEN"}, {"class_name", "LayerWardenDO"}, {"script_name", kWarden}});
         st["migrations"] = migration({"StationDO"}, /*sqlite=*/true);
         scripts.push_back(st);

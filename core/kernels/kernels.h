@@ -12,7 +12,8 @@
 //                        to Scalar where no SIMD path exists. Prefill (matmul, >= 2 tokens)
 //                        uses batched kernels where present: weight rows decoded once per
 //                        chunk (int16 for Q4_0/Q8_0, u8 panels of 16 rows for Q4_K/Q6_K on
-//                        AVX-512 VNNI) and dotted against every token. Tested against
+//                        AVX-512 VNNI, of 8 rows on AVX-VNNI and AVX2) and dotted
+//                        against every token. Tested against
 //                        Scalar: bit-identical for quantized weights, within float
 //                        rounding of a different summation order for F32/F16/BF16.
 // Weights: `rows` rows of `cols` elements, each row row_bytes(wtype, cols) bytes, contiguous.

@@ -3,7 +3,8 @@
 // Integer block dots are exact; per-block float combine is the shared scalar
 // block_accum_* with contraction off, so results equal kernels_generic.cpp bit for bit.
 // Multi-token (NT <= 4): each weight block is loaded and unpacked once, then multiplied
-// with every token's activation block.
+// with every token's activation block. Prefill (matmul, 2+ tokens) has batched kernels:
+// Q4_0/Q8_0 x Q16_0 (int16 rows) and Q4_K/Q6_K x Q8_K (8-row x 8-token maddubs tiles).
 #if defined(__x86_64__) || defined(__i386__)
 
 #include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
@@ -11,6 +12,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kernels/kernels_internal.h"
@@ -280,10 +282,8 @@ static void q6_K_avx2(int64_t n, const void* w, const void* const* act, float* o
 
 
 // ---- Batched prefill kernels (mm_fn) for Q4_0/Q8_0 x Q16_0: same scheme as
-// kernels_wasm.cpp. (K-quants stay on the dot kernels above: maddubs multiplies 32 u8 x s8
-// per instruction, twice the int16 madd rate, measured 32 vs 23 G products/s.) Per
-// 256 weights, RD rows are decoded once into int16, activations copied to int16 rows once;
-// 4 rows x 2 tokens of madd accumulators; at each float block the 4 rows' sums come out
+// kernels_wasm.cpp. Per 256 weights, RD rows are decoded once into int16, activations
+// copied to int16 rows once; 4 rows x 2 tokens of madd accumulators; at each float block the 4 rows' sums come out
 // of a hadd tree as one __m128i and the float combine runs on 4 lanes with exactly the
 // operations and order of block_accum (contraction off, no FMA).
 
@@ -429,6 +429,268 @@ static void mm_q8_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, con
   mm_avx2<FmtQ8_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 
+// ---- K-quant prefill (2+ tokens) for CPUs without VNNI: 8 rows x KT tokens register
+// tiles, lanes = rows — kernels_avxvnni.cpp's panel layout (each 8-row panel unpacked once
+// per call into u8 quants in element order, transposed so that ymm g of a block holds
+// elements 4g..4g+3 of all 8 rows) with vpmaddubsw + vpmaddwd in place of vpdpbusd. Per
+// token a broadcast 4-activation dword; vpmaddubsw gives every row's two pair sums (u8 x
+// s8, |pair| <= 2*63*128 < 2^15, no saturation), HG groups of them are added in i16 (Q4_K:
+// the 8 groups of a 32-sub-block, 8*2*15*128 < 2^15; Q6_K: 2 groups, 2*2*63*128 < 2^15),
+// and vpmaddwd with the rows' (sc, sc) pairs scales them into the i32 block sum. The
+// min / -32 corrections are vpmaddwd of the Q8_K bsums with (m, m) / (sc, sc') pairs. All
+// integer sums exact; the per-block float combine is block_accum_kmin / block_accum
+// lanewise in block order (contraction off): equal to the scalar dot bit for bit.
+
+namespace {
+
+struct KPanel8 {
+  __m256i w[64];    // w[g] lane r: row r's quants 4g..4g+3 (u8)
+  __m256i sc[16];   // (sc[j], sc[j]) i16 pairs (Q4_K: j < 8)
+  __m256i pair[8];  // Q4_K: (m[j], m[j]) i16 pairs; Q6_K: (sc[2k], sc[2k+1]) i16 pairs
+  __m256 d, dmin;   // rows' fp16 d / dmin as f32
+};
+thread_local std::vector<KPanel8> g_kpanel8;
+
+inline uint32_t pair16(int a, int b) { return (uint32_t)(uint16_t)(int16_t)a | ((uint32_t)(uint16_t)(int16_t)b << 16); }
+
+// 8 x 8 dword transpose: out[k] lane r = in[r] lane k.
+inline void transpose8(const __m256i in[8], __m256i out[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; i++) {  // u[4i+j], 128-bit half L: rows 4i..4i+3 of column 4L+j
+    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; j++) {
+    out[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
+    out[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
+  }
+}
+
+// Q4_K row block -> 8 ymm of quants in element order (ymm v: elements 32v..32v+31).
+inline void unpack8_q4_K(const block_q4_K& b, __m256i q[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; c++) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * c));
+    q[2 * c] = _mm256_and_si256(x, m4);
+    q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+  }
+}
+// Q6_K row block -> 8 ymm of unsigned quants 0..63 in element order.
+inline void unpack8_q6_K(const block_q6_K& b, __m256i q[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int h = 0; h < 2; h++) {
+    const __m256i q0 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * h));
+    const __m256i q1 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * h + 32));
+    const __m256i hb = _mm256_loadu_si256((const __m256i*)(b.qh + 32 * h));
+    q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(q0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+    q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(q1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+    q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4), _mm256_and_si256(hb, m30));
+    q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+  }
+}
+
+template <bool Q6>
+void pack_k_panel8(const uint8_t* const* row, int64_t nb, KPanel8* pb) {
+  for (int64_t i = 0; i < nb; i++) {
+    KPanel8& o = pb[i];
+    __m256i q[8][8];
+    alignas(32) int32_t sc[16][8], pr[8][8];
+    alignas(32) float d[8], dm[8];
+    for (int r = 0; r < 8; r++) {
+      if (Q6) {
+        const block_q6_K& b = ((const block_q6_K*)row[r])[i];
+        unpack8_q6_K(b, q[r]);
+        for (int j = 0; j < 16; j++) sc[j][r] = (int32_t)pair16(b.scales[j], b.scales[j]);
+        for (int k = 0; k < 8; k++) pr[k][r] = (int32_t)pair16(b.scales[2 * k], b.scales[2 * k + 1]);
+        d[r] = half_to_float(b.d);
+        dm[r] = 0.f;
+      } else {
+        const block_q4_K& b = ((const block_q4_K*)row[r])[i];
+        unpack8_q4_K(b, q[r]);
+        uint8_t s8[8], m8[8];
+        k4_unpack_scales(b.scales, s8, m8);
+        for (int j = 0; j < 8; j++) sc[j][r] = (int32_t)pair16(s8[j], s8[j]), pr[j][r] = (int32_t)pair16(m8[j], m8[j]);
+        for (int j = 8; j < 16; j++) sc[j][r] = 0;
+        d[r] = half_to_float(b.d);
+        dm[r] = half_to_float(b.dmin);
+      }
+    }
+    for (int v = 0; v < 8; v++) {
+      __m256i in[8];
+      for (int r = 0; r < 8; r++) in[r] = q[r][v];
+      transpose8(in, o.w + 8 * v);
+    }
+    for (int j = 0; j < 16; j++) o.sc[j] = _mm256_load_si256((const __m256i*)sc[j]);
+    for (int k = 0; k < 8; k++) o.pair[k] = _mm256_load_si256((const __m256i*)pr[k]);
+    o.d = _mm256_load_ps(d);
+    o.dmin = _mm256_load_ps(dm);
+  }
+}
+
+inline __m256i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+#if defined(__clang__)
+#define KNOT_UNROLL _Pragma("unroll")
+#else
+#define KNOT_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+template <bool Q6, int TT>
+void kgemm8_tile(const KPanel8* pb, int64_t nb, const block_q8_K* const* a, __m256* acc) {
+  // sub-blocks, dword groups per sub-block, groups summed in i16 before vpmaddwd
+  constexpr int NSUB = Q6 ? 16 : 8, GPS = Q6 ? 4 : 8, HG = Q6 ? 2 : 8;
+  KNOT_UNROLL
+  for (int t = 0; t < TT; t++) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {
+    const KPanel8& b = pb[i];
+    __m256i isum[TT];
+    KNOT_UNROLL
+    for (int t = 0; t < TT; t++) isum[t] = _mm256_setzero_si256();
+    for (int j = 0; j < NSUB; j++) {  // hot loop: one sub-block, 8 rows x TT tokens
+      KNOT_UNROLL
+      for (int g0 = GPS * j; g0 < GPS * (j + 1); g0 += HG) {
+        __m256i s[TT];
+        KNOT_UNROLL
+        for (int t = 0; t < TT; t++) s[t] = _mm256_setzero_si256();
+        KNOT_UNROLL
+        for (int g = g0; g < g0 + HG; g++) {
+          const __m256i wv = _mm256_load_si256(b.w + g);
+          KNOT_UNROLL
+          for (int t = 0; t < TT; t++)
+            s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(wv, bcast4(a[t][i].qs + 4 * g)));
+        }
+        KNOT_UNROLL
+        for (int t = 0; t < TT; t++) isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s[t], b.sc[j]));
+      }
+    }
+    KNOT_UNROLL
+    for (int t = 0; t < TT; t++) {
+      __m256i corr = _mm256_setzero_si256();
+      KNOT_UNROLL
+      for (int k = 0; k < 8; k++) corr = _mm256_add_epi32(corr, _mm256_madd_epi16(b.pair[k], bcast4(a[t][i].bsums + 2 * k)));
+      const __m256 da = _mm256_set1_ps(a[t][i].d);
+      if (Q6) {  // block_accum lanewise: acc + (dw*da)*(sumi - 32*off)
+        const __m256i sumi = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(corr, 5));
+        const __m256 d = _mm256_mul_ps(b.d, da);
+        acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi)));
+      } else {  // block_accum_kmin lanewise: acc + ((dw*da)*sumi - (dminw*da)*summs)
+        const __m256 d = _mm256_mul_ps(b.d, da), dm = _mm256_mul_ps(b.dmin, da);
+        const __m256 x = _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum[t]));
+        const __m256 y = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(corr));
+        acc[t] = _mm256_add_ps(acc[t], _mm256_sub_ps(x, y));
+      }
+    }
+  }
+}
+
+constexpr int KT8 = 8;  // token tile of the K-quant prefill kernel
+
+template <bool Q6>
+void mm_kquant8_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+                     int64_t nt, float* Y, int64_t ldy, dot_fn dot) {
+  const int64_t nb = n / QK_K;
+  if (nt < 2) {  // decode: the dot kernel per row
+    for (int64_t t = 0; t < nt; t++) {
+      const void* a[1] = {act + (size_t)t * ab};
+      for (int64_t r = 0; r < nrows; r++) dot(n, W + (size_t)r * rb, a, 1, Y + t * ldy + r);
+    }
+    return;
+  }
+  std::vector<KPanel8>& pb = g_kpanel8;
+  if ((int64_t)pb.size() < nb) pb.resize((size_t)nb);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
+    const int nr = (int)std::min<int64_t>(8, nrows - r0);
+    const uint8_t* row[8];
+    for (int r = 0; r < 8; r++) row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;  // tail repeats, not stored
+    pack_k_panel8<Q6>(row, nb, pb.data());
+    for (int64_t t0 = 0; t0 < nt; t0 += KT8) {
+      const int tt = (int)std::min<int64_t>(KT8, nt - t0);
+      const block_q8_K* a[KT8];
+      for (int t = 0; t < tt; t++) a[t] = (const block_q8_K*)(act + (size_t)(t0 + t) * ab);
+      __m256 acc[KT8];
+      switch (tt) {  // tails of 1..KT8-1 tokens
+        case 1: kgemm8_tile<Q6, 1>(pb.data(), nb, a, acc); break;
+        case 2: kgemm8_tile<Q6, 2>(pb.data(), nb, a, acc); break;
+        case 3: kgemm8_tile<Q6, 3>(pb.data(), nb, a, acc); break;
+        case 4: kgemm8_tile<Q6, 4>(pb.data(), nb, a, acc); break;
+        case 5: kgemm8_tile<Q6, 5>(pb.data(), nb, a, acc); break;
+        case 6: kgemm8_tile<Q6, 6>(pb.data(), nb, a, acc); break;
+        case 7: kgemm8_tile<Q6, 7>(pb.data(), nb, a, acc); break;
+        default: kgemm8_tile<Q6, 8>(pb.data(), nb, a, acc); break;
+      }
+      for (int t = 0; t < tt; t++) {
+        float* y = Y + (t0 + t) * ldy + r0;
+        if (nr == 8) {
+          _mm256_storeu_ps(y, acc[t]);
+        } else {
+          alignas(32) float o[8];
+          _mm256_store_ps(o, acc[t]);
+          for (int r = 0; r < nr; r++) y[r] = o[r];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// ---- Q8_K activation quantizer: the scalar quant_block_q8_K's bytes, 8 lanes (the
+// 256-bit form of quant_q8_K_avx512: same first largest-magnitude element, iscale =
+// -127/x[jm], products in f32, round-to-nearest-even (vcvtps2dq under the default MXCSR,
+// as nearest_int), min 127, saturating packs, bsums of 16).
+static void quant_q8_K_avx2(const float* x, void* dst, int64_t n) {
+  block_q8_K* y = (block_q8_K*)dst;
+  const float* x0 = x;
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+    __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    for (int j = 0; j < QK_K; j += 8) {
+      const __m256 v = _mm256_loadu_ps(x + j);
+      m = _mm256_max_ps(m, _mm256_and_ps(v, absmask));
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    // inf or nan (max_ps can drop a nan, hence the separate mask): the scalar quantizer
+    // throws, naming the index
+    if (!(amax < INFINITY) || _mm256_movemask_ps(nan) != 0) {
+      quantize_row(DType::Q8_K, x0, dst, n);
+      return;
+    }
+    if (!(amax >= 1e-30f)) {  // zero or tiny (inf scale): scalar reference for this block
+      quantize_row(DType::Q8_K, x, y + i, QK_K);
+      continue;
+    }
+    int jm = 0;  // first element of largest magnitude (as the scalar scan picks it)
+    while (std::fabs(x[jm]) != amax) jm++;
+    const float iscale = -127.f / x[jm];
+    const __m256 vs = _mm256_set1_ps(iscale);
+    const __m256i k127 = _mm256_set1_epi32(127);
+    for (int g = 0; g < QK_K / 16; g++) {
+      const __m256i q0 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + 16 * g))), k127);
+      const __m256i q1 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + 16 * g + 8))), k127);
+      y[i].bsums[g] = (int16_t)hsum_i32(_mm256_add_epi32(q0, q1));
+      const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);  // 16 i16 in order
+      _mm_storeu_si128((__m128i*)(y[i].qs + 16 * g),
+                       _mm_packs_epi16(_mm256_castsi256_si128(p16), _mm256_extracti128_si256(p16, 1)));
+    }
+    y[i].d = 1.f / iscale;
+  }
+}
+
 // nt -> template instantiation
 #define KNOT_NT_DISPATCH(name, tmpl)                                                     \
   static void name(int64_t n, const void* w, const void* const* act, int nt, float* out) { \
@@ -460,8 +722,14 @@ KNOT_NT_DISPATCH(dot_q6_K_avx2, q6_K_avx2)
 KNOT_NT_DISPATCH(dot_q4_0_q16_avx2, q4_0_q16_avx2)
 KNOT_NT_DISPATCH(dot_q8_0_q16_avx2, q8_0_q16_avx2)
 
-// K-quants have no batched kernel here: the maddubs dots are faster. Scalar activation
-// quantizers.
+static void mm_q4_K_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_kquant8_avx2<false>(n, W, rb, nr, a, ab, nt, Y, ldy, dot_q4_K_avx2);
+}
+static void mm_q6_K_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_kquant8_avx2<true>(n, W, rb, nr, a, ab, nt, Y, ldy, dot_q6_K_avx2);
+}
+
+// The Q8_K activation quantizer above; scalar Q16_0 / Q8_0 ones.
 static constexpr DotKernels make_avx2_table() {
   DotKernels k;
   k.name = "avx2";
@@ -477,6 +745,9 @@ static constexpr DotKernels make_avx2_table() {
   k.dot_q16[type_index(DType::Q8_0)] = dot_q8_0_q16_avx2;
   k.mm[type_index(DType::Q4_0)] = mm_q4_0_avx2;
   k.mm[type_index(DType::Q8_0)] = mm_q8_0_avx2;
+  k.mm[type_index(DType::Q4_K)] = mm_q4_K_avx2;
+  k.mm[type_index(DType::Q6_K)] = mm_q6_K_avx2;
+  k.quant_act[(int)ActFormat::Q8_K] = quant_q8_K_avx2;
   return k;
 }
 

@@ -535,9 +535,14 @@ void quant_q8_K_avx512(const float* x, void* dst, int64_t n) {
   const float* x0 = x;
   for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
     __m512 m = _mm512_setzero_ps();
-    for (int j = 0; j < QK_K; j += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + j)));
+    __mmask16 nan = 0;  // max_ps can drop a nan (it returns the second operand): a separate mask
+    for (int j = 0; j < QK_K; j += 16) {
+      const __m512 v = _mm512_loadu_ps(x + j);
+      m = _mm512_max_ps(m, _mm512_abs_ps(v));
+      nan = (__mmask16)(nan | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q));
+    }
     const float amax = _mm512_reduce_max_ps(m);
-    if (!(amax < INFINITY)) {  // inf or nan: the scalar quantizer throws, naming the row index
+    if (!(amax < INFINITY) || nan) {  // inf or nan: the scalar quantizer throws, naming the row index
       quantize_row(DType::Q8_K, x0, dst, n);
       return;
     }

@@ -1,13 +1,15 @@
 // kernels_avxvnni.cpp — AVX-VNNI (VEX, 256-bit: Alder Lake and later cores without
 // AVX-512) kernels for Kernel::Simd natively; chosen at run time when the CPU has AVX2 +
 // AVX-VNNI but not AVX-512 VNNI (kernels.cpp). Compiled with -mavxvnni -mavx2 -mfma
-// -mf16c (CMakeLists.txt). The table is kDotAvx2 with one slot pair replaced:
+// -mf16c (CMakeLists.txt). The table is kDotAvx2 with these slots replaced:
 //   Q4_0 / Q8_0 x Q16_0: the batched kernel for decode AND prefill (mm, also for one
 //     token): 8 weight rows at a time, one row per 32-bit lane; per 32-weight block and
 //     row two vpdpwssd of the int16-widened weights with the int16 activations (exact), a
 //     hadd tree puts the 8 rows' block sums into one vector, and block_accum runs on the
 //     8 lanes in block order (contraction off): every row equals the scalar dot bit for bit.
-// Same scheme as the 16-row AVX-512 kernel in kernels_avx512.cpp, at half the width.
+//   Q4_K / Q6_K x Q8_K prefill (2+ tokens): 8-row x 8-token vpdpbusd tiles (mm, below);
+//     one token goes to kDotAvx2's dot kernels.
+// Same schemes as the AVX-512 kernels in kernels_avx512.cpp, at half the width.
 #if defined(__x86_64__) || defined(__i386__)
 
 #include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
@@ -16,10 +18,18 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/kernels_internal.h"
 
 namespace knot {
+
+// Full unroll of the short token / group loops of the prefill tiles.
+#if defined(__clang__)
+#define KNOT_UNROLL _Pragma("unroll")
+#else
+#define KNOT_UNROLL _Pragma("GCC unroll 16")
+#endif
 
 namespace {
 
@@ -97,11 +107,221 @@ void mm_q4_0_avxvnni(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const u
   mm_rows8<RowsQ4_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 
+// ---- K-quant prefill (2+ tokens): 8 rows x KT tokens register tiles, lanes = rows.
+// The 256-bit form of kernels_avx512.cpp's mm_kquant16. Each 8-row panel is unpacked
+// once per call into unsigned 8-bit quants in element order and transposed so that ymm
+// g of a block holds elements 4g..4g+3 of all 8 rows (one dword per row); a token's 4
+// activations are broadcast and vpdpbusd (u8 weight x s8 activation, exact: 4*63*128 <
+// 2^31) accumulates every row's dot at once — no horizontal reduction. Per sub-block the
+// i32 dots are scaled with vpmulld by the 8 rows' sub-block scales; the min / -32
+// corrections come from the Q8_K bsums with vpdpwssd. All integer sums are exact, and the
+// per-block float combine is block_accum_kmin / block_accum lanewise in block order
+// (contraction off): every (row, token) equals the scalar dot bit for bit.
+
+struct KPanel8 {
+  __m256i w[64];    // w[g] lane r: row r's quants 4g..4g+3 (u8)
+  __m256i sc[16];   // Q4_K: sub-block scales sc[0..7]; Q6_K: int8 scales sc[0..15] (i32 lanes)
+  __m256i pair[8];  // Q4_K: (m[j], m[j]) i16 pairs; Q6_K: (sc[2k], sc[2k+1]) i16 pairs
+  __m256 d, dmin;   // rows' fp16 d / dmin as f32
+};
+thread_local std::vector<KPanel8> g_kpanel8;
+
+inline uint32_t pair16(int a, int b) { return (uint32_t)(uint16_t)(int16_t)a | ((uint32_t)(uint16_t)(int16_t)b << 16); }
+
+// 8 x 8 dword transpose: out[k] lane r = in[r] lane k.
+inline void transpose8(const __m256i in[8], __m256i out[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; i++) {  // u[4i+j], 128-bit half L: rows 4i..4i+3 of column 4L+j
+    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; j++) {
+    out[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
+    out[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
+  }
+}
+
+// Q4_K row block -> 8 ymm of quants in element order (ymm v: elements 32v..32v+31).
+inline void unpack8_q4_K(const block_q4_K& b, __m256i q[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; c++) {
+    const __m256i x = _mm256_loadu_si256((const __m256i*)(b.qs + 32 * c));
+    q[2 * c] = _mm256_and_si256(x, m4);
+    q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+  }
+}
+// Q6_K row block -> 8 ymm of unsigned quants 0..63 in element order.
+inline void unpack8_q6_K(const block_q6_K& b, __m256i q[8]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int h = 0; h < 2; h++) {
+    const __m256i q0 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * h));
+    const __m256i q1 = _mm256_loadu_si256((const __m256i*)(b.ql + 64 * h + 32));
+    const __m256i hb = _mm256_loadu_si256((const __m256i*)(b.qh + 32 * h));
+    q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(q0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+    q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(q1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+    q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4), _mm256_and_si256(hb, m30));
+    q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+  }
+}
+
+template <bool Q6>
+void pack_k_panel8(const uint8_t* const* row, int64_t nb, KPanel8* pb) {
+  for (int64_t i = 0; i < nb; i++) {
+    KPanel8& o = pb[i];
+    __m256i q[8][8];
+    alignas(32) int32_t sc[16][8], pr[8][8];
+    alignas(32) float d[8], dm[8];
+    for (int r = 0; r < 8; r++) {
+      if (Q6) {
+        const block_q6_K& b = ((const block_q6_K*)row[r])[i];
+        unpack8_q6_K(b, q[r]);
+        for (int j = 0; j < 16; j++) sc[j][r] = b.scales[j];
+        for (int k = 0; k < 8; k++) pr[k][r] = (int32_t)pair16(b.scales[2 * k], b.scales[2 * k + 1]);
+        d[r] = half_to_float(b.d);
+        dm[r] = 0.f;
+      } else {
+        const block_q4_K& b = ((const block_q4_K*)row[r])[i];
+        unpack8_q4_K(b, q[r]);
+        uint8_t s8[8], m8[8];
+        k4_unpack_scales(b.scales, s8, m8);
+        for (int j = 0; j < 8; j++) sc[j][r] = s8[j], pr[j][r] = (int32_t)pair16(m8[j], m8[j]);
+        for (int j = 8; j < 16; j++) sc[j][r] = 0;
+        d[r] = half_to_float(b.d);
+        dm[r] = half_to_float(b.dmin);
+      }
+    }
+    for (int v = 0; v < 8; v++) {
+      __m256i in[8];
+      for (int r = 0; r < 8; r++) in[r] = q[r][v];
+      transpose8(in, o.w + 8 * v);
+    }
+    for (int j = 0; j < 16; j++) o.sc[j] = _mm256_load_si256((const __m256i*)sc[j]);
+    for (int k = 0; k < 8; k++) o.pair[k] = _mm256_load_si256((const __m256i*)pr[k]);
+    o.d = _mm256_load_ps(d);
+    o.dmin = _mm256_load_ps(dm);
+  }
+}
+
+inline __m256i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+template <bool Q6, int TT>
+void kgemm8_tile(const KPanel8* pb, int64_t nb, const block_q8_K* const* a, __m256* acc) {
+  constexpr int NSUB = Q6 ? 16 : 8, GPS = Q6 ? 4 : 8;  // sub-blocks, dword groups per sub-block
+  KNOT_UNROLL
+  for (int t = 0; t < TT; t++) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {
+    const KPanel8& b = pb[i];
+    __m256i isum[TT];
+    KNOT_UNROLL
+    for (int t = 0; t < TT; t++) isum[t] = _mm256_setzero_si256();
+    for (int j = 0; j < NSUB; j++) {  // hot loop: one sub-block, 8 rows x TT tokens
+      __m256i s[TT];
+      KNOT_UNROLL
+      for (int t = 0; t < TT; t++) s[t] = _mm256_setzero_si256();
+      KNOT_UNROLL
+      for (int g = GPS * j; g < GPS * (j + 1); g++) {
+        const __m256i wv = _mm256_load_si256(b.w + g);
+        KNOT_UNROLL
+        for (int t = 0; t < TT; t++) s[t] = _mm256_dpbusd_avx_epi32(s[t], wv, bcast4(a[t][i].qs + 4 * g));
+      }
+      KNOT_UNROLL
+      for (int t = 0; t < TT; t++) isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s[t], b.sc[j]));
+    }
+    KNOT_UNROLL
+    for (int t = 0; t < TT; t++) {
+      __m256i corr = _mm256_setzero_si256();
+      KNOT_UNROLL
+      for (int k = 0; k < 8; k++) corr = _mm256_dpwssd_avx_epi32(corr, b.pair[k], bcast4(a[t][i].bsums + 2 * k));
+      const __m256 da = _mm256_set1_ps(a[t][i].d);
+      if (Q6) {  // block_accum lanewise: acc + (dw*da)*(sumi - 32*off)
+        const __m256i sumi = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(corr, 5));
+        const __m256 d = _mm256_mul_ps(b.d, da);
+        acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi)));
+      } else {  // block_accum_kmin lanewise: acc + ((dw*da)*sumi - (dminw*da)*summs)
+        const __m256 d = _mm256_mul_ps(b.d, da), dm = _mm256_mul_ps(b.dmin, da);
+        const __m256 x = _mm256_mul_ps(d, _mm256_cvtepi32_ps(isum[t]));
+        const __m256 y = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(corr));
+        acc[t] = _mm256_add_ps(acc[t], _mm256_sub_ps(x, y));
+      }
+    }
+  }
+}
+
+constexpr int KT8 = 8;  // token tile of the K-quant prefill kernel
+
+template <bool Q6>
+void mm_kquant8(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+                int64_t nt, float* Y, int64_t ldy) {
+  const int64_t nb = n / QK_K;
+  if (nt < 2) {  // decode (mm_min_tokens is 1 for the Q4_0/Q8_0 kernels): the AVX2 dot per row
+    const dot_fn dot = pick_dot(kDotAvx2, Q6 ? DType::Q6_K : DType::Q4_K);
+    for (int64_t t = 0; t < nt; t++) {
+      const void* a[1] = {act + (size_t)t * ab};
+      for (int64_t r = 0; r < nrows; r++) dot(n, W + (size_t)r * rb, a, 1, Y + t * ldy + r);
+    }
+    return;
+  }
+  std::vector<KPanel8>& pb = g_kpanel8;
+  if ((int64_t)pb.size() < nb) pb.resize((size_t)nb);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
+    const int nr = (int)std::min<int64_t>(8, nrows - r0);
+    const uint8_t* row[8];
+    for (int r = 0; r < 8; r++) row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;  // tail repeats, not stored
+    pack_k_panel8<Q6>(row, nb, pb.data());
+    for (int64_t t0 = 0; t0 < nt; t0 += KT8) {
+      const int tt = (int)std::min<int64_t>(KT8, nt - t0);
+      const block_q8_K* a[KT8];
+      for (int t = 0; t < tt; t++) a[t] = (const block_q8_K*)(act + (size_t)(t0 + t) * ab);
+      __m256 acc[KT8];
+      switch (tt) {  // KT8 independent vpdpbusd chains per weight load; tails of 1..KT8-1 tokens
+        case 1: kgemm8_tile<Q6, 1>(pb.data(), nb, a, acc); break;
+        case 2: kgemm8_tile<Q6, 2>(pb.data(), nb, a, acc); break;
+        case 3: kgemm8_tile<Q6, 3>(pb.data(), nb, a, acc); break;
+        case 4: kgemm8_tile<Q6, 4>(pb.data(), nb, a, acc); break;
+        case 5: kgemm8_tile<Q6, 5>(pb.data(), nb, a, acc); break;
+        case 6: kgemm8_tile<Q6, 6>(pb.data(), nb, a, acc); break;
+        case 7: kgemm8_tile<Q6, 7>(pb.data(), nb, a, acc); break;
+        default: kgemm8_tile<Q6, 8>(pb.data(), nb, a, acc); break;
+      }
+      for (int t = 0; t < tt; t++) {
+        float* y = Y + (t0 + t) * ldy + r0;
+        if (nr == 8) {
+          _mm256_storeu_ps(y, acc[t]);
+        } else {
+          alignas(32) float o[8];
+          _mm256_store_ps(o, acc[t]);
+          for (int r = 0; r < nr; r++) y[r] = o[r];
+        }
+      }
+    }
+  }
+}
+
+void mm_q4_K_avxvnni(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_kquant8<false>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+void mm_q6_K_avxvnni(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_kquant8<true>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+
 DotKernels make_avxvnni_table() {
   DotKernels k = kDotAvx2;  // constant-initialized in kernels_avx2.cpp
   k.name = "avxvnni";
   k.mm[type_index(DType::Q4_0)] = mm_q4_0_avxvnni;
   k.mm[type_index(DType::Q8_0)] = mm_q8_0_avxvnni;
+  k.mm[type_index(DType::Q4_K)] = mm_q4_K_avxvnni;
+  k.mm[type_index(DType::Q6_K)] = mm_q6_K_avxvnni;
   k.mm_min_tokens = 1;  // the 8-row kernels are the decode (one token) path too
   return k;
 }

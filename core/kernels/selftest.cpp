@@ -583,7 +583,7 @@ void check_act_quant(Ctx& c, uint64_t seed) {
     const int before = c.failures;
     const int64_t n = 1024;  // 4 Q8_K blocks, 32 Q16_0 blocks
     int cases = 0;
-    for (int kind = 0; kind < 9; kind++) {
+    for (int kind = 0; kind < 10; kind++) {
       std::vector<float> x((size_t)n);
       for (int64_t i = 0; i < n; i++) {
         switch (kind) {
@@ -602,6 +602,7 @@ void check_act_quant(Ctx& c, uint64_t seed) {
       if (kind == 4) for (int64_t b = 0; b < n; b += 32) x[(size_t)b + 3] = 32767.f;   // Q16_0 id = 1
       if (kind == 5) for (int64_t b = 0; b < n; b += 32) { x[(size_t)b + 5] = 2.f; x[(size_t)b + 9] = -2.f; }
       if (kind == 8) { x[3] = NAN; x[300] = INFINITY; x[600] = -INFINITY; x[40] = NAN; }
+      if (kind == 9) x[777] = NAN;  // a lone nan mid-block, finite values after it
       const size_t ab = act_row_bytes(f, n);
       std::vector<uint8_t> a(ab, 0xCD), b(ab, 0xCD);
       bool threw_a = false, threw_b = false;
@@ -610,7 +611,7 @@ void check_act_quant(Ctx& c, uint64_t seed) {
       try { q(x.data(), b.data(), n); } catch (const Error& e) { threw_b = true; msg_b = e.what(); }
       if (msg_a != msg_b) {
         c.fail(std::string(nm) + " activation quantizer: error messages differ: scalar '" + msg_a + "' simd '" + msg_b + "'");
-      } else if (threw_a != threw_b || (kind == 8) != threw_a) {
+      } else if (threw_a != threw_b || (kind >= 8) != threw_a) {
         c.fail(std::string(nm) + " activation quantizer: non-finite input must throw on both paths (kind " +
                std::to_string(kind) + ": scalar " + (threw_a ? "threw" : "did not throw") + ", simd " +
                (threw_b ? "threw" : "did not throw") + ")");

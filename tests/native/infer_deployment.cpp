@@ -141,7 +141,11 @@ TEST(Deployment, ReplicasAreScriptsOfTheirOwnEachChainWithinItsCopy) {
   EXPECT_EQ(lead["vars"]["STATION"]["next"], "st1s0r1");
   EXPECT_EQ(lead["vars"]["STATION"]["followers"].dump(), R"(["st0s1r1"])");
   EXPECT_EQ(lead["services"].dump(), R"([{"binding":"L_st0s1r1","service":"knot-st0s1r1"},{"binding":"L_st1s0r1","service":"knot-st1s0r1"}])");
-  EXPECT_EQ(lead["durable_objects"].dump(), R"([{"name":"STATION_DO","class_name":"StationDO"}])");
+  // the other copy's StationDO namespace: a session moved here on failover restores from its snapshot
+  EXPECT_EQ(lead["durable_objects"].dump(),
+            R"([{"name":"STATION_DO","class_name":"StationDO"},{"name":"COPY_st0s0","class_name":"StationDO","script_name":"knot-st0s0"}])");
+  EXPECT_EQ(lead["vars"]["STATION"]["copies"].dump(), R"(["st0s0"])");
+  EXPECT_EQ(script(d, "knot-st0s0")["vars"]["STATION"]["copies"].dump(), R"(["st0s0r1"])");
   const auto& hub = script(d, "knot-sh2r1");
   EXPECT_EQ(hub["services"].dump(), R"([{"binding":"F_sh3r1","service":"knot-sh3r1"}])");
   EXPECT_EQ(hub["vars"]["FOLLOWERS"][0]["name"], "sh3r1");

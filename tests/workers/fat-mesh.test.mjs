@@ -134,6 +134,47 @@ test("a fat station killed mid-session: the generation ends with an error naming
   } finally { await m.close(); }
 });
 
+test("a URL member with 2 copies (two knot station processes): one SIGKILLed mid-generation, the other completes the request with the single-process ids", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!bytes || !needBin(t)) return;
+  const m = await fatMesh(bytes, {stations: [2, 1, 2], shards: 1, replicas: 2}, [1],
+                          {timeouts: {stationMs: 10_000, backoffMs: 60_000}, prefixCache: {kvTokens: 0}});
+  try {
+    const urls = m.topology.stations[1].members[0].url;
+    assert.ok(Array.isArray(urls) && urls.length === 2 && urls[0] !== urls[1], `one url per copy: ${JSON.stringify(urls)}`);
+    const seeded = {maxTokens: 40, temperature: 0.9, topK: 40, seed: 7, ignoreEos: true};
+    for (const [what, options] of [["greedy", {maxTokens: 40, temperature: 0, ignoreEos: true}]]) {
+      const want = await single(bytes, "Once upon a time", options);
+      const events = [];
+      let route = null, killed = null;
+      for await (const e of m.mesh.generate({ids: want.promptIds, options})) {
+        events.push(e);
+        if (e.event === "route") route = e.route;
+        if (e.type === "token" && !killed && e.telemetry.n === 3) {
+          killed = m.stations.find((s) => s.url === urls[route.st1]);
+          killed.proc.kill("SIGKILL");
+          assert.equal((await killed.exited).signal, "SIGKILL");
+        }
+      }
+      const summary = events.find((e) => e.type === "summary");
+      assert.ok(killed, `${what}: a copy was killed during the generation`);
+      assert.ok(summary, `${what}: completed: ${JSON.stringify(events.find((e) => e.type === "error"))}`);
+      assert.deepEqual(summary.ids, want.ids, `${what}: the single-process ids`);
+      const fo = events.filter((e) => e.event === "failover" && e.rebuilt !== "resend");
+      const [from, to] = route.st1 === 0 ? ["st1", "st1r1"] : ["st1r1", "st1"];
+      assert.deepEqual(fo.map((e) => [e.member, e.from, e.replica, e.rebuilt]), [["st1", from, to, "replay"]],
+                       `${what}: moved to the other process, the history replayed there (a native station keeps no snapshot): ${JSON.stringify(fo)}`);
+      assert.equal(summary.failovers, 1);
+      // the next request (seeded): the killed copy is backing off, the live one serves it
+      const want2 = await single(bytes, "Once upon a time", seeded);
+      const r = await m.mesh.run({ids: want2.promptIds, options: seeded});
+      assert.deepEqual(r.summary?.ids, want2.ids, `the next request on the copy left: ${JSON.stringify(r.error)}`);
+      assert.equal(r.telemetry.filter((e) => e.event === "failover").length, 0, "routed around the killed copy");
+      assert.equal(r.telemetry.find((e) => e.event === "route").route.st1, 1 - route.st1);
+    }
+  } finally { await m.close(); }
+});
+
 test("knotwork mesh --fat 1: station 1 native, stdout the ids of knotwork generate; a bad index is refused naming it", async (t) => {
   const model = sharedModel(t, "stories260K-pad256-llama-q4_k_m.gguf");
   if (!model || !needBin(t)) return;

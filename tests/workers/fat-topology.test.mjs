@@ -80,3 +80,23 @@ test("knot plan --fat (node CLI, wasm planner): a fat station entry, Workers for
   assert.ok(!d.description.scripts.some((s) => s.kind === "station"), "no station script: the fat station runs all layers");
   assert.throws(() => run(["--fat", "2GiB,1GiB"]), /fat station 1 \(1024\.0 MiB\) gets no layer/);
 });
+
+test("replicas of a URL member: one url per copy; memberOf gives each copy its url; a string or a list of the wrong length is refused naming the member, here and in the core", async () => {
+  const t2 = {...base(), replicas: 2};
+  const t = withUrls(C, t2, {1: ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]});
+  assert.deepEqual(t.stations[1].members[0].url, ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]);
+  assert.equal(memberOf(t, "st1").url, "http://127.0.0.1:8001");
+  assert.deepEqual([memberOf(t, "st1r1").name, memberOf(t, "st1r1").url], ["st1r1", "http://127.0.0.1:8002"]);
+  assert.deepEqual([memberOf(t, "st0r1").name, memberOf(t, "st0r1").url], ["st0r1", undefined], "a Worker member's copy");
+  assert.throws(() => withUrls(C, t2, {1: "http://127.0.0.1:8001"}), /member st1: with replicas 2 its url must be a list of 2 urls \(one per copy\)/);
+  assert.throws(() => withUrls(C, t2, {1: ["http://a:1", "http://a:2", "http://a:3"]}), /member st1: with replicas 2 its url must be a list of 2 urls/);
+  assert.throws(() => withUrls(C, t2, {1: ["http://a:1", "ftp://b"]}), /member st1: url must be http\[s\]:\/\/host\[:port\], got "ftp:\/\/b"/);
+  const d = await describeDeployment(t);
+  assert.ok(!d.scripts.some((s) => /^knot-st1(r1)?$/.test(s.name)), "no script for either copy of the URL member");
+  assert.deepEqual(d.scripts[0].services.map((s) => s.binding).filter((b) => /st1/.test(b)), [], "and no binding");
+  const bad = structuredClone(t);
+  bad.stations[1].members[0].url = "http://127.0.0.1:8001";
+  await assert.rejects(describeDeployment(bad), /member st1: with replicas 2 its url must be a list of 2 urls \(one per copy\), got "http:\/\/127\.0\.0\.1:8001"/);
+  bad.stations[1].members[0].url = ["http://a:1", "http://x/y"];
+  await assert.rejects(describeDeployment(bad), /member st1: url must be http\[s\]:\/\/host\[:port\], got "http:\/\/x\/y"/);
+});

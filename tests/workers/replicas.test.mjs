@@ -45,11 +45,11 @@ test("a station copy killed, answering 500 or stalling mid-generation: the other
       const faults = [
         ["killed (session and snapshot lost)", async (mesh, name, sid) => {
           await (await mesh.worker(`knot-${name}`)).fetch(`http://x/debug/restart?sid=${sid}&wipe=1`).then((r) => r.arrayBuffer()).catch(() => {});
-        }, /HTTP 409/],
-        ["HTTP 500", (mesh, name) => mesh.fault(name, {status: 500}), /HTTP 500: injected fault/],
-        ["stalled", (mesh, name) => mesh.fault(name, {hangMs: 600_000}), /no answer within 4000 ms/],
+        }, /HTTP 409/, true],
+        ["HTTP 500", (mesh, name) => mesh.fault(name, {status: 500}), /HTTP 500: injected fault/, false],
+        ["stalled", (mesh, name) => mesh.fault(name, {hangMs: 600_000}), /no answer within 4000 ms/, false],
       ];
-      for (const [how, inject, reason] of faults) {
+      for (const [how, inject, reason, lost] of faults) {
         await slowShards(mesh, {hangMs: 100});
         let failed = null;
         const r = await generateWith(mesh, want.promptIds, opts, 6, async (route, sid) => {
@@ -59,16 +59,126 @@ test("a station copy killed, answering 500 or stalling mid-generation: the other
         await slowShards(mesh, null);
         for (const s of ["st1", "st1r1"]) await mesh.fault(s, null);
         assert.deepEqual(r.summary.ids, want.ids, `${what}, ${how}: the single-process ids`);
-        const fo = r.failovers.filter((e) => e.rebuilt === "replay");
-        assert.equal(fo.length, 1, `${what}, ${how}: one failover: ${JSON.stringify(r.failovers)}`);
-        assert.equal(fo[0].member, "st1");
-        assert.equal(fo[0].from, failed);
-        assert.equal(fo[0].replica, failed === "st1" ? "st1r1" : "st1");
+        const fo = r.failovers.filter((e) => e.rebuilt !== "resend");
+        const other = failed === "st1" ? "st1r1" : "st1";
+        assert.deepEqual(fo.map((e) => [e.member, e.from, e.replica]), [["st1", failed, other], ...(lost ? [["st1", failed, other]] : [])],
+                         `${what}, ${how}: ${JSON.stringify(r.failovers)}`);
+        assert.equal(fo[0].rebuilt, "restore");
         assert.match(fo[0].reason, reason, `${what}, ${how}`);
         assert.equal(r.summary.failovers, 1);
-        assert.equal(r.summary.reprefills, 1, "the token history replayed once");
+        assert.equal(r.summary.restores, 1);
+        const restored = r.events.filter((e) => e.event === "restored");
+        if (lost) {
+          // the killed copy's snapshot went with it: the new copy has none to read, the history is replayed
+          assert.equal(fo[1].rebuilt, "replay");
+          assert.match(fo[1].reason, /no snapshot to restore from: .*HTTP 409/);
+          assert.equal(restored.length, 0);
+          assert.equal(r.summary.reprefills, 1, "the token history replayed once");
+        } else {
+          // the failed copy's storage is still there: the new copy restored from it
+          assert.equal(restored.length, 1, JSON.stringify(r.events.filter((e) => e.type === "telemetry")));
+          assert.equal(restored[0].replica, other);
+          assert.ok(restored[0].positions >= want.promptIds.length, `restored ${restored[0].positions} positions`);
+          assert.equal(r.summary.reprefills, 0, "nothing replayed");
+        }
       }
     }
+  } finally { await mesh.close(); }
+});
+
+// Coverage of positions [0, below) by the prefill / decode frames of session sid in a station's frame log.
+async function coverage(mesh, name, sid, below) {
+  const n = new Array(below).fill(0);
+  for (const f of (await stationStats(mesh, name)).stats.frameLog)
+    if (f.sid === sid) for (let p = f.pos; p < Math.min(below, f.pos + f.rows); p++) n[p]++;
+  return n;
+}
+
+test("a copy killed mid-generation (503, as the chaos run kills): the other copy restores from the snapshot the failed copy persisted — restored, not replayed, no stored position fed again, same ids", async (t) => {
+  const bytes = await sharedKnot(t, MODEL);
+  if (!bytes) return;
+  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2, replicas: 2},
+                             {testHooks: true, timeouts: {stationMs: 4000, backoffMs: 60_000}, prefixCache: {kvTokens: 0}});
+  try {
+    // greedy: blocks of one position and pages of one block, so the restore reads page after page
+    for (const name of ["st1", "st1r1"])
+      assert.ok((await (await mesh.worker(`knot-${name}`)).fetch("http://x/debug/snapshot", {method: "POST", body: JSON.stringify({blockBytes: 1, pageBytes: 1})})).ok);
+    for (const [what, opts] of SETTINGS) {
+      const want = await single(bytes, PROMPT, opts);
+      await slowShards(mesh, {hangMs: 100});
+      let failed = null, other = null, sid0 = null, before = null, served = 0;
+      const r = await generateWith(mesh, want.promptIds, opts, 6, async (route, sid) => {
+        failed = replicaName("st1", route.st1);
+        other = replicaName("st1", 1 - route.st1);
+        sid0 = sid;
+        before = (await stationStats(mesh, other)).stats;
+        served = (await stationStats(mesh, failed)).stats.copyPagesServed;
+        await mesh.fault(failed, {status: 503});
+      }, what);
+      await slowShards(mesh, null);
+      await mesh.fault(failed, null);
+      assert.deepEqual(r.summary.ids, want.ids, `${what}: the single-process ids`);
+      const fo = r.failovers;
+      assert.deepEqual(fo.map((e) => [e.member, e.from, e.replica, e.rebuilt]), [["st1", failed, other, "restore"]], JSON.stringify(fo));
+      const restored = r.events.filter((e) => e.event === "restored");
+      assert.equal(restored.length, 1);
+      const P = restored[0].positions;
+      assert.ok(P >= want.promptIds.length + 4, `restored ${P} positions (the prompt and the tokens fed before the kill)`);
+      assert.equal(r.summary.reprefills, 0, "not replayed");
+      assert.equal(r.events.filter((e) => e.event === "reprefill").length, 0);
+      // the new copy imported the failed copy's rows and computed none of them
+      const after = (await stationStats(mesh, other)).stats;
+      assert.equal(after.copyRestores - before.copyRestores, 1);
+      assert.deepEqual(after.lastCopyRestore, {sid: sid0, from: failed, positions: P});
+      const pages = (await stationStats(mesh, failed)).stats.copyPagesServed - served;
+      assert.equal(pages, what === "greedy" ? P : 1, what === "greedy" ? "one position per block, one block per page: a page per position"
+                                                                      : "default blocks and pages: the rows in one page");
+      if (what === "greedy")
+        for (const name of ["st1", "st1r1"]) await (await mesh.worker(`knot-${name}`)).fetch("http://x/debug/snapshot", {method: "POST", body: "{}"});
+      assert.deepEqual(await coverage(mesh, other, sid0, P), new Array(P).fill(0), `${other} computed none of [0, ${P})`);
+      // the station that did not move computed each stored position once: none fed again
+      const st0 = replicaName("st0", r.route.st0);
+      assert.deepEqual(await coverage(mesh, st0, sid0, P), new Array(P).fill(1), `${st0} computed each of [0, ${P}) once`);
+    }
+  } finally { await mesh.close(); }
+});
+
+test("the copy a failover left is told the session ended once it answers again: its sessions are back to baseline long before the TTL", async (t) => {
+  const bytes = await sharedKnot(t, MODEL);
+  if (!bytes) return;
+  const opts = {maxTokens: 16, temperature: 0};
+  const want = await single(bytes, PROMPT, opts);
+  const ttlMs = 10 * 60_000;
+  const mesh = await meshFor(bytes, {stations: [2, 3], shards: 2, replicas: 2},
+                             {testHooks: true, ttlMs, timeouts: {stationMs: 4000, backoffMs: 500, backoffMaxMs: 2000}, prefixCache: {kvTokens: 0}});
+  try {
+    const base = {st1: (await stationStats(mesh, "st1")).stats.liveSessions, st1r1: (await stationStats(mesh, "st1r1")).stats.liveSessions};
+    await slowShards(mesh, {hangMs: 100});
+    let failed = null, sid0 = null;
+    const r = await generateWith(mesh, want.promptIds, opts, 6, async (route, sid) => {
+      failed = replicaName("st1", route.st1);
+      sid0 = sid;
+      await mesh.fault(failed, {status: 503});
+    });
+    await slowShards(mesh, null);
+    assert.deepEqual(r.summary.ids, want.ids);
+    assert.equal(r.failovers.filter((e) => e.rebuilt === "restore").length, 1);
+    const held = async () => {
+      const s = await (await (await mesh.worker(`knot-${failed}`)).fetch(`http://x/stats?sid=${encodeURIComponent(sid0)}`)).json();
+      return {live: s.session.live.length, stored: s.session.stored.sessions, isolate: s.stats.liveSessions};
+    };
+    // still failing: the end sent when the generation ended was refused, the copy holds the session
+    const during = await held();
+    assert.deepEqual([during.live, during.stored], [1, 1], `${failed} holds the session while it fails: ${JSON.stringify(during)}`);
+    const t0 = Date.now();
+    await mesh.fault(failed, null);
+    let now = during;
+    while (Date.now() - t0 < 20_000 && (now.live || now.stored)) {
+      await new Promise((ok) => setTimeout(ok, 200));
+      now = await held();
+    }
+    assert.deepEqual(now, {live: 0, stored: 0, isolate: base[failed]}, `${failed} freed the session (KV and snapshot) after ${Date.now() - t0} ms (TTL ${ttlMs} ms)`);
+    assert.ok(Date.now() - t0 < ttlMs / 10);
   } finally { await mesh.close(); }
 });
 
@@ -217,9 +327,9 @@ test("in a chain with 2 copies: a mid station killed or answering 500 moves the 
                              {testHooks: true, timeouts: {stationMs: 4000, backoffMs: 60_000}, prefixCache: {kvTokens: 0}});
   try {
     assert.equal(mesh.topology.chain, true);
-    for (const [how, inject, reason] of [
-      ["killed", async (name, sid) => { await (await mesh.worker(`knot-${name}`)).fetch(`http://x/debug/restart?sid=${sid}&wipe=1`).then((r) => r.arrayBuffer()).catch(() => {}); }, /409/],
-      ["HTTP 500", (name) => mesh.fault(name, {status: 500}), /HTTP 500/],
+    for (const [how, inject, reason, lost] of [
+      ["killed", async (name, sid) => { await (await mesh.worker(`knot-${name}`)).fetch(`http://x/debug/restart?sid=${sid}&wipe=1`).then((r) => r.arrayBuffer()).catch(() => {}); }, /409/, true],
+      ["HTTP 500", (name) => mesh.fault(name, {status: 500}), /HTTP 500/, false],
     ]) {
       await slowShards(mesh, {hangMs: 100});
       let failed = null, r1 = null;
@@ -231,11 +341,16 @@ test("in a chain with 2 copies: a mid station killed or answering 500 moves the 
       await slowShards(mesh, null);
       for (const s of ["st1", "st1r1"]) await mesh.fault(s, null);
       assert.deepEqual(r.summary.ids, want.ids, `${how}: the single-process ids`);
-      const fo = r.failovers.filter((e) => e.rebuilt === "replay");
-      assert.equal(fo.length, 1, `${how}: ${JSON.stringify(r.failovers)}`);
-      assert.equal(fo[0].member, "st0", "the chain's first leader names the route of the chain");
-      assert.equal(fo[0].replica, replicaName("st0", 1 - r1), "the whole chain moved to the other copy");
+      const fo = r.failovers.filter((e) => e.rebuilt !== "resend");
+      assert.deepEqual(fo.map((e) => e.rebuilt), lost ? ["restore", "replay"] : ["restore"], `${how}: ${JSON.stringify(r.failovers)}`);
+      for (const e of fo) {
+        assert.equal(e.member, "st0", "the chain's first leader names the route of the chain");
+        assert.equal(e.replica, replicaName("st0", 1 - r1), "the whole chain moved to the other copy");
+      }
       assert.match(fo[0].reason, reason);
+      // every station of the new chain restored from its copy's snapshot, unless the killed one's was lost
+      assert.equal(r.summary.reprefills, lost ? 1 : 0);
+      assert.equal(r.events.filter((e) => e.event === "restored").length, lost ? 0 : 1);
     }
   } finally { await mesh.close(); }
 });

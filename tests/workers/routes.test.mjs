@@ -3,8 +3,9 @@
 // copies that are down (a chain as one). Under workerd: tests/workers/replicas.test.mjs.
 import {test} from "node:test";
 import assert from "node:assert/strict";
-import {Health, pickRoute, routePhysical} from "../../workers/coordinator/routes.mjs";
-import {topologyFromCounts} from "../../workers/lib/topology.mjs";
+import {Health, pickRoute, routePhysical, RouteLinks} from "../../workers/coordinator/routes.mjs";
+import {topologyFromCounts, withUrls} from "../../workers/lib/topology.mjs";
+import {LinkError} from "../../workers/lib/link.mjs";
 
 const C = {n_layer: 4, n_embd: 8, n_head: 2, n_head_kv: 1, n_ff: 16, n_vocab: 100};
 
@@ -46,4 +47,24 @@ test("pickRoute: least loaded copy, members that are down taken from another cop
   const r = pickRoute(c, hc);
   assert.equal(r.st0, 1, "a chain with a member down in copy 0 runs in copy 1");
   assert.equal(r.st1, 1);
+});
+
+test("recover: a Worker station moves to the other copy to restore there, a URL member to replay; the copies left are listed for an end, a copy moved back to is not (and replays)", () => {
+  let now = 0;
+  const t = topologyFromCounts(C, {knot: "m.knot", stations: [2, 2], shards: 1, replicas: 2});
+  const links = new RouteLinks(t, {sid: "s", health: new Health({backoffMs: 100, backoffMaxMs: 1000}, () => now), connect: (name) => ({name, close() {}})});
+  links.open("st1");
+  let r = links.recover(new LinkError("st1", 503, "st1: HTTP 503"));
+  assert.deepEqual(r, {rebuilt: "restore", member: "st1", from: "st1", replica: "st1r1"});
+  assert.deepEqual(links.left, [{physical: "st1", chain: false}]);
+  now = 1000;  // st1's back-off is over; st1r1 fails: back to st1, which holds the session again,
+  // rebuilt by replay (its own snapshot may predate a rewind made on st1r1)
+  links.open("st1");
+  r = links.recover(new LinkError("st1r1", 503, "st1r1: HTTP 503"));
+  assert.deepEqual(r, {rebuilt: "replay", member: "st1", from: "st1r1", replica: "st1"});
+  assert.deepEqual(links.left, [{physical: "st1r1", chain: false}]);
+  const u = withUrls(C, t, {1: ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]});
+  const ul = new RouteLinks(u, {sid: "s", health: new Health({}, () => now), connect: (name) => ({name, close() {}})});
+  ul.open("st1");
+  assert.equal(ul.recover(new LinkError("st1", 0, "st1: Network connection lost")).rebuilt, "replay", "a native station keeps no snapshot");
 });

@@ -67,6 +67,48 @@ test("lookup on the mesh: a chain, and split layers (qwen2 stories; synth qwen2)
   await sameWithLookup(t, q, {stations: [2, 2], shards: 2, slices: 2, chain: true}, prompt, options);
 });
 
+// The round trips of a pass, observed through the coordinator's link counter (summary.messages):
+// a greedy pass is the stations' messages plus one lm-head message per shard group, with or
+// without drafts — the drafts' and the pending token's embedding rows come from what the
+// generation has seen (workers/coordinator/rows.mjs) and the verify pass's topRow answer, so
+// no embed fan-out follows prefill. Prefill's messages are the same in both runs (same
+// prompt, same chunks), so messages(plain) - messages(lookup) = (passes(plain) - passes(lookup)) x m.
+test("lookup on the mesh: a pass with drafts makes the round trips of a plain greedy step (no embed fan-out)", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!bytes) return;
+  const options = {maxTokens: 40, temperature: 0};
+  const want = await single(bytes, REPEAT, options);
+  // m: messages per greedy pass (station members, or 1 down a chain, + shard groups)
+  for (const [counts, m] of [[{stations: [2, 3], shards: 2}, 2 + 2], [{stations: [2, 3], shards: 4, maxLinks: 4}, 2 + 2],
+                             [{stations: [1, 3, 1], shards: 2, chain: true}, 1 + 2]]) {
+    const what = JSON.stringify(counts);
+    const mesh = await meshFor(bytes, counts);
+    try {
+      const before = await mesh.stats();
+      // two context sizes: the second run must not reuse the first one's held prefix
+      const plain = await mesh.run({ids: want.promptIds, options: {...options, nCtx: 256}});
+      assert.equal(plain.error, undefined, plain.error?.error);
+      const mid = await mesh.stats();
+      const spec = await mesh.run({ids: want.promptIds, options: {...options, nCtx: 320, lookup: 4}});
+      assert.equal(spec.error, undefined, spec.error?.error);
+      const after = await mesh.stats();
+      assert.deepEqual(spec.summary.ids, want.ids, `${what}: ids`);
+      const p = plain.summary, s = spec.summary, sp = s.speculative;
+      assert.deepEqual([p.cachedTokens, s.cachedTokens], [0, 0], `${what}: both runs prefill the whole prompt`);
+      assert.ok(sp.verifyPasses > 0 && sp.accepted > 0, `${what}: drafts verified and kept: ${JSON.stringify(sp)}`);
+      assert.ok(s.passes < p.passes);
+      assert.equal(p.messages - s.messages, (p.passes - s.passes) * m,
+                   `${what}: plain ${p.messages} messages in ${p.passes} passes, lookup ${s.messages} in ${s.passes} (${m} a pass)`);
+      // the shards saw the same embed frames in both runs: prefill's only
+      const embeds = (a, b) => Object.keys(b).filter((k) => k.startsWith("sh")).reduce((n, k) => n + (b[k].stats.embeds - (a[k]?.stats.embeds ?? 0)), 0);
+      assert.equal(embeds(mid, after), embeds(before, mid), `${what}: shard embed frames, lookup vs plain`);
+      // every row fed after prefill (a pass: the pending token + its drafts) came with an
+      // lm-head answer (rowsPrefetched) or from the rows seen (rowsCached)
+      assert.equal(s.rowsPrefetched + sp.rowsCached, s.passes + sp.drafted, `${what}: rows of the passes`);
+    } finally { await mesh.close(); }
+  }
+});
+
 test("rejected drafts rewind the stations: the next frame starts below the held positions", async (t) => {
   const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
   if (!bytes) return;

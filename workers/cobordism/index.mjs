@@ -24,6 +24,8 @@
 //       flag fullLogits -> f32 [v1 - v0] the slice's logits
 //       else            -> the slice's top-k + log-sum-exp + min (lib/frame.mjs encodeTopK:
 //                          ids absolute, best first), what the coordinator's Generator samples
+//       flag topRow     -> then the embedding row of the best token (per row with rows > 1:
+//                          lib/frame.mjs splitTopRow / splitTopRows), when the shard holds its rows
 /**
  * @typedef {object} Env
  * @property {string|{name: string, knot: string, vocab: [number, number], softcap?: number}} SHARD  JSON
@@ -36,7 +38,7 @@
  */
 import {memoryStats} from "../../bindings/knotwork.mjs";
 import {topkLse, mergeTopK} from "../../bindings/mesh.mjs";
-import {decodeFrame, encodeFrame, encodeTopK, decodeTopK, encodeTopKs, decodeTopKs, splitTopRow, FLAG, KIND} from "../lib/frame.mjs";
+import {decodeFrame, encodeFrame, encodeTopK, decodeTopK, encodeTopKs, decodeTopKs, splitTopRow, splitTopRows, FLAG, KIND} from "../lib/frame.mjs";
 import {Link, Counter, gather} from "../lib/link.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {HttpError, errorResponse} from "../lib/errors.mjs";
@@ -152,10 +154,19 @@ async function handle(env, bytes, links, io) {
     data.set(m.data, 0);
     for (const [x, d] of parts) data.set(d, x.vocab[0] - v0);
   } else if (f.rows > 1) {  // a verify pass: per row, the group's lists merged
-    const lists = [m.data, ...parts.map(([, d]) => d)].map((d) => decodeTopKs(d, f.rows));
-    const merged = [];
-    for (let r = 0; r < f.rows; r++) merged.push(await mergeTopK(lists.map((l) => l[r]), shardK(f)));
-    data = encodeTopKs(merged);
+    // (with FLAG.topRow, per row the row of the merged best token, when every row's owner sent one)
+    const split = [m.data, ...parts.map(([, d]) => d)].map((d) => splitTopRows(d, f.rows, sh.c.n_embd));
+    const lists = split.map((x) => decodeTopKs(x.top, f.rows));
+    const merged = [], E = sh.c.n_embd, rows = new Float32Array(f.rows * E);
+    let all = !!(f.flags & FLAG.topRow);
+    for (let r = 0; r < f.rows; r++) {
+      const t = await mergeTopK(lists.map((l) => l[r]), shardK(f));
+      merged.push(t);
+      const at = all && t.ids.length ? lists.findIndex((l, i) => split[i].rows && l[r].ids[0] === t.ids[0]) : -1;
+      if (at < 0) all = false;
+      else rows.set(split[at].rows.subarray(r * E, (r + 1) * E), r * E);
+    }
+    data = withTopRow(encodeTopKs(merged), all ? rows : null);
   } else {
     // with FLAG.topRow each answer may carry its best token's embedding row: pass on the
     // row of the merged best token, when its owner sent one
@@ -204,14 +215,16 @@ async function own(sh, f, env, io) {
     return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: E, data: x});
   }
   if (f.width !== E || f.rows < 1) throw new HttpError(400, `shard ${sh.cfg.name}: lmhead takes normed rows of ${E} values`);
-  if (f.rows > 1 && f.flags & (FLAG.fullLogits | FLAG.topRow))
-    throw new HttpError(400, `shard ${sh.cfg.name}: lmhead of ${f.rows} rows answers top-k lists only (no fullLogits, no topRow)`);
+  if (f.rows > 1 && f.flags & FLAG.fullLogits)
+    throw new HttpError(400, `shard ${sh.cfg.name}: lmhead of ${f.rows} rows answers top-k lists only (no fullLogits)`);
   stats.lmheads++;
   const logits = sh.parts.lmHead(f.data, f.rows, v0, v1, {softcap: sh.cfg.softcap ?? 0});
   if (f.rows > 1) {  // a verify pass: one top-k list per row
     const V = v1 - v0, lists = [];
     for (let r = 0; r < f.rows; r++) lists.push(await topkLse(logits.subarray(r * V, (r + 1) * V), v0, v1, shardK(f)));
-    const out = encodeTopKs(lists);
+    // FLAG.topRow: each row's best token's embedding row after the lists (splitTopRows)
+    const rows = f.flags & FLAG.topRow && sh.holdsEmbed && lists.every((t) => t.ids.length);
+    const out = withTopRow(encodeTopKs(lists), rows ? sh.parts.embed(lists.map((t) => t.ids[0]), v0, v1, E) : null);
     return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: out.length, data: out});
   }
   if (f.flags & FLAG.fullLogits) return encodeFrame({kind: "result", sid: f.sid, reqId: f.reqId, width: v1 - v0, data: logits});

@@ -12,12 +12,15 @@
 // (none: a clear error). A station answering 409 (session lost) triggers one re-prefill of
 // everything fed so far. Prefill is chunked; each station appends its own KV. Links go
 // through the session's route (routes.mjs: replicas, resend, back-off, failover).
-import {encodeFrame, decodeFrame, decodeTopK, decodeTopKs, splitTopRow, FLAG} from "../lib/frame.mjs";
+// While drafting, the embedding rows seen are kept (rows.mjs), so a greedy verify pass makes
+// the round trips of a plain greedy step: stations and lm-head, no embed fan-out.
+import {encodeFrame, decodeFrame, decodeTopK, decodeTopKs, splitTopRow, splitTopRows, FLAG} from "../lib/frame.mjs";
 import {Counter, LinkError, gather} from "../lib/link.mjs";
 import {Generator, mergeTopK, topkLse, draftLookup} from "../../bindings/generator.mjs";
 import {Drafter} from "../../bindings/drafter.mjs";
 import {linkBudget, replicaName, replicaCount} from "../lib/topology.mjs";
 import {RouteLinks, Health} from "./routes.mjs";
+import {EmbedRows} from "./rows.mjs";
 import {addPartials} from "../lib/partials.mjs";
 import {defaultContext} from "../../bindings/options.mjs";
 
@@ -113,8 +116,10 @@ export class MeshCoordinator {
     const logprobs = opts.logprobs >= 0 ? opts.logprobs : undefined;
     const first = shardK(gen.params, ids, logprobs);
     const cached = Math.max(0, Math.min(opts.cached ?? 0, ids.length - 1));
-    const state = {sid, links, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, abstains: 0, flagged: [], maxK: 0, widened: 0,
-                   nextRow: null, rowsPrefetched: 0, pipelined: prefill === "pipelined", inFlight: 0};
+    const state = {sid, links, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, restores: 0, abstains: 0, flagged: [], maxK: 0, widened: 0,
+                   nextRow: null, rowsPrefetched: 0, pipelined: prefill === "pipelined", inFlight: 0,
+                   // drafting: the rows seen so far, so a pass's drafts and pending token skip the embed fan-out
+                   rows: lookup && !first.full && gen.params.grammar !== true ? new EmbedRows(this.E) : null, rowsCached: 0};
     const chunk = opts.chunk ?? 64;
     const t0 = Date.now();
     const out = [];
@@ -210,14 +215,36 @@ export class MeshCoordinator {
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", prefill, passes: passTokens, hops: state.hops,
              ...(lookup || dm ? {speculative: {...(dm ? {draft: dm.knot, draftN, draftMs: spec.draftMs, draftPrimeMs: spec.draftPrimeMs ?? 0, ...draftMemory(drafter, dm)} : {lookup}),
                                                drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
-                                               verifyPasses: spec.passes}} : {}),
-             reprefills: state.reprefills, failovers: links.failovers, abstains: state.abstains, widened: state.widened, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
+                                               verifyPasses: spec.passes, ...(state.rows ? {rowsCached: state.rowsCached} : {})}} : {}),
+             reprefills: state.reprefills, restores: state.restores, failovers: links.failovers, abstains: state.abstains, widened: state.widened, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};
     } finally {
       drafter?.free();
       gen.free();
       if (!kept) await this.#end(sid, links, state);
       for (const l of links.values()) l.close();
+      // the copies a failover left: the session ends there (their snapshot was needed until the
+      // new copies restored) now, or when its back-off ends (a copy backing off is not asked);
+      // this.left: those still to be told, each {physical, chain, notBefore} (session.mjs asks later)
+      const due = links.left.filter((x) => !this.health.down(x.physical));
+      this.left = [...(due.length ? await this.endLeft(sid, due) : []), ...links.left.filter((x) => !due.includes(x))]
+        .map((x) => ({...x, notBefore: this.health.state.get(x.physical)?.until ?? 0}));
     }
+  }
+
+  /**
+   * End session `sid` at station copies a failover left (routes.mjs RouteLinks.left:
+   * [{physical, chain}]; a chain's first leader passes it on). Returns the ones that did not
+   * answer, to be asked again (session.mjs: an alarm, while back-off lasts).
+   */
+  async endLeft(sid, left) {
+    const failed = [];
+    await Promise.all(left.map(async (x) => {
+      const l = this.connect(x.physical, sid);
+      try {
+        await l.request(encodeFrame({kind: "end", sid, reqId: 1, width: 0, flags: x.chain ? FLAG.chain : 0}), x.chain ? 5000 : 1000);
+      } catch { failed.push(x); } finally { l.close(); }
+    }));
+    return failed;
   }
 
   /** End session `sid` at every station (a held session the prefix index evicted; route: its replicas). */
@@ -237,23 +264,43 @@ export class MeshCoordinator {
 
   // Feed ids at positions [pos, pos + n) in chunks; returns the normed last row (allRows:
   // every row of the last chunk, normed: a verify pass fits one chunk). A pos below what was
-  // fed rewinds (the stations truncate their KV on that frame). A lost session at a station
-  // re-feeds everything before pos from position 0 once, then ids.
+  // fed rewinds (the stations truncate their KV on that frame). A member moved to another
+  // copy restores there: the feed goes on from the positions every station completed
+  // (state.fed; the stations ahead of it rewind to there). A lost session at a station, or a
+  // restore that found no snapshot, re-feeds everything before pos from position 0 once, then ids.
   async #feed(state, ids, pos, chunk, progress, allRows = false) {
     if (state.fed.length > pos) state.fed.length = pos;
     let history = null;  // the ids before pos, once a replay is needed
+    let restoring = null;  // recover()'s answer while the moved member restores from a snapshot
     for (;;) {
       try {
         if (history) {
           state.fed.length = 0;
           if (history.length) await this.#feedRaw(state, history, 0, chunk);
         }
-        return await this.#feedRaw(state, ids, pos, chunk, progress, allRows);
+        // a restore goes on after the chunks every station completed
+        const skip = restoring ? Math.max(0, Math.min(state.fed.length - pos, ids.length - 1)) : 0;
+        if (restoring) state.fed.length = pos + skip;
+        const xn = await this.#feedRaw(state, ids.slice(skip), pos + skip, chunk, progress && ((d) => progress(skip + d)), allRows);
+        if (restoring) state.ev({event: "restored", member: restoring.member, replica: restoring.replica, positions: pos + skip});
+        return xn;
       } catch (e) {
         // 409: the station no longer holds the session; 0: its link dropped (DO restarted) and a
         // resend failed; with replicas also a timeout or 5xx: the route moves the member to
-        // another copy (routes.mjs recover) and the token history is replayed there
-        if (!(e instanceof LinkError) || state.reprefills >= 2 * replicaCount(this.topology) || !state.links.recover(e)) throw e;
+        // another copy (routes.mjs recover), which restores from the failed copy's snapshot or
+        // has the token history replayed
+        if (!(e instanceof LinkError) || state.reprefills + state.restores >= 2 * replicaCount(this.topology)) throw e;
+        if (restoring && e.status === 409 && e.link === restoring.replica) {
+          // the new copy found no snapshot to restore from (the failed copy's was lost or unreadable)
+          state.ev({event: "failover", member: restoring.member, from: restoring.from, replica: restoring.replica,
+                    reason: `no snapshot to restore from: ${e.message}`, rebuilt: "replay"});
+          restoring = null;
+        } else {
+          const r = state.links.recover(e);
+          if (!r) throw e;
+          if (r.rebuilt === "restore" && !history) { restoring = r; state.restores++; continue; }
+          restoring = null;
+        }
         state.reprefills++;
         state.ev({event: "reprefill", reason: e.message, tokens: pos + ids.length});
         history ??= state.fed.slice(0, pos);
@@ -361,7 +408,11 @@ export class MeshCoordinator {
     for (const id of ids) if (!(id >= 0 && id < this.V)) throw new MeshError(`token id ${id} outside the vocabulary [0, ${this.V})`);
     const pre = state.nextRow;
     state.nextRow = null;
+    if (pre?.id === ids[0]) state.rows?.put(pre.id, pre.row);  // a pass's pending token, then its drafts
     if (ids.length === 1 && pre?.id === ids[0]) { state.rowsPrefetched++; return Float32Array.from(pre.row); }
+    const held = state.rows?.gather(ids);  // drafting: every row seen before, no round trip
+    if (held) { state.rowsCached += ids.length; return held; }
+    const abstains = state.abstains;
     const groups = this.groups.filter((grp) => grp.shards.some((s) => ids.some((id) => id >= s.vocab[0] && id < s.vocab[1])));
     const frame = () => encodeFrame({kind: "embed", sid: state.sid, reqId: state.reqId++, pos, width: 1, data: Int32Array.from(ids)});
     const x = new Float32Array(ids.length * this.E);
@@ -369,6 +420,7 @@ export class MeshCoordinator {
       if (f.data.length !== x.length) throw new MeshError(`shard ${grp.hub}: embed returned ${f.data.length} values, want ${x.length}`);
       addPartials(x, f.data);
     }
+    if (state.rows && state.abstains === abstains) state.rows.putAll(ids, x);  // rows of a slice that abstained are not kept
     return x;
   }
 
@@ -476,17 +528,31 @@ export class MeshCoordinator {
   }
 
   // The lm-head fan-out for a verify pass: xn [rows, n_embd] normed; one merged {top} per
-  // row (top-k only: drafting is off when the sampler needs full logits).
+  // row (top-k only: drafting is off when the sampler needs full logits). Greedy: the shards
+  // also send each row's best token's embedding row (FLAG.topRow), kept in state.rows, so the
+  // next pass's pending token (some row's best) needs no embed round trip.
   async #lmHeadRows(state, xn, rows, want) {
     state.maxK = Math.max(state.maxK, want.k);
-    const frame = () => encodeFrame({kind: "lmhead", sid: state.sid, reqId: state.reqId++, pos: want.k, width: this.E, data: xn});
+    const topRow = want.k === 1 && !!state.rows;
+    const frame = () => encodeFrame({kind: "lmhead", sid: state.sid, reqId: state.reqId++, pos: want.k, width: this.E,
+      flags: topRow ? FLAG.topRow : 0, data: xn});
     const answers = await this.#fanOut(state, this.groups, frame, "lm-head");
     state.nextRow = null;
+    const sent = Array.from({length: rows}, () => new Map());  // per row: best id -> its embedding row
     const lists = answers.map(({grp, f}) => {
-      try { return decodeTopKs(f.data, rows); } catch (e) { throw new MeshError(`shard ${grp.hub}: ${e.message}`); }
+      try {
+        const {top, rows: emb} = topRow ? splitTopRows(f.data, rows, this.E) : {top: f.data, rows: null};
+        const l = decodeTopKs(top, rows);
+        if (emb) l.forEach((t, r) => { if (t.ids.length) sent[r].set(t.ids[0], emb.subarray(r * this.E, (r + 1) * this.E)); });
+        return l;
+      } catch (e) { throw new MeshError(`shard ${grp.hub}: ${e.message}`); }
     });
     const out = [];
-    for (let r = 0; r < rows; r++) out.push({top: await mergeTopK(lists.map((l) => l[r]), want.k)});
+    for (let r = 0; r < rows; r++) {
+      const top = await mergeTopK(lists.map((l) => l[r]), want.k);
+      if (top.ids.length && sent[r].has(top.ids[0])) state.rows.put(top.ids[0], sent[r].get(top.ids[0]));
+      out.push({top});
+    }
     return out;
   }
 

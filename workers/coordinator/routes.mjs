@@ -27,14 +27,20 @@
 //                that fails is asked again on another copy while the fan-out's time lasts.
 //   recover(e)   a station failure during a feed: moves the failed member (a chain: every station
 //                member) to a healthy copy (when every other copy is backing off, the one whose
-//                back-off ends first) and returns {rebuilt: "replay"}: the coordinator
-//                re-feeds the token history it keeps from position 0 (the Petals way; the stations
-//                that did not move rewind and recompute the same KV). Without another copy a
+//                back-off ends first) and returns {rebuilt: "restore", member, from, replica}:
+//                the coordinator sends the feed again from the positions every station completed,
+//                and the new copy restores the session from the snapshot the failed copy
+//                persisted (workers/station #restoreFromCopy). When that copy's snapshot cannot
+//                be read (the new copy answers 409), or the member is a URL member (no
+//                snapshot), or the copy is one the session left earlier (its own snapshot may
+//                predate a rewind), it is {rebuilt: "replay"}: the coordinator re-feeds the token
+//                history it keeps from position 0 (the Petals way; the stations that did not
+//                move rewind and recompute the same KV). Without another copy a
 //                lost session (409) or a dropped link re-prefills in place, and anything else is
 //                not recovered (the error stands). Telemetry: a "failover" event
 //                {member, from, replica, reason, rebuilt} (bindings/events.mjs).
 import {LinkError} from "../lib/link.mjs";
-import {replicaName, replicaCount} from "../lib/topology.mjs";
+import {replicaName, replicaCount, memberOf} from "../lib/topology.mjs";
 
 export const FAILOVER_DEFAULTS = Object.freeze({backoffMs: 2000, backoffMaxMs: 60_000});
 
@@ -144,6 +150,7 @@ export class RouteLinks {
     this.links = new Map();  // logical -> {physical, link}
     this.failovers = 0;
     this.skipped = 0;  // shard requests refused at once (backing off, no other copy)
+    this.left = [];    // station copies moved away from: [{physical, chain}] (a chain: its first leader)
   }
 
   physical(name) { return replicaName(name, this.assign[name] ?? 0); }
@@ -256,16 +263,23 @@ export class RouteLinks {
     return best;
   }
 
-  // move logical names to copy r; the old link closes. The failed copy is not asked again (not even
-  // to end the session: it is backing off); whatever KV it still holds goes with its idle TTL.
+  // move logical names to copy r; the old link closes. The failed copy is not asked again during
+  // the session; a station copy left is in this.left, and the coordinator ends the session there
+  // once the session's feed no longer needs its snapshot (mesh.mjs endLeft: at the generation's
+  // end or when its back-off ends, again while it does not answer), so it does not hold the KV
+  // until its TTL. A copy moved back to leaves this.left (it holds the session again).
+  #moved(name) { return this.t.chain && !this.isHub.has(name) ? this.names.stations : [name]; }
+
   #move(name, r, reason, rebuilt) {
-    const moved = this.t.chain && !this.isHub.has(name) ? this.names.stations : [name];
+    const moved = this.#moved(name);
     const from = this.physical(name);
+    if (!this.isHub.has(name) && !this.left.some((x) => x.physical === from)) this.left.push({physical: from, chain: !!this.t.chain});
     for (const n of moved) {
       this.links.get(n)?.link.close();
       this.links.delete(n);
       this.assign[n] = r;
     }
+    this.left = this.left.filter((x) => x.physical !== this.physical(name));
     this.failovers++;
     this.ev({event: "failover", member: name, from, replica: this.physical(name), reason, rebuilt});
   }
@@ -283,8 +297,14 @@ export class RouteLinks {
     if (e.status !== 409) this.health.fail(failedPhys, e.message);
     const alt = this.R > 1 ? this.#healthyCopy(name) ?? this.#soonestCopy(name) : null;
     if (alt !== null) {
-      this.#move(name, alt, e.message, "replay");
-      return {rebuilt: "replay"};
+      // a Worker station restores from the snapshot the failed copy persisted; a URL member
+      // (a native fat station) keeps none, and a copy moved back to holds a snapshot of its own
+      // that may predate a rewind made since (rejected drafts): the history is replayed there
+      const from = this.physical(name);
+      const back = this.left.some((x) => x.physical === replicaName(this.#moved(name)[0], alt));
+      const rebuilt = back || this.#moved(name).some((n) => memberOf(this.t, n)?.url !== undefined || memberOf(this.t, n)?.fat) ? "replay" : "restore";
+      this.#move(name, alt, e.message, rebuilt);
+      return {rebuilt, member: name, from, replica: this.physical(name)};
     }
     if (e.status === 409 || e.status === 0) return {rebuilt: "replay", inPlace: true};
     return null;

@@ -15,6 +15,8 @@
 //   schema of bindings/events.mjs) as they are, the summary with coordinatorMemory added;
 //   a failure is a last {type: "error", error, status} event.
 //   end(sid) — the session's stations free its KV (the index evicted it).
+// A failover's copies left behind are told the session ended (mesh.mjs endLeft) when the
+// generation ends; those that do not answer are asked again by this object's alarm.
 // Callers: sessionStream (NDJSON for POST /v1/mesh/generate) and sessionEvents (the OpenAI
 // backend, backend.mjs) below.
 // Events go through a callback, not a ReadableStream returned by the RPC method: under
@@ -28,7 +30,9 @@ import {Link, Counter, peerFetcher} from "../lib/link.mjs";
 import {memberOf} from "../lib/topology.mjs";
 import {jsonBinding} from "../lib/config.mjs";
 import {MeshCoordinator} from "./mesh.mjs";
-import {Health} from "./routes.mjs";
+import {Health, FAILOVER_DEFAULTS} from "./routes.mjs";
+
+const LEAVE_TRIES = 8;
 import {replicaCount} from "../lib/topology.mjs";
 import {textModel} from "./prompt.mjs";
 import {draftModel} from "./draft.mjs";
@@ -74,13 +78,51 @@ export class SessionDO extends DurableObject {
           if (e.type === "summary") e.coordinatorMemory = {...await memoryStats(), ...(draft ? {draftWeightBytes: draft.weightBytes} : {})};
           await send(e);
         }
-      } finally { held = coord.held; route = coord.route ?? route; }
+      } finally {
+        held = coord.held; route = coord.route ?? route;
+        if (coord.left?.length) await this.#leave(body.sid, coord.left);
+      }
     } catch (e) {
       await Promise.resolve(send({type: "error", error: e.message, status: e.status ?? 500})).catch(() => {});
     } finally {
       await index(env).release(body.sid, held, route).catch(() => {});
     }
   }
+
+  // Station copies a failover left that were not told the session ended (mesh.mjs endLeft: they
+  // were backing off, or did not answer): kept in storage, each asked by the alarm once its
+  // back-off has ended (notBefore), then again after TIMEOUTS.backoffMs, doubling per try up to
+  // backoffMaxMs, at most LEAVE_TRIES times (a copy that stays down frees the KV at its TTL).
+  async #leave(sid, left) {
+    const list = (await this.ctx.storage.get("left")) ?? [];
+    for (const x of left)
+      if (!list.some((y) => y.sid === sid && y.physical === x.physical))
+        list.push({sid, physical: x.physical, chain: x.chain, tries: 0, at: Math.max(Date.now(), x.notBefore ?? 0)});
+    await this.ctx.storage.put("left", list);
+    await this.#armLeave(list);
+  }
+
+  async #armLeave(list) {
+    if (list.length) await this.ctx.storage.setAlarm(Math.min(...list.map((x) => x.at)));
+  }
+
+  /** The alarm: end the session at the copies a failover left whose turn it is (#leave). */
+  async alarm() {
+    const list = (await this.ctx.storage.get("left")) ?? [];
+    const {backoffMs, backoffMaxMs} = {...FAILOVER_DEFAULTS, ...jsonBinding(this.env.TIMEOUTS ?? "{}", "TIMEOUTS")};
+    const coord = coordinator(this.env), keep = [], now = Date.now();
+    for (const x of list) {
+      if (x.at > now) { keep.push(x); continue; }
+      const failed = await coord.endLeft(x.sid, [{physical: x.physical, chain: x.chain}]);
+      if (failed.length && x.tries + 1 < LEAVE_TRIES)
+        keep.push({...x, tries: x.tries + 1, at: Date.now() + Math.min(backoffMaxMs, backoffMs * 2 ** x.tries)});
+    }
+    await this.ctx.storage.put("left", keep);
+    await this.#armLeave(keep);
+  }
+
+  /** RPC (tests): the copies still to be told the session ended ([{sid, physical, chain, tries}]). */
+  async leftCopies() { return (await this.ctx.storage.get("left")) ?? []; }
 
   /** RPC (the prefix index): end session `sid` at every station (route: its copies). */
   async end(sid, route) {

@@ -146,6 +146,25 @@ export function encodeTopKs(list) {
   return out;
 }
 
+/**
+ * A verify pass's answer asked with FLAG.topRow: the encodeTopKs payload, then (when the
+ * shard holds its embedding rows and every row's list is non-empty) `rows` embedding rows
+ * [rows, n_embd], row r the best token of list r — the next pass's input rows when the
+ * coordinator picks that token (greedy), so no embed round trip follows a verify pass.
+ * Returns {top: payload, rows: Float32Array | null}; a tail that is neither empty nor
+ * rows x n_embd values is left to decodeTopKs to refuse.
+ */
+export function splitTopRows(d, rows, nEmbd) {
+  let o = 0;
+  for (let r = 0; r < rows; r++) {
+    const n = d[o + 3];
+    if (!(o + 4 <= d.length && Number.isInteger(n) && n >= 0)) return {top: d, rows: null};
+    o += 4 + 2 * n;
+  }
+  if (o < d.length && d.length - o === rows * nEmbd) return {top: d.subarray(0, o), rows: d.subarray(o)};
+  return {top: d, rows: null};
+}
+
 export function decodeTopKs(d, rows) {
   const out = [];
   let o = 0;

@@ -6,12 +6,16 @@
 //   kv_blocks   (sid, pos0, n, rows)                             rows [pos0, pos0 + n) as the
 //       bytes Station.exportKv wrote (n x bpt bytes), at most blockBytes per block
 // Blocks of one session are contiguous from position 0 up to n_pos: append() adds after n_pos,
-// truncate() cuts back (a block straddling the cut is shortened), drop() deletes the session.
+// truncate() cuts back (a block straddling the cut is shortened), drop() deletes the session,
+// page() hands rows to another copy of the station restoring the session after a failover.
 // The SQL API is synchronous; Durable Object output gates hold the answer to a frame until
 // its writes are durable, so rows persisted before answering survive a restart.
 // The documented limit for SQLite-backed objects is 2 MB per row (a string or BLOB) and
 // 10 GB per object; BLOCK_BYTES keeps every block at half the row limit.
 export const BLOCK_BYTES = 1 << 20;
+// A page of rows read by another copy of the station (page()) goes as one Workers RPC answer,
+// whose documented limit is 32 MiB: PAGE_BYTES keeps it at a quarter of that.
+export const PAGE_BYTES = 8 << 20;
 
 export class SnapshotStore {
   /** @param {SqlStorage} sql  ctx.storage.sql */
@@ -84,6 +88,25 @@ export class SnapshotStore {
       at += k;
     }
     if (at !== Math.min(nPos, m.nPos)) throw new Error(`snapshot: session ${sid} blocks end at ${at}, ${m.nPos} positions recorded`);
+    return out;
+  }
+
+  /**
+   * One page of the persisted rows for another copy of this station (failover, docs/protocol.md
+   * "Failover"): the whole blocks that start in [from, to), in order, each cut at to, together
+   * at most maxBytes (at least one block). [{pos0, bytes: Uint8Array}]; [] when none starts there.
+   */
+  page(sid, from, to, maxBytes = PAGE_BYTES) {
+    const m = this.meta(sid);
+    if (!m) return [];
+    const out = [];
+    let total = 0;
+    for (const r of this.sql.exec("SELECT pos0, n, rows FROM kv_blocks WHERE sid = ? AND pos0 >= ? AND pos0 < ? ORDER BY pos0", sid, from, to)) {
+      const k = Math.min(r.n, to - r.pos0);
+      if (out.length && total + k * m.bpt > maxBytes) break;
+      out.push({pos0: r.pos0, bytes: new Uint8Array(r.rows, 0, k * m.bpt)});
+      total += k * m.bpt;
+    }
     return out;
   }
 

@@ -10,7 +10,8 @@
 // range: member i holds head group heads_i and FFN columns cols_i, and their partial
 // residuals are summed per layer (the merge rule of docs/architecture.md) — by the coordinator, or in a
 // chain by the station's leader (members[0]).
-// A member with a url (http[s]://host:port, a native fat station: `knot station`, docs/protocol.md)
+// A member with a url (http[s]://host:port, a native fat station: `knot station`, docs/protocol.md;
+// with replicas R > 1 a list of R urls, copy r at url[r])
 // runs outside the Workers: the deployment renders no script for it and the coordinator links
 // to the url instead of a service binding (lib/link.mjs urlFetcher). A member {fat: true} (a
 // planner plan's fat station, topologyFromPlan) is one whose url is given at deployment: it too
@@ -122,8 +123,12 @@ export function validateTopology(c, t) {
     for (const m of s.members) {
       if (m.fat && m.url === undefined && t.chain) fail(`member ${m.name}: a fat station cannot be in a chain (chain links are service bindings)`);
       if (m.url === undefined) continue;
-      if (typeof m.url !== "string" || !/^https?:\/\/[^/\s]+\/?$/.test(m.url)) fail(`member ${m.name}: url must be http[s]://host[:port], got ${JSON.stringify(m.url)}`);
-      if (t.chain) fail(`member ${m.name}: a URL member (${m.url}) cannot be in a chain (chain links are service bindings)`);
+      const R = replicaCount(t), urls = Array.isArray(m.url) ? m.url : [m.url];
+      if (Array.isArray(m.url) ? m.url.length !== R : R > 1)
+        fail(`member ${m.name}: with replicas ${R} its url must be a list of ${R} urls (one per copy), got ${JSON.stringify(m.url)}`);
+      for (const u of urls)
+        if (typeof u !== "string" || !/^https?:\/\/[^/\s]+\/?$/.test(u)) fail(`member ${m.name}: url must be http[s]://host[:port], got ${JSON.stringify(u)}`);
+      if (t.chain) fail(`member ${m.name}: a URL member (${urls.join(", ")}) cannot be in a chain (chain links are service bindings)`);
     }
     if (s.members.length > 1) {
       for (const [key, total, step] of [["heads", c.n_head, c.n_head / c.n_head_kv], ["cols", c.n_ff, 1]]) {
@@ -160,22 +165,32 @@ export function validateTopology(c, t) {
   return t;
 }
 
-/** Station member `name` of t ({name, url?, fat?, ...}), or null (a shard, or no such member). */
+/**
+ * Station member `name` of t ({name, url?, fat?, ...}), or null (a shard, or no such member).
+ * A copy's physical name (replicaName: "st1r1") is that member with the copy's url (a URL
+ * member with replicas lists one url per copy).
+ */
 export function memberOf(t, name) {
-  for (const s of t.stations) for (const m of s.members) if (m.name === name) return m;
+  for (const s of t.stations) for (const m of s.members) {
+    if (m.name === name) return Array.isArray(m.url) ? {...m, url: m.url[0]} : m;
+    for (let r = 1; r < replicaCount(t); r++)
+      if (replicaName(m.name, r) === name) return m.url === undefined ? {...m, name} : {...m, name, url: Array.isArray(m.url) ? m.url[r] : m.url};
+  }
   return null;
 }
 
 /**
  * t with the members of stations `urls` named by URL ({station index: url, or [url per
- * member] for a split station}), checked again.
+ * member] for a split station}), checked again. With replicas R > 1 a member's url is a list
+ * of R urls, one per copy ({station index: [url of copy 0, url of copy 1, ...]} for a station
+ * of one member, [[...] per member] for a split one).
  */
 export function withUrls(config, t, urls) {
   const out = structuredClone(t);
   for (const [i, url] of Object.entries(urls)) {
     const s = out.stations[+i];
     if (!s) throw new Error(`topology: no station ${i} (the topology has ${out.stations.length})`);
-    const list = Array.isArray(url) ? url : [url];
+    const list = !Array.isArray(url) || (replicaCount(out) > 1 && s.members.length === 1 && !Array.isArray(url[0])) ? [url] : url;
     if (list.length !== s.members.length) throw new Error(`topology: station ${i} has ${s.members.length} members, ${list.length} urls given`);
     s.members.forEach((m, j) => { m.url = list[j]; });
   }

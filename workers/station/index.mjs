@@ -20,7 +20,9 @@
 // position's KV rows go to the DO's SQLite storage before the frame is answered
 // (lib/snapshot.mjs), so a restarted object restores the session on its next frame. A session
 // neither held nor restorable at pos > 0 is a 409 naming the session and positions: the
-// coordinator re-prefills. Down the chain, a lost session or a dropped link answers 409 too, a
+// coordinator re-prefills. A session moved here from another copy of this member (failover)
+// restores from that copy's snapshot, read through its StationDO namespace (#restoreFromCopy).
+// Down the chain, a lost session or a dropped link answers 409 too, a
 // timeout 504. An alarm frees a session (KV and snapshot) idle for STATION.ttlMs, with or
 // without frames.
 // A session's first frame (prefill at position 0) checks the R2 object's etag: a model
@@ -39,6 +41,7 @@
  * @property {string} [next]  in a chained topology (lib/topology.mjs links()): the next station's leader
  * @property {string[]} [followers]  (a split station's leader) the other members of this station
  * @property {number} [downstream]  the number of stations after this one
+ * @property {string[]} [copies]  (replicas) the other copies of this member, bound as COPY_<name>
  * @property {number} [linkTimeoutMs]  a link's timeout per station still to run, so the
  *   innermost hung station is the one named
  *
@@ -61,13 +64,17 @@ import {applyFault, debugRoute, faults} from "../lib/faults.mjs";
 import {modelBoot, shapeOf} from "../lib/boot.mjs";
 import {serveFrames} from "../lib/socket.mjs";
 import {addPartials} from "../lib/partials.mjs";
-import {SnapshotStore, BLOCK_BYTES} from "../lib/snapshot.mjs";
+import {SnapshotStore, BLOCK_BYTES, PAGE_BYTES} from "../lib/snapshot.mjs";
+
+// How long a read of another copy's snapshot may take per answer (#restoreFromCopy).
+const COPY_READ_MS = 5000;
 
 // ---- module scope: one boot per isolate and config ---------------------------------------
 const boot = modelBoot();
 const stats = {r2Reads: 0, r2Bytes: 0, wardenReads: 0, wardenRejects: 0, invalidated: [], frames: 0, liveSessions: 0,
                phasesInFlight: 0, phaseWaits: 0, appended: 0, relinks: 0, rewinds: 0, restores: 0, restoredPositions: 0,
                snapshotWrites: 0, snapshotBytes: 0, snapshotDrops: 0, alarms: 0,
+               copyRestores: 0, copyRestoredPositions: 0, copyMisses: 0, copyPagesServed: 0, lastCopyRestore: null,
                chainLinks: {subrequests: 0, maxConnections: 0, messages: 0}, frameLog: []};
 // stats.frameLog: the last FRAME_LOG prefill / decode frames this isolate computed, each
 // {sid, pos, rows, phase, layer, t0, ms}: when its turn began (epoch ms) and how long this
@@ -220,8 +227,9 @@ const startsSession = (b) => b.length >= 16 && b[6] === KIND.prefill && new Data
 // instance that is aborted or evicted leaves them behind, and the next instance of the same
 // object frees them (its sessions restore from the snapshot instead).
 const held = new Map();  // Durable Object id -> the sessions Map of its live instance
-// TEST_HOOKS: POST /debug/snapshot {blockBytes} shrinks snapshot blocks (a test of the cut)
-const snapshotOptions = {blockBytes: BLOCK_BYTES};
+// TEST_HOOKS: POST /debug/snapshot {blockBytes, pageBytes} shrinks snapshot blocks (a test of
+// the cut) and the pages another copy reads (a test of the paging)
+const snapshotOptions = {blockBytes: BLOCK_BYTES, pageBytes: PAGE_BYTES};
 
 export class StationDO extends DurableObject {
   sessions = new Map();  // sid -> {station, nPos, nCtx, bpt, used}
@@ -426,7 +434,7 @@ export class StationDO extends DurableObject {
   // session not in memory is restored from its snapshot when that covers [0, pos). Every
   // other frame must find exactly the positions before it held (ffn: the attention before it
   // advanced them). Anything else is a lost session: 409.
-  #session(st, f) {
+  async #session(st, f) {
     const [l0] = st.cfg.layers, name = st.cfg.name, n = f.rows;
     const starts = f.phase === "all" || (f.phase === "attn" && f.layer === l0);
     if (!f.nCtx) throw new HttpError(400, `station ${name}: n_ctx 0 in a ${f.kind} frame (the session's context must be positive)`);
@@ -434,7 +442,7 @@ export class StationDO extends DurableObject {
     const nCtx = sess?.nCtx ?? f.nCtx;
     if (f.pos + n > nCtx) throw new HttpError(400, `station ${name}: positions [${f.pos}, ${f.pos + n}) (pos + rows) past the session's context n_ctx ${nCtx}`);
     if (starts && f.pos === 0) sess = this.#open(st, f);
-    else if (!sess && starts) sess = this.#restore(st, f);
+    else if (!sess && starts) sess = this.#restore(st, f) ?? await this.#restoreFromCopy(st, f);
     if (!sess || (f.phase !== "ffn" && (starts ? f.pos > sess.nPos : f.pos !== sess.nPos)))
       throw new HttpError(409, `station ${name}: session ${f.sid} lost: it holds ${sess ? sess.nPos : "no"} positions, ` +
                                `the frame starts at ${f.pos}; re-prefill`);
@@ -490,6 +498,53 @@ export class StationDO extends DurableObject {
     return sess;
   }
 
+  // The session from the snapshot another copy of this station persisted (STATION.copies,
+  // bindings COPY_<name>: their StationDO namespaces): a session the coordinator moved here
+  // after that copy failed (docs/protocol.md "Failover"). The copy's object is asked over RPC
+  // (snapshotMeta, then snapshotPage pages of at most PAGE_BYTES), each answer within
+  // COPY_READ_MS; the rows are imported and persisted here too. null when no copy holds a
+  // snapshot of this shape covering [0, f.pos) or none answers (the frame is then a 409 and the
+  // coordinator replays the token history).
+  async #restoreFromCopy(st, f) {
+    if (f.pos === 0 || !st.cfg.copies?.length) return null;
+    const shape = this.#shape(st);
+    const within = (p, what) => Promise.race([p, new Promise((_, no) => setTimeout(() => no(new Error(`${what}: no answer within ${COPY_READ_MS} ms`)), COPY_READ_MS))]);
+    for (const name of st.cfg.copies) {
+      const ns = this.env[`COPY_${name}`];
+      if (!ns) continue;
+      let m, sess = null;
+      try {
+        const stub = ns.get(ns.idFromName(f.sid));
+        m = await within(stub.snapshotMeta(f.sid), name);
+        if (!m || m.nPos < f.pos || Date.now() - m.used >= this.#ttl || String(m.layers) !== String(shape.layers) || String(m.heads) !== String(shape.heads)) continue;
+        sess = this.#newSession(st, f, m.nCtx);
+        if (sess.bpt !== m.bpt) throw new Error(`${name}: ${m.bpt} KV bytes per position, ${sess.bpt} here`);
+        this.store.open(f.sid, {...shape, nCtx: sess.nCtx, bpt: sess.bpt}, sess.used);
+        for (let at = 0; at < f.pos;) {
+          const page = await within(stub.snapshotPage(f.sid, at, f.pos), name);
+          if (!page.length || page[0].pos0 !== at) throw new Error(`${name}: its snapshot has no block at position ${at}`);
+          for (const b of page) {
+            if (b.pos0 !== at) throw new Error(`${name}: its snapshot has a gap at position ${at}`);
+            sess.station.importKv(b.pos0, b.bytes);
+            stats.snapshotBytes += this.store.append(f.sid, at, b.bytes, sess.used);
+            at += b.bytes.length / sess.bpt;
+          }
+        }
+      } catch (e) {
+        if (sess) this.#drop(f.sid);
+        stats.copyMisses++;
+        stats.lastCopyMiss = e.message;
+        continue;
+      }
+      sess.nPos = f.pos;
+      stats.copyRestores++;
+      stats.copyRestoredPositions += f.pos;
+      stats.lastCopyRestore = {sid: f.sid, from: name, positions: f.pos};
+      return sess;
+    }
+    return null;
+  }
+
   // Positions [pos0, pos0 + n) complete at this station (every layer): into the snapshot
   // before the frame is answered.
   #persist(sess, sid, pos0, n) {
@@ -507,7 +562,7 @@ export class StationDO extends DurableObject {
     if (st.cfg.followers?.length && !(f.flags & FLAG.chain)) throw new HttpError(400, `station ${name}: a split station's leader runs whole layers only in a chain`);
     const chained = f.flags & FLAG.chain && st.cfg.next;
     if (f.flags & (FLAG.normLast | FLAG.normAll) && !chained && st.cfg.role !== "exit") throw new HttpError(400, `station ${name}: normLast asked of a ${st.cfg.role} station`);
-    const sess = this.#session(st, f);
+    const sess = await this.#session(st, f);
     if (st.cfg.followers?.length) {
       await this.#splitLayers(st, sess, f, x, n, io);
     } else {
@@ -536,7 +591,7 @@ export class StationDO extends DurableObject {
   // phase attn (a split layer): this head slice's attention partial for frame.layer
   async #attn(st, f, io) {
     this.#inRange(st, f);
-    const sess = this.#session(st, f);
+    const sess = await this.#session(st, f);
     const out = await attnPartial(st, sess, f.layer, f.pos, f.data, f.rows, io);
     if (f.layer === st.cfg.layers[1] - 1) {
       sess.nPos += f.rows;
@@ -548,7 +603,7 @@ export class StationDO extends DurableObject {
   // phase ffn (a split layer): this FFN column slice's partial for frame.layer
   async #ffn(st, f, io) {
     this.#inRange(st, f);
-    const sess = this.#session(st, f);
+    const sess = await this.#session(st, f);
     return this.#result(f, await ffnPartial(st, sess, f.layer, f.data, f.rows, io));
   }
 
@@ -572,6 +627,15 @@ export class StationDO extends DurableObject {
     this.#closeLinks();
     releasePhases(id);  // after the awaits above: a frame may have taken a turn meanwhile
     this.ctx.abort?.("restart requested by test");
+  }
+
+  /** RPC (another copy of this station, #restoreFromCopy): the session's snapshot row, or null. */
+  snapshotMeta(sid) { return this.store.meta(sid); }
+
+  /** RPC (another copy of this station): one page of the session's persisted rows (SnapshotStore.page). */
+  snapshotPage(sid, from, to) {
+    stats.copyPagesServed++;
+    return this.store.page(sid, from, to, snapshotOptions.pageBytes);
   }
 
   /** RPC (/stats?sid=): the sessions this object holds and its snapshot storage. */
@@ -598,9 +662,10 @@ export default {
       const dbg = await debugRoute(url, req, env);
       if (dbg) return dbg;
       if (url.pathname === "/debug/snapshot" && env.TEST_HOOKS) {
-        const {blockBytes} = await req.json();
+        const {blockBytes, pageBytes} = await req.json();
         snapshotOptions.blockBytes = blockBytes ?? BLOCK_BYTES;
-        return Response.json({ok: true, blockBytes: snapshotOptions.blockBytes});
+        snapshotOptions.pageBytes = pageBytes ?? PAGE_BYTES;
+        return Response.json({ok: true, ...snapshotOptions});
       }
       const sid = url.searchParams.get("sid") ?? req.headers.get("x-knot-session");
       if (url.pathname === "/stats") {
