@@ -102,7 +102,7 @@ async function generate(args) {
   }
   let summary;
   try {
-    for await (const ev of m.generate(ids, {options, ...(draft ? {draft, draftN: cli.draft_n} : {})})) {
+    for await (const ev of m.generate(ids, {options, ...(draft ? {draft, draftN: cli.draft_n, draftOneHot: cli.draft_one_hot} : {})})) {
       if (ev.type === "summary") summary = ev;
       else if (!idsOnly && ev.text) process.stdout.write(ev.text);
     }

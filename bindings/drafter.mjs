@@ -9,13 +9,14 @@
 //   const {ids, q} = d.propose(hist, room);               // up to min(n, room) tokens after hist
 //   d.free();
 //
-// A proposal is {ids, q}: q[i] is the draft's distribution at ids[i]'s position, or null
-// when it is one-hot at ids[i] (a greedy draft, the only kind the core runs today); the
-// mesh passes q on to the acceptance rule (Generator.stepDraft), so a sampling draft slots in.
+// A proposal is {ids, q}: q[i] is the draft's distribution {ids, p} at ids[i]'s position, or
+// null when it is one-hot at ids[i] (a greedy draft: no generator given, or a greedy one);
+// the mesh passes q on to the acceptance rule (Generator.stepDraft).
 // Memory: the draft's weights and KV are counted in this instance's linear memory
 // (memoryStats) under its 128 MB cap; draftFits refuses a draft whose tensors and KV cache
 // would not fit before a byte of it is loaded, and the core refuses a KV cache that does not.
 import {init, memoryStats, Model} from "./knotwork.mjs";
+import {readProposal} from "./generator.mjs";
 
 const LINEAR_CAP = 128 * 1024 * 1024;  // the module's maximum memory (docs/memory.md)
 
@@ -74,9 +75,20 @@ export class Drafter {
   }
   /** Feed hist but its last token (the prompt, while the stations prefill it). */
   prime(hist) { if (hist.length > 1) this.#ids("kw_drafter_prime", hist); }
-  /** Up to min(n, room) tokens after hist: {ids, q} (q null: one-hot at each id). */
-  propose(hist, room) {
+  /**
+   * Up to min(n, room) tokens after hist: {ids, q} (q null: one-hot at each id). gen: the
+   * request's Generator (bindings/generator.mjs) — when it samples, the drafts are drawn as it
+   * samples (its chain, grammar and seeded RNG: kw_drafter_propose_with) and q[i] = {ids, p}
+   * is the distribution ids[i] was drawn from, for Generator.stepDraft(top, ids[i], q[i]).
+   */
+  propose(hist, room, gen = null) {
     if (room <= 0) return {ids: [], q: null};
+    if (gen) {
+      const w = this.w, a = Int32Array.from(hist);
+      const p = w.copyIn(new Uint8Array(a.buffer));
+      try { w.call("kw_drafter_propose_with", this.handle, gen.handle, p, a.length, room); } finally { w.free(p); }
+      return readProposal(w);
+    }
     this.#ids("kw_drafter_propose", hist, room);
     const b = this.w.resultBytes();
     return {ids: Array.from(new Int32Array(b.buffer, b.byteOffset, b.length / 4)), q: null};

@@ -31,6 +31,25 @@ const lseIn = (t) => t.lse === null ? -Infinity : Number(t.lse);
 const minIn = (t) => t.min == null ? Infinity : Number(t.min);
 const outOf = (x, inf) => x === inf ? null : x;
 
+// The result buffer of kw_session_propose (all f64: n, then per token id, q(id), m, m pairs
+// (id, p)) as {ids, q}: q[i] {ids, p} or null (one-hot).
+export function readProposal(w) {
+  const b = w.resultBytes();  // a copy at offset 0: aligned for the f64 view
+  const f = new Float64Array(b.buffer, b.byteOffset, b.length / 8);
+  const n = f[0], ids = [], q = [];
+  let k = 1;
+  for (let i = 0; i < n; i++) {
+    const id = f[k], m = f[k + 2];
+    k += 3;
+    ids.push(id);
+    if (m === 0) { q.push(null); continue; }
+    const d = {ids: new Array(m), p: new Array(m)};
+    for (let j = 0; j < m; j++, k += 2) d.ids[j] = f[k], d.p[j] = f[k + 1];
+    q.push(d);
+  }
+  return {ids, q};
+}
+
 // The result buffer of kw_topk_lse / kw_topk_merge (f64 lse, f64 min, i32 ids[n], f32 logits[n]) as a TopK.
 function resultTopK(w) {
   const b = w.resultBytes();  // a copy at offset 0: aligned for the f64 view
@@ -174,19 +193,25 @@ export class Generator {
    * argmax; sampling keeps it with probability p(draft), else draws from p without it).
    * Returns {id, text, done, reason, accepted}; accepted: the id is the draft, so the rows
    * fed after it stay valid.
-   * q: the draft's distribution at this position when it is not one-hot at `draft` (a
-   * sampling draft); null or absent: one-hot (a greedy draft, prompt lookup), for which the
-   * rule above is the standard min(1, p/q) acceptance exactly. This build's core verifies
-   * one-hot drafts only, so a q is refused rather than verified as if it were one-hot.
+   * q: the distribution {ids, p} a sampling draft was drawn from (proposeWith), verified by
+   * min(1, p(draft)/q(draft)), else a token from norm(max(0, p - q))
+   * (kw_generator_step_draft_q_topk); null: one-hot at the draft (a greedy draft, lookup).
    */
   stepDraft(top, draft, q = null) {
-    if (q != null) throw new Error("stepDraft: a non-one-hot draft distribution q needs the core's general acceptance rule (not in this build)");
-    const w = this.w, ni = top.ids.length, nl = top.logits.length;
-    const p = w.malloc(4 * (ni + nl));
+    const w = this.w, ni = top.ids.length, nl = top.logits.length, nq = q ? q.ids.length : 0;
+    const p = w.malloc(8 * nq + 4 * (ni + nl + nq));  // f64 q.p first (aligned), then the i32/f32 arrays
     try {
-      w.i32(p, ni).set(top.ids);
-      w.f32(p + 4 * ni, nl).set(top.logits);
-      w.call("kw_generator_step_draft_topk", this.handle, p, ni, p + 4 * ni, nl, lseIn(top), minIn(top), draft);
+      const a = p + 8 * nq;
+      w.i32(a, ni).set(top.ids);
+      w.f32(a + 4 * ni, nl).set(top.logits);
+      if (q) {
+        w.f64(p, nq).set(q.p);
+        w.i32(a + 4 * (ni + nl), nq).set(q.ids);
+        w.call("kw_generator_step_draft_q_topk", this.handle, a, ni, a + 4 * ni, nl, lseIn(top), minIn(top), draft,
+               a + 4 * (ni + nl), p, nq);
+      } else {
+        w.call("kw_generator_step_draft_topk", this.handle, a, ni, a + 4 * ni, nl, lseIn(top), minIn(top), draft);
+      }
     } finally { w.free(p); }
     const s = w.resultStep();
     this.ids.push(s.id);
@@ -194,6 +219,19 @@ export class Generator {
     this.done = s.done;
     this.reason = s.reason;
     return s;
+  }
+  /**
+   * Draft tokens for this generator from a draft model's session (a raw kw_session_new
+   * handle on the draft model): up to room tokens after hist, drawn as this generator
+   * samples (its chain, grammar and seeded RNG; greedy: the argmax) — kw_session_propose.
+   * Returns {ids, q}: q[i] = {ids, p}, the distribution ids[i] was drawn from, or null when
+   * it is one-hot at ids[i]; pass q[i] to stepDraft with ids[i].
+   */
+  proposeWith(session, hist, room) {
+    const w = this.w, a = Int32Array.from(hist);
+    const p = w.copyIn(new Uint8Array(a.buffer));
+    try { w.call("kw_session_propose", session, this.handle, p, a.length, room); } finally { w.free(p); }
+    return readProposal(w);
   }
   /**
    * How many of these ids the grammar would take next (all of them without a grammar): a

@@ -496,11 +496,13 @@ export class Model {
       : Array.from(prompt);
     const o = coreOptions(opts);
     const mem0 = readMemoryStats(w);
-    // {draft: Model, draftN}: speculative decoding with a draft model of the same vocabulary,
-    // loaded in this runtime (its own engine and KV in the session; core/infer/draft_model.h)
+    // {draft: Model, draftN, draftOneHot}: speculative decoding with a draft model of the same
+    // vocabulary, loaded in this runtime (its own engine and KV in the session;
+    // core/infer/draft_model.h); when sampling it samples its drafts from its own distribution
+    // (draftOneHot: proposes its argmax instead)
     const draft = opts.draft ?? null;
     if (draft !== null && !(draft instanceof Model)) throw new Error("generate: draft must be a loaded Model (openModel)");
-    const slot = opts.slot, engineKey = JSON.stringify([...ENGINE_KEYS.map((k) => o[k] ?? null), draft ? draft.#h() : 0, opts.draftN ?? 4]);
+    const slot = opts.slot, engineKey = JSON.stringify([...ENGINE_KEYS.map((k) => o[k] ?? null), draft ? draft.#h() : 0, opts.draftN ?? 4, !!opts.draftOneHot]);
     if (slot && slot.model !== this) throw new Error("generate: the slot is another model's (model.slot())");
     let sess = 0, keep = 0, kept = false, chunk, mode;
     if (slot?.handle) {  // the slot is this generation's now: reused, or freed before a new session takes its memory
@@ -510,7 +512,8 @@ export class Model {
       Object.assign(slot, {handle: 0, ids: []});
     }
     if (!sess) {
-      const so = draft ? {...o, draft_model: draft.#h(), ...(opts.draftN !== undefined ? {draft_n: opts.draftN} : {})} : o;
+      const so = draft ? {...o, draft_model: draft.#h(), ...(opts.draftN !== undefined ? {draft_n: opts.draftN} : {}),
+                          ...(opts.draftOneHot ? {draft_one_hot: true} : {})} : o;
       sess = w.withString(JSON.stringify(so), (p, n) => withOut(w, (out) => w.call("kw_session_new", this.#h(), p, n, out)));
       ({chunk, mode} = w.resultJSON());
     }

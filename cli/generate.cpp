@@ -63,7 +63,7 @@ int cmd_generate(int argc, char** argv) {
       deo.n_ctx = engine.n_ctx();
       deo.kv_budget = SIZE_MAX;
       draft_engine.emplace(*draft_model, deo);
-      draft.emplace(*draft_engine, cli.value("draft_n", 4));
+      draft.emplace(*draft_engine, cli.value("draft_n", 4), cli.value("draft_one_hot", false));
     }
     knot::DraftModel* dm = draft ? &*draft : nullptr;
     // BOS when the vocab asks for it (encode checks tokenizer.ggml.add_bos_token); special-token

@@ -99,7 +99,11 @@ int kw_cli_format_g(double x);  // result: printf("%g", x)
 // opts JSON: mode ("fast"|"reference"), n_ctx, chunk, kv_budget, n_predict, temperature,
 // top_k, top_p, min_p, repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,
 // seed, stop [..], ignore_eos, logprobs (0..20; see abi_session.cpp): the option table of
-// core/infer/options.h; a bad value is KW_ERR_USAGE.
+// core/infer/options.h; a bad value is KW_ERR_USAGE. Speculative decoding with a draft model:
+// draft_model (a model handle, same vocabulary), draft_n (1..64, default 4), draft_one_hot
+// (propose the argmax also when sampling). The draft's engine (KV for the same context,
+// buffers, draft_n proposal distributions) is counted with the target's against the 128 MB
+// cap: a draft that does not fit is refused naming it, before anything is allocated.
 int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* out_handle);
 int kw_session_prefill(int32_t s, const int32_t* ids, uint32_t n);
 // Continue the prefill with more prompt ids (before the first step): the same result as
@@ -134,6 +138,22 @@ int kw_generator_step_topk(int32_t g, const int32_t* ids, int32_t n_ids, const f
 // the step result plus "accepted" (greedy: the argmax is the draft; sampling: kept with p(draft)).
 int kw_generator_step_draft_topk(int32_t g, const int32_t* ids, int32_t n_ids, const float* logits, int32_t n_logits,
                                  double lse, double min, int32_t draft);
+// Sampling drafts. kw_session_propose: session s (a draft model's: its engine and KV, kept in
+// step with hist) proposes up to room (<= 64) tokens after hist[0..n), drawn as generator g
+// samples — its chain (penalties, grammar, top-k, top-p, min-p, temperature) over the
+// draft's logits and its seeded RNG, one uniform per token; g 0 or greedy: the argmax.
+// Result, all f64 (one Float64Array): n, then per token id, q(id), m and m pairs (id, p):
+// the distribution q the token was drawn from (m 0: one-hot, q(id) 1). After a rejection the
+// next call's hist drops the rejected tokens and the session's KV follows.
+// kw_generator_step_draft_q_topk: kw_generator_step_draft_topk against that q (ids i32[n_q],
+// p f64[n_q]; n_q 0 is refused: a one-hot draft uses kw_generator_step_draft_topk): kept
+// with probability min(1, p(draft)/q(draft)), else a token from norm(max(0, p - q)).
+// Verify in order, after the proposal's draws (the RNG's order is then fixed: a seed
+// reproduces the run).
+int kw_session_propose(int32_t s, int32_t g, const int32_t* ids, uint32_t n, int32_t room);
+int kw_generator_step_draft_q_topk(int32_t g, const int32_t* ids, int32_t n_ids, const float* logits, int32_t n_logits,
+                                   double lse, double min, int32_t draft, const int32_t* q_ids, const double* q_p,
+                                   int32_t n_q);
 // How many of ids[0..n) the generator's grammar takes next (all without one): {"allowed"}.
 int kw_generator_allowed(int32_t g, const int32_t* ids, uint32_t n);
 int kw_generator_stop(int32_t g, const char* reason, uint32_t len);
@@ -143,6 +163,9 @@ int kw_generator_free(int32_t g);
 int kw_drafter_new(int32_t draft_model, int32_t target_model, const char* opts, uint32_t opts_len, int32_t* out_handle);
 int kw_drafter_prime(int32_t d, const int32_t* ids, uint32_t n);
 int kw_drafter_propose(int32_t d, const int32_t* ids, uint32_t n, int32_t room);
+// Sampling drafts from a drafter: as kw_session_propose (generator g's chain and RNG; result:
+// the proposal layout above), for the mesh coordinator's Drafter.propose(hist, room, gen).
+int kw_drafter_propose_with(int32_t d, int32_t g, const int32_t* ids, uint32_t n, int32_t room);
 int kw_drafter_telemetry(int32_t d);
 int kw_drafter_free(int32_t d);
 // A slice's top-k + lse + min (result: the top-k layout); the merge of n_parts shards'

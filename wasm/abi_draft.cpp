@@ -12,6 +12,8 @@
 //   kw_drafter_prime(d, hist, n)           feed hist but its last token (during the prefill)
 //   kw_drafter_propose(d, hist, n, room)   up to min(draft_n, room) greedy tokens after hist:
 //       result = i32 ids (the draft is greedy: its distribution q is one-hot at each id)
+//   kw_drafter_propose_with(d, g, hist, n, room)  the same drawn as generator g samples
+//       (sampling drafts): result = ids + the distribution q each was drawn from (wasm/abi.h)
 //   kw_drafter_telemetry(d)                {"passes", "n_pos", "n_ctx", "engine_bytes", "kv_bytes"}
 //   kw_drafter_free(d)
 // A drafter is bound to its draft model's handle: freeing that model frees the drafter.
@@ -110,6 +112,22 @@ int kw_drafter_propose(int32_t h, const int32_t* ids, uint32_t n, int32_t room) 
     if (n == 0) knot::fail("kw_drafter_propose: empty history (at least the last token is needed)");
     const std::vector<int32_t> out = d.draft->propose(ids_arg(ids, n, "kw_drafter_propose"), room);
     set_result_bytes(out.data(), 4 * out.size());
+  });
+}
+
+// Sampling drafts: as kw_drafter_propose, drawn as generator g samples (its chain, grammar and
+// seeded RNG; a greedy g: the argmax); g must sample for the target this drafter was made for.
+// Result: the proposal layout of kw_session_propose (all f64: n, then per token id, q(id), m,
+// m pairs (id, p); m 0: one-hot).
+KW_EXPORT(kw_drafter_propose_with)
+int kw_drafter_propose_with(int32_t h, int32_t g, const int32_t* ids, uint32_t n, int32_t room) {
+  return guard([&] {
+    Drafter& d = drafter(h, "kw_drafter_propose_with");
+    if (n == 0) knot::fail("kw_drafter_propose_with: empty history (at least the last token is needed)");
+    knot::Generator* gen = generator_arg(g, "kw_drafter_propose_with");
+    std::vector<knot::Sampler::Dist> q;
+    const std::vector<int32_t> out = d.draft->propose(ids_arg(ids, n, "kw_drafter_propose_with"), room, gen, &q);
+    set_proposal_result(out, q);
   });
 }
 

@@ -7,6 +7,7 @@
 #include "abi_internal.h"
 #include "container/knot.h"
 #include "container/model.h"
+#include "text/generator.h"
 #include "text/vocab.h"
 
 namespace kw {
@@ -57,5 +58,10 @@ void free_drafters_of(int model_handle);
 // A live session's weights never change under it: replacing, evicting or cutting a
 // tensor of a model with sessions is refused (fn names the call, what the tensor).
 void refuse_if_sessions(int model_handle, const ModelEntry& m, const char* fn, const std::string& what);
+
+// Sampling drafts (abi_session.cpp): a generator handle (0: none) and the proposal layout of
+// kw_session_propose / kw_drafter_propose_with (wasm/abi.h).
+knot::Generator* generator_arg(int32_t g, const char* fn);
+void set_proposal_result(const std::vector<int32_t>& ids, const std::vector<knot::Sampler::Dist>& q);
 
 }  // namespace kw

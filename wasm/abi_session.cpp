@@ -19,6 +19,9 @@
 //   kw_generator_step_topk(g, ids, n_ids, logits, n_logits, lse, min),
 //   kw_generator_step_draft_topk(g, ids, n_ids, logits, n_logits, lse, min, draft)
 //     (speculative verification of a drafted token: the step's result + "accepted"),
+//   kw_generator_step_draft_q_topk(g, ..., draft, q_ids, q_p, n_q)  the same against the
+//     distribution q a sampling draft was drawn from (min(1, p/q) / norm(max(0, p - q)))
+//   kw_session_propose(s, g, hist, n, room)  session s as generator g's draft model: ids + q
 //   kw_generator_allowed(g, ids, n)   how many of ids the grammar takes next (result {"allowed"})
 //   kw_generator_stop(g, reason), kw_generator_free(g)
 //   kw_topk_lse(logits, v0, v1, k), kw_topk_merge(ids, logits, sizes, stats, n_parts, k)
@@ -58,6 +61,8 @@ struct Session {
   std::unique_ptr<knot::Engine> draft_engine;  // opts "draft_model": a draft model's own engine (own KV)
   std::optional<knot::DraftModel> draft;       // ... drafting "draft_n" tokens per pass instead of the lookup
   knot::DraftModel* drafter() { return draft ? &*draft : nullptr; }
+  std::optional<knot::DraftModel> proposer;  // kw_session_propose: this session's engine as a draft model
+  int proposer_checked = 0;                  // the generator whose vocabulary was checked against it
   std::vector<int32_t> prompt;
   bool prefilled = false;
   int logprobs = -1;          // >= 0: each step reports its token's logprob and the top k
@@ -168,7 +173,14 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
     json j = options_object(opts, opts_len, "kw_session_new");
     // "draft_model": the handle of a loaded model with the same vocabulary (speculative
     // decoding with a draft model, infer/draft_model.h); "draft_n": its tokens per pass
+    // "draft_one_hot": the draft proposes its argmax also when sampling (one-hot drafts)
     int draft_model = 0, draft_n = 4;
+    bool draft_one_hot = false;
+    if (j.contains("draft_one_hot")) {
+      if (!j["draft_one_hot"].is_boolean()) knot::fail("kw_session_new: draft_one_hot must be a boolean");
+      draft_one_hot = j["draft_one_hot"].get<bool>();
+      j.erase("draft_one_hot");
+    }
     if (j.contains("draft_model")) {
       if (!j["draft_model"].is_number_integer()) knot::fail("kw_session_new: draft_model must be a model handle");
       draft_model = j["draft_model"].get<int>();
@@ -201,16 +213,36 @@ int kw_session_new(int32_t model, const char* opts, uint32_t opts_len, int32_t* 
                  std::to_string(per_tok * (uint64_t)n_ctx) + " bytes of " + knot::kv_type_name(kvt) +
                  " KV cache (" + std::to_string(per_tok) + " bytes/token) but only " + std::to_string(limit) +
                  " bytes are available under the 128 MB wasm memory cap");
-    s->engine = std::make_unique<knot::Engine>(m.model, eo);
     if (draft_model) {
+      // The draft's engine (its KV cache for the same context and its buffers) and its
+      // proposals' distributions (draft_n x the vocabulary at most) must fit beside the
+      // target's engine and its verify rows: refused, naming the draft, before either is built.
       ModelEntry& dm = ready_model(draft_model, "kw_session_new");
       if (dm.text_only) knot::fail("kw_session_new: draft model " + dm.what + " holds no tensors");
       knot::check_same_vocab(m.model.tokenizer, dm.model.tokenizer, m.what, dm.what);
+      if (draft_n < 1 || draft_n > 64) knot::fail("draft_n must be in 1..64, got " + std::to_string(draft_n));
+      knot::EngineOptions deo = eo;
+      deo.n_ctx = n_ctx;
+      deo.kv_budget = SIZE_MAX;
+      const auto& dc = dm.model.config;
+      const uint64_t target = knot::engine_bytes(c, eo, draft_n + 1);
+      const uint64_t dkv = 2ull * n_ctx * dc.n_layer * dc.n_head_kv * dc.head_dim * knot::kv_elem_bytes(kvt);
+      const uint64_t dall = knot::engine_bytes(dc, deo) + (uint64_t)draft_n * std::max(0, dc.n_vocab) * 12;
+      if (target + dall > limit)
+        knot::fail("kw_session_new: draft model " + dm.what + " does not fit: its engine needs " + std::to_string(dall) +
+                   " bytes (" + std::to_string(dkv) + " bytes of " + knot::kv_type_name(kvt) + " KV cache for " +
+                   std::to_string(n_ctx) + " positions + " + std::to_string(dall - dkv) +
+                   " bytes of buffers and proposal distributions) beside the target's " + std::to_string(target) +
+                   " bytes, but only " + std::to_string(limit) + " bytes are available under the 128 MB wasm memory cap");
+    }
+    s->engine = std::make_unique<knot::Engine>(m.model, eo);
+    if (draft_model) {
+      ModelEntry& dm = ready_model(draft_model, "kw_session_new");
       knot::EngineOptions deo = eo;
       deo.n_ctx = s->engine->n_ctx();
       deo.kv_budget = SIZE_MAX;
       s->draft_engine = std::make_unique<knot::Engine>(dm.model, deo);
-      s->draft.emplace(*s->draft_engine, draft_n);
+      s->draft.emplace(*s->draft_engine, draft_n, draft_one_hot);
     }
     *out_handle = g_sessions.add(std::move(s));
     const int ctx = g_sessions.get(*out_handle, "").engine->n_ctx();
@@ -451,6 +483,74 @@ int kw_generator_step_draft_topk(int32_t h, const int32_t* ids, int32_t n_ids, c
     set_step_result(st, json{{"accepted", accepted}});
   });
 }
+
+// The same with the distribution q the draft was drawn from (a sampling draft: ids i32[n_q],
+// probabilities f64[n_q], as kw_session_propose gives them): kept with probability
+// min(1, p/q), else a token drawn from norm(max(0, p - q)) (Sampler::sample_draft).
+KW_EXPORT(kw_generator_step_draft_q_topk)
+int kw_generator_step_draft_q_topk(int32_t h, const int32_t* ids, int32_t n_ids, const float* logits, int32_t n_logits,
+                                   double lse, double min, int32_t draft, const int32_t* q_ids, const double* q_p,
+                                   int32_t n_q) {
+  return guard([&] {
+    knot::Generator& g = *g_generators.get(h, "kw_generator_step_draft_q_topk").obj;
+    if (n_q < 1 || !q_ids || !q_p) knot::fail("kw_generator_step_draft_q_topk: empty draft distribution (n_q " + std::to_string(n_q) + ")");
+    knot::Sampler::Dist q;
+    q.ids.assign(q_ids, q_ids + n_q);
+    q.p.assign(q_p, q_p + n_q);
+    for (int32_t i = 0; i < n_q; i++)
+      if (!(q.p[i] >= 0) || !std::isfinite(q.p[i]))
+        knot::fail("kw_generator_step_draft_q_topk: draft probability " + std::to_string(i) + " is not a finite number >= 0");
+    bool accepted = false;
+    const knot::GenStep st = g.step_draft(topk_from_arrays(ids, n_ids, logits, n_logits, lse, min, "kw_generator_step_draft_q_topk"),
+                                          draft, &accepted, &q);
+    set_step_result(st, json{{"accepted", accepted}});
+  });
+}
+
+// A session as the draft model of a generator (a mesh coordinator's): up to room tokens
+// after hist from the session's model (DraftModel over its engine: its KV kept in step with
+// hist), drawn as generator g samples (its chain, grammar and seeded RNG; g = 0 or a greedy
+// generator: the argmax). Result (all f64, so it is one Float64Array):
+//   n, then per token: id, q(id), m, then m pairs (id, p): the distribution q the token was
+//   drawn from (m = 0: one-hot at id, q(id) = 1).
+KW_EXPORT(kw_session_propose)
+int kw_session_propose(int32_t h, int32_t g, const int32_t* ids, uint32_t n, int32_t room) {
+  return guard([&] {
+    Session& s = session(h, "kw_session_propose");
+    if (n == 0 || !ids) knot::fail("kw_session_propose: empty history (at least the last token is needed)");
+    knot::Generator* gen = nullptr;
+    if (g) {
+      Bound<knot::Generator>& b = g_generators.get(g, "kw_session_propose");
+      if (s.proposer_checked != g) {
+        ModelEntry& gm = g_models.get(b.model, "kw_session_propose");
+        knot::check_same_vocab(gm.model.tokenizer, s.m->model.tokenizer, gm.what, s.m->what);
+        s.proposer_checked = g;
+      }
+      gen = b.obj.get();
+    }
+    if (!s.proposer) s.proposer.emplace(*s.engine, 64);
+    std::vector<knot::Sampler::Dist> q;
+    const std::vector<int32_t> out = s.proposer->propose(std::vector<int32_t>(ids, ids + n), std::min(room, 64), gen, &q);
+    set_proposal_result(out, q);
+  });
+}
+
+namespace kw {
+knot::Generator* generator_arg(int32_t g, const char* fn) { return g ? g_generators.get(g, fn).obj.get() : nullptr; }
+
+void set_proposal_result(const std::vector<int32_t>& ids, const std::vector<knot::Sampler::Dist>& q) {
+  std::vector<double> r{(double)ids.size()};
+  for (size_t i = 0; i < ids.size(); i++) {
+    const knot::Sampler::Dist* d = i < q.size() ? &q[i] : nullptr;
+    r.push_back(ids[i]);
+    r.push_back(d ? d->at(ids[i]) : 1.0);
+    r.push_back(d ? (double)d->ids.size() : 0.0);
+    if (d)
+      for (size_t k = 0; k < d->ids.size(); k++) r.push_back(d->ids[k]), r.push_back(d->p[k]);
+  }
+  set_result_bytes(r.data(), sizeof(double) * r.size());
+}
+}  // namespace kw
 
 // How many of ids[0..n) the grammar would take next (Generator::allowed; every id without a
 // grammar): a mesh coordinator widens its shards' top-k until the merged list holds as many

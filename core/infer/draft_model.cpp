@@ -20,7 +20,7 @@ void check_same_vocab(const TokenizerData& t, const TokenizerData& d, const std:
     fail(both + " have different special tokens (bos/eos/eot)");
 }
 
-DraftModel::DraftModel(Engine& e, int k) : e_(e), k_(k) {
+DraftModel::DraftModel(Engine& e, int k, bool one_hot) : e_(e), k_(k), one_hot_(one_hot) {
   if (k < 1 || k > 64) fail("draft_n must be in 1..64, got " + std::to_string(k));
 }
 
@@ -47,9 +47,12 @@ void DraftModel::prime(const std::vector<int32_t>& hist) {
   fed_.insert(fed_.end(), hist.begin() + c, hist.begin() + n);
 }
 
-std::vector<int32_t> DraftModel::propose(const std::vector<int32_t>& hist, int room) {
+std::vector<int32_t> DraftModel::propose(const std::vector<int32_t>& hist, int room, Generator* g,
+                                         std::vector<Sampler::Dist>* q) {
+  if (q) q->clear();
   const int k = std::min(k_, room);
   if (k <= 0 || hist.empty()) return {};
+  const bool sample = g && q && g->samples() && !one_hot_;
   const size_t c = keep(hist);  // the KV positions that still match hist
   // hist[c..], then each proposal but the last; stop where the draft's context ends
   if ((int)hist.size() + k - 1 > e_.n_ctx()) return {};
@@ -59,8 +62,32 @@ std::vector<int32_t> DraftModel::propose(const std::vector<int32_t>& hist, int r
   const int V = e_.n_logits();
   std::vector<int32_t> out;
   out.reserve(k);
+  if (!sample) {
+    for (int i = 0; i < k; i++) {
+      const int32_t id = (int32_t)(std::max_element(lg, lg + V) - lg);
+      out.push_back(id);
+      if (i + 1 < k) {
+        lg = e_.eval(&id, 1);
+        passes_++;
+        fed_.push_back(id);
+      }
+    }
+    return out;
+  }
+  // Sampling drafts: the request's chain and RNG; its penalty window and grammar are put
+  // back afterwards, also when a pass throws.
+  struct Drafting {
+    Generator& g;
+    ~Drafting() { g.draft_end(); }
+  } drafting{*g};
+  g->draft_begin();
   for (int i = 0; i < k; i++) {
-    const int32_t id = (int32_t)(std::max_element(lg, lg + V) - lg);
+    q->emplace_back();
+    const int32_t id = g->draft_sample(lg, V, q->back());
+    if (id < 0) {
+      q->pop_back();
+      break;
+    }
     out.push_back(id);
     if (i + 1 < k) {
       lg = e_.eval(&id, 1);

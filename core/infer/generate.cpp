@@ -64,6 +64,21 @@ int context_of(const ModelConfig& c, int n_ctx) {
   return n_ctx > 0 ? n_ctx : (c.n_ctx_train > 0 ? std::min(c.n_ctx_train, 2048) : 2048);
 }
 
+uint64_t engine_bytes(const ModelConfig& c, const EngineOptions& o, int verify_rows) {
+  const uint64_t n_ctx = (uint64_t)context_of(c, o.n_ctx);
+  const uint64_t T = (uint64_t)std::max(1, std::min<int>(o.chunk, (int)n_ctx));
+  const KvType kvt = o.forward ? o.forward->kv_type : forward_options_for(o.mode).kv_type;
+  const uint64_t hd = (uint64_t)std::max(0, c.head_dim), E = (uint64_t)std::max(0, c.n_embd), F = (uint64_t)std::max(0, c.n_ff);
+  const uint64_t nh = (uint64_t)std::max(0, c.n_head), nkv = (uint64_t)std::max(0, c.n_head_kv), V = (uint64_t)std::max(0, c.n_vocab);
+  const uint64_t kv = n_ctx * 2 * (uint64_t)std::max(0, c.n_layer) * nkv * hd * kv_elem_bytes(kvt);
+  // Workspace::reserve's buffers (floats), then x_, xl_, logits_, and the verify rows
+  const uint64_t ws = T * E + 2 * T * nh * hd + 2 * T * nkv * hd + 2 * n_ctx * hd + n_ctx + 2 * T * F +
+                      std::max(E, nh * hd) + T * E;
+  const uint64_t fixed = T * E + E + V;
+  const uint64_t rows = (uint64_t)std::max(0, verify_rows) * (E + V);
+  return kv + 4 * (ws + fixed + rows);
+}
+
 Engine::Engine(const Model& m, const EngineOptions& o) : m_(m), opt_(o) {
   const ModelConfig& c = m.config;
   fo_ = o.forward ? *o.forward : forward_options_for(o.mode);

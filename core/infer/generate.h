@@ -36,6 +36,13 @@ ForwardOptions forward_options_for(Mode m);
 // not say). The JS bindings' defaultContext (bindings/options.mjs) is this rule.
 int context_of(const ModelConfig& c, int n_ctx);
 
+struct EngineOptions;
+// What an Engine of this config and options allocates (KV cache for its context, the
+// workspace for a chunk, the residual, logits) plus verify_rows rows of eval_rows()
+// (speculative decoding), in 64-bit arithmetic (wasm32's size_t would wrap): the memory
+// check a host runs before constructing one (kw_session_new).
+uint64_t engine_bytes(const ModelConfig& c, const EngineOptions& o, int verify_rows = 0);
+
 struct EngineOptions {
   Mode mode = Mode::Fast;
   int n_ctx = 0;     // 0: min(n_ctx_train, 2048) (2048 when the file does not say)

@@ -111,6 +111,8 @@ const OptionSpec kDraft = {KEY("draft"), .flag = "--draft", .kind = OptKind::Tex
   .note = "greedy output is unchanged"};
 const OptionSpec kDraftN = {KEY("draft_n"), .flag = "--draft-n", .kind = OptKind::Int, .lo = 1, .hi = 64,
   .metavar = "K", .help = "tokens the draft model proposes per pass", .dflt = "4"};
+const OptionSpec kDraftOneHot = {KEY("draft_one_hot"), .flag = "--draft-one-hot", .kind = OptKind::Flag,
+  .help = "the draft model proposes its argmax also when sampling (one-hot drafts; for comparison)", .value = "true"};
 const OptionSpec kReference = {KEY("mode"), .flag = "--reference", .kind = OptKind::Flag,
   .help = "reference mode: dequantized f32 math, f32 KV cache", .value = "\"reference\"",
   .set = [](RunOptions& o, const json& v) {
@@ -148,7 +150,7 @@ const CommandSpec& generate_command() {
       "generate", "MODEL (-p TEXT | --prompt-file FILE) [-n N] [options]", "MODEL", kModelHelp, nullptr,
       {&kPrompt, &kPromptFile, &kNPredict, &kTemp, &kTopK, &kTopP, &kMinP, &kRepeatPenalty, &kRepeatLastN,
        &kPresencePenalty, &kFrequencyPenalty, &kSeed, &kCtx, &kChunk, &kKvBudget, &kStop, &kIgnoreEos, &kLookup,
-       &kDraft, &kDraftN, &kGrammarFile, &kJsonSchemaFile, &kReference, &kNoSpecial, &kIds},
+       &kDraft, &kDraftN, &kDraftOneHot, &kGrammarFile, &kJsonSchemaFile, &kReference, &kNoSpecial, &kIds},
       nullptr};
   return c;
 }

@@ -33,6 +33,7 @@ void DecodeLoop::begin(const std::vector<int32_t>& prompt, const float* logits) 
   pending_ = -1;
   rows_ = nullptr;
   batch_.clear();
+  q_.clear();
 }
 
 DecodeLoop::Next DecodeLoop::next() {
@@ -44,7 +45,8 @@ DecodeLoop::Next DecodeLoop::next() {
     std::vector<int32_t> drafts;
     if (lookup_ > 0) {
       const int room = std::min({e_.n_ctx() - e_.n_pos() - 1, e_.chunk() - 1, g_.params().n_predict - g_.n_generated(), lookup_});
-      if (room > 0) drafts = draft_ ? draft_->propose(hist_, room) : draft_lookup(hist_, room);
+      q_.clear();
+      if (room > 0) drafts = draft_ ? draft_->propose(hist_, room, &g_, &q_) : draft_lookup(hist_, room);
     }
     passes_++;
     if (drafts.empty()) {
@@ -66,7 +68,7 @@ DecodeLoop::Next DecodeLoop::next() {
     r.logits = rows_ + i * (size_t)V;
     if (i + 1 < batch_.size()) {  // verify draft i + 1
       bool kept = false;
-      r.step = g_.step_draft(r.logits, V, batch_[i + 1], &kept);
+      r.step = g_.step_draft(r.logits, V, batch_[i + 1], &kept, q_.empty() ? nullptr : &q_[i]);
       if (kept) {
         accepted_++;
         hist_.push_back(r.step.id);

@@ -1,8 +1,8 @@
 // speculative.h — the decode loop over an Engine: one forward pass per token, or, with
 // drafting, up to K drafted tokens verified in one pass. Two draft sources: prompt lookup
 // (llama.cpp's lookup decoding, below) and a small draft model with the same vocabulary
-// (infer/draft_model.h, run greedily in its own Engine, kept in step with the accepted
-// tokens).
+// (infer/draft_model.h, run in its own Engine, kept in step with the accepted tokens;
+// greedy, or sampling its drafts from its own distribution q when the request samples).
 //
 // Drafting: draft_lookup finds the most recent earlier occurrence of the history's last n
 // tokens (n = ngram_max .. 1) and proposes the tokens that followed it — no draft model;
@@ -10,8 +10,9 @@
 // Verification: the token just sampled and the K drafts run as one batch (Engine::eval_rows,
 // KV appended for all K + 1 positions); the logits of position i verify draft i + 1
 // (Generator::step_draft: greedy keeps it when it is the argmax; sampling keeps it with
-// probability p(draft), else draws from p without it — the standard acceptance rule, so
-// the output distribution is the plain one). The first rejected draft ends the pass: the
+// probability min(1, p(draft)/q(draft)), else draws from norm(max(0, p - q)) — q one-hot
+// for lookup and greedy drafts: keep with p(draft), else draw from p without it — the
+// standard acceptance rule, so the output distribution is the plain one). The first rejected draft ends the pass: the
 // KV cache is truncated to the positions that stay valid and the replacement token is fed
 // next. When every draft is kept, the last row's logits give one more token for free.
 // Greedy output is identical to plain decoding; seeded sampling is distributed the same
@@ -65,6 +66,7 @@ class DecodeLoop {
   const float* lg_ = nullptr;    // logits for the next plain step
   int32_t pending_ = -1;         // sampled, not yet fed
   std::vector<int32_t> batch_;   // the verify pass: [pending, drafts...]
+  std::vector<Sampler::Dist> q_; // a sampling draft model's q of each draft (empty: one-hot)
   const float* rows_ = nullptr;  // its logits [batch_.size(), n_logits]
   size_t vi_ = 0;                // next row to consume
   int base_ = 0;                 // KV position of batch_[0]

@@ -149,10 +149,11 @@ GenStep Generator::step(const SliceTopK& merged) {
   return after_sample(id);
 }
 
-GenStep Generator::step_draft(const float* logits, int n, int32_t draft, bool* accepted) {
+GenStep Generator::step_draft(const float* logits, int n, int32_t draft, bool* accepted, const Sampler::Dist* q) {
   if (!started_) fail("generator: call start() before step_draft()");
   if (done_) fail("generator: generation already finished (" + reason_ + ")");
-  const Sampler::Draft d = sampler_.sample_draft(logits, n, draft, matcher_ ? &filter_ : nullptr);
+  if (drafting_) fail("generator: step_draft() between draft_begin() and draft_end()");
+  const Sampler::Draft d = sampler_.sample_draft(logits, n, draft, matcher_ ? &filter_ : nullptr, q);
   if (d.id < 0)
     fail("grammar: no token of the vocabulary can continue the output after " + std::to_string(ids_.size()) +
          " generated tokens (text so far: \"" + text_ + "\")");
@@ -160,12 +161,50 @@ GenStep Generator::step_draft(const float* logits, int n, int32_t draft, bool* a
   return after_sample(d.id);
 }
 
-GenStep Generator::step_draft(const SliceTopK& merged, int32_t draft, bool* accepted) {
+GenStep Generator::step_draft(const SliceTopK& merged, int32_t draft, bool* accepted, const Sampler::Dist* q) {
   if (!started_) fail("generator: call start() before step_draft()");
   if (done_) fail("generator: generation already finished (" + reason_ + ")");
-  const Sampler::Draft d = sampler_.sample_draft_topk(merged, draft);
+  if (drafting_) fail("generator: step_draft() between draft_begin() and draft_end()");
+  const Sampler::Draft d = sampler_.sample_draft_topk(merged, draft, q);
   *accepted = d.accepted;
   return after_sample(d.id);
+}
+
+void Generator::draft_begin() {
+  if (!started_) fail("generator: call start() before draft_begin()");
+  if (drafting_) fail("generator: draft_begin() twice");
+  drafting_ = true;
+  draft_stop_ = done_;
+  draft_window_ = sampler_.window();
+  if (matcher_) draft_matcher_ = *matcher_;
+}
+
+int32_t Generator::draft_sample(const float* logits, int n, Sampler::Dist& q) {
+  if (!drafting_) fail("generator: draft_sample() outside draft_begin() .. draft_end()");
+  if (draft_stop_ || !sampler_.dist(logits, n, q, matcher_ ? &filter_ : nullptr)) {
+    q.ids.clear(), q.p.clear();
+    return -1;
+  }
+  const int32_t id = sampler_.draw(q);
+  sampler_.accept(id);
+  if ((!p_.ignore_eos || matcher_) && tok_.is_eog(id)) {
+    draft_stop_ = true;  // generation ends at this draft if it is kept
+  } else if (matcher_) {
+    if (!matcher_->accept(pieces_[id])) fail("grammar: drafted token " + std::to_string(id) + " does not continue the grammar");
+    first_fresh_ = false;
+    if (matcher_->is_complete()) draft_stop_ = true;
+  }
+  return id;
+}
+
+void Generator::draft_end() {
+  if (!drafting_) return;
+  drafting_ = false;
+  sampler_.set_window(draft_window_);
+  if (matcher_) {
+    *matcher_ = *draft_matcher_;
+    first_fresh_ = false;
+  }
 }
 
 void Generator::stop(const std::string& reason) {

@@ -29,6 +29,7 @@
 // and the caller steps again for the same position with a wider top-k or the full logits.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -77,9 +78,24 @@ class Generator {
   // Speculative decoding: the logits of the position a drafted token was fed for, and
   // that token (Sampler::sample_draft). *accepted: the step's id is the draft, so the
   // positions fed after it stay valid; else the caller drops them (KV truncation).
-  GenStep step_draft(const float* logits, int n, int32_t draft, bool* accepted);
+  // q: the distribution the draft was drawn from (draft_sample), null: one-hot at draft.
+  GenStep step_draft(const float* logits, int n, int32_t draft, bool* accepted, const Sampler::Dist* q = nullptr);
   // ... or over a merged shard top-k (Sampler::sample_draft_topk).
-  GenStep step_draft(const SliceTopK& merged, int32_t draft, bool* accepted);
+  GenStep step_draft(const SliceTopK& merged, int32_t draft, bool* accepted, const Sampler::Dist* q = nullptr);
+  // Sampling drafts (DraftModel::propose): between draft_begin() and draft_end(),
+  // draft_sample() turns a draft model's logits into the distribution q this request would
+  // sample from at the position after the drafts before it — the same chain (penalties over
+  // the history and those drafts, the grammar advanced over them, top-k, top-p, min-p,
+  // temperature) — and draws a token from q with the request's RNG (one uniform). It
+  // returns -1, drawing nothing, when nothing more should be drafted: the grammar allows no
+  // token, or the previous draft ended generation (an end-of-generation token, a complete
+  // grammar). draft_end() puts the penalty window and the grammar back as they were at
+  // draft_begin() (the RNG keeps its draws: a seed still reproduces the whole run).
+  // samples(): the request samples (temperature > 0); greedy requests draft greedily.
+  bool samples() const { return p_.sampling.temperature > 0.f; }
+  void draft_begin();
+  int32_t draft_sample(const float* logits, int n, Sampler::Dist& q);
+  void draft_end();
   // End early with `reason` (held-back text is dropped, as for a stop string).
   void stop(const std::string& reason);
 
@@ -127,6 +143,10 @@ class Generator {
   // when first_fresh_ is set; a quick refusal for most of a 152k vocabulary)
   mutable bool first_ok_[256] = {};
   mutable bool first_fresh_ = false;
+  // drafting (draft_begin .. draft_end): the state to restore
+  bool drafting_ = false, draft_stop_ = false;
+  std::deque<int32_t> draft_window_;
+  std::optional<GrammarMatcher> draft_matcher_;
 };
 
 }  // namespace knot

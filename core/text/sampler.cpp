@@ -262,22 +262,105 @@ int32_t Sampler::sample_cand(bool full_vocab, const SliceTopK* whole, const Toke
   return cand_.back().second;  // u rounded up to sum
 }
 
-Sampler::Draft Sampler::sample_draft(const float* logits, int n, int32_t draft, const TokenFilter* allowed) {
+double Sampler::Dist::at(int32_t id) const {
+  for (size_t i = 0; i < ids.size(); i++)
+    if (ids[i] == id) return p[i];
+  return 0;
+}
+
+bool Sampler::dist(const float* logits, int n, Dist& d, const TokenFilter* allowed) {
   if (logits == nullptr || n < n_vocab_)
     fail("sampler: got " + std::to_string(n) + " logits, vocab has " + std::to_string(n_vocab_));
   cand_.resize(n_vocab_);
   for (int32_t i = 0; i < n_vocab_; i++) cand_[i] = {logits[i], i};
-  return draft_cand(true, nullptr, draft, allowed);
+  d.ids.clear();
+  d.p.clear();
+  int32_t best_id = -1;
+  if (!filter(true, nullptr, &best_id, allowed)) {
+    if (best_id < 0) return false;
+    d.ids.push_back(best_id);  // greedy (or an infinite logit): one-hot at the argmax
+    d.p.push_back(1.0);
+    return true;
+  }
+  d.ids.resize(cand_.size());
+  d.p.resize(cand_.size());
+  for (size_t i = 0; i < cand_.size(); i++) d.ids[i] = cand_[i].second, d.p[i] = w_[i] / w_sum_;
+  return true;
 }
 
-Sampler::Draft Sampler::sample_draft_topk(const SliceTopK& t, int32_t draft) {
+int32_t Sampler::draw(const Dist& d) {
+  if (d.ids.empty() || d.ids.size() != d.p.size()) fail("sampler: draw from an empty distribution");
+  const double u = uniform01(rng_state_);
+  double cum = 0;
+  for (size_t i = 0; i < d.ids.size(); i++) {
+    cum += d.p[i];
+    if (u < cum) return d.ids[i];
+  }
+  return d.ids.back();  // u rounded up to the sum
+}
+
+Sampler::Draft Sampler::sample_draft(const float* logits, int n, int32_t draft, const TokenFilter* allowed,
+                                     const Dist* q) {
+  if (logits == nullptr || n < n_vocab_)
+    fail("sampler: got " + std::to_string(n) + " logits, vocab has " + std::to_string(n_vocab_));
+  cand_.resize(n_vocab_);
+  for (int32_t i = 0; i < n_vocab_; i++) cand_[i] = {logits[i], i};
+  return draft_cand(true, nullptr, draft, allowed, q);
+}
+
+Sampler::Draft Sampler::sample_draft_topk(const SliceTopK& t, int32_t draft, const Dist* q) {
   topk_cand(t);
-  return draft_cand(false, &t, draft, nullptr);
+  return draft_cand(false, &t, draft, nullptr, q);
 }
 
-Sampler::Draft Sampler::draft_cand(bool full_vocab, const SliceTopK* whole, int32_t draft, const TokenFilter* allowed) {
+Sampler::Draft Sampler::draft_cand(bool full_vocab, const SliceTopK* whole, int32_t draft, const TokenFilter* allowed,
+                                   const Dist* q) {
   int32_t best_id = -1;
   if (!filter(full_vocab, whole, &best_id, allowed)) return {best_id, best_id == draft};  // greedy: the argmax, kept if it is the draft
+  if (q) {
+    // The draft was drawn from q: keep it with probability min(1, p/q), else draw from
+    // max(0, p - q) normalised; the token is then distributed as p (the standard rule).
+    if (q->ids.size() != q->p.size()) fail("sampler: draft distribution has " + std::to_string(q->ids.size()) + " ids but " + std::to_string(q->p.size()) + " probabilities");
+    const double qd = q->at(draft);
+    if (!(qd > 0))
+      fail("sampler: drafted token " + std::to_string(draft) + " has probability " + std::to_string(qd) +
+           " in its draft distribution (it was not drawn from it)");
+    double pd = 0;
+    for (size_t i = 0; i < cand_.size(); i++)
+      if (cand_[i].second == draft) pd = w_[i] / w_sum_;
+    if (uniform01(rng_state_) * qd < pd) return {draft, true};
+    // q at p's candidates (tokens outside them have p = 0, so max(0, p - q) = 0 there)
+    qat_.assign(cand_.size(), 0.0);
+    {
+      std::vector<std::pair<int32_t, double>> qs(q->ids.size());
+      for (size_t i = 0; i < qs.size(); i++) qs[i] = {q->ids[i], q->p[i]};
+      std::sort(qs.begin(), qs.end());
+      for (size_t i = 0; i < cand_.size(); i++) {
+        auto it = std::lower_bound(qs.begin(), qs.end(), std::make_pair(cand_[i].second, -(double)INFINITY));
+        if (it != qs.end() && it->first == cand_[i].second) qat_[i] = it->second;
+      }
+    }
+    double rest = 0;
+    for (size_t i = 0; i < cand_.size(); i++) rest += qat_[i] = std::max(0.0, w_[i] / w_sum_ - qat_[i]);
+    const double u = uniform01(rng_state_);
+    if (!(rest > 0)) {  // p == q up to rounding (then the draft is kept but for rounding): draw from p
+      double cum = 0;
+      for (size_t i = 0; i < cand_.size(); i++) {
+        cum += w_[i];
+        if (u * w_sum_ < cum) return {cand_[i].second, cand_[i].second == draft};
+      }
+      return {cand_.back().second, cand_.back().second == draft};
+    }
+    double cum = 0;
+    int32_t last = -1;
+    for (size_t i = 0; i < cand_.size(); i++) {
+      if (qat_[i] <= 0) continue;
+      cum += qat_[i];
+      last = cand_[i].second;
+      if (u * rest < cum) return {last, last == draft};
+    }
+    return {last, last == draft};  // u rounded up to the rest
+  }
   // The draft came from a deterministic proposal (q = 1 at the draft): keep it with
   // probability p(draft) = min(1, p/q), else draw from max(0, p - q) normalised, which is p
   // without the draft. Either way the token is distributed as p.

@@ -69,19 +69,40 @@ class Sampler {
   // only, so they are exact when no unlisted penalised token matters (they lower logits;
   // but top-p alone then uses the unpenalised lse).
   int32_t sample_topk(const SliceTopK& t);
+  // A sampling distribution: the candidates the chain keeps (penalties, the token filter,
+  // top-k, top-p, min-p, temperature softmax), in draw order, with probabilities p (summing
+  // to 1 up to rounding). Greedy: the argmax alone, p 1.
+  struct Dist {
+    std::vector<int32_t> ids;
+    std::vector<double> p;
+    double at(int32_t id) const;  // p of id (0 when it is not a candidate)
+  };
+  // The distribution sample() draws from on these logits (the same chain; nothing is drawn).
+  // False (d empty) when the filter allows no token.
+  bool dist(const float* logits, int n, Dist& d, const TokenFilter* allowed = nullptr);
+  // One token from d with this sampler's RNG (one uniform).
+  int32_t draw(const Dist& d);
+  // The penalty window (the last repeat_last_n accepted tokens), to save and restore around
+  // tokens accepted only tentatively (a draft model's proposals).
+  const std::deque<int32_t>& window() const { return recent_; }
+  void set_window(const std::deque<int32_t>& w) { recent_ = w; }
   // Speculative decoding: verify a drafted token against these logits (the position the
-  // draft was fed for). Greedy: the argmax, accepted when it is the draft. Sampling: the
-  // standard acceptance rule for a deterministic draft (prompt lookup): the draft is kept
-  // with probability p(draft), else a token is drawn from p without the draft — so the
-  // token is distributed exactly as sample() would draw it (not the same draw: it takes
-  // one or two uniforms).
+  // draft was fed for). Greedy: the argmax, accepted when it is the draft. Sampling, q null:
+  // the standard acceptance rule for a deterministic draft (prompt lookup, a greedy draft
+  // model: q one-hot): the draft is kept with probability p(draft), else a token is drawn
+  // from p without the draft. Sampling, q given (the distribution the draft was drawn from,
+  // a sampling draft model): kept with probability min(1, p(draft) / q(draft)), else a
+  // token is drawn from norm(max(0, p - q)). Either way the token is distributed exactly as
+  // sample() would draw it (not the same draw: it takes one or two uniforms, acceptance
+  // first). A q that gives the draft probability 0 is an error (it was not drawn from q).
   struct Draft {
     int32_t id;
     bool accepted;
   };
   // With a token filter (a grammar's): the draft and the draw from the allowed tokens only
   // (a draft the filter refuses is never kept).
-  Draft sample_draft(const float* logits, int n, int32_t draft, const TokenFilter* allowed = nullptr);
+  Draft sample_draft(const float* logits, int n, int32_t draft, const TokenFilter* allowed = nullptr,
+                     const Dist* q = nullptr);
   // The same, over the tokens `allowed` accepts only: the others are as if their logit
   // were -inf (penalties apply first, then the filter, then top-k / top-p / min-p /
   // temperature over what is left). Returns -1, drawing nothing, when no candidate is
@@ -99,7 +120,7 @@ class Sampler {
   int32_t sample(const float* logits, int n, const TokenFilter& allowed);
   int32_t sample_topk(const SliceTopK& t, const TokenFilter& allowed);
   // The draft rule over a merged shard top-k (as sample_topk: exact within k).
-  Draft sample_draft_topk(const SliceTopK& t, int32_t draft);
+  Draft sample_draft_topk(const SliceTopK& t, int32_t draft, const Dist* q = nullptr);
   const SamplerParams& params() const { return p_; }
 
  private:
@@ -112,7 +133,8 @@ class Sampler {
   // top-k (in id order) standing for the whole vocab of that lse / min.
   int32_t sample_cand(bool full_vocab, const SliceTopK* whole = nullptr, const TokenFilter* allowed = nullptr);
   void topk_cand(const SliceTopK& t);  // cand_ = t's listed ids below n_vocab, in id order
-  Draft draft_cand(bool full_vocab, const SliceTopK* whole, int32_t draft, const TokenFilter* allowed);  // sample_draft on cand_
+  Draft draft_cand(bool full_vocab, const SliceTopK* whole, int32_t draft, const TokenFilter* allowed,
+                   const Dist* q);  // sample_draft on cand_
   // The pipeline up to the draw: penalties, argmax (*best), top-k, top-p, min-p, then
   // w_ / w_sum_ = the temperature softmax weights of cand_. False when the result is the
   // argmax without a draw (greedy, or an infinite max logit), or *best = -1 when the
@@ -122,6 +144,7 @@ class Sampler {
   // *sorted when cand_ is left in `better` order and already cut to top_k.
   bool filter_cand(const TokenFilter& allowed, bool* sorted);
   std::vector<uint8_t> mask_;
+  std::vector<double> qat_;  // draft_cand: q, then max(0, p - q), at each candidate
   std::vector<double> w_;
   double w_sum_ = 0;
   void top_p_unsorted(double target, float max_logit, float min_logit, const std::vector<double>& w);

@@ -147,6 +147,54 @@ TEST(Speculative, TheAcceptanceRuleDrawsFromTheSamplersDistribution) {
   EXPECT_GT(chi2(always, p, N), 25.7);
 }
 
+TEST(Speculative, TheAcceptanceRuleWithADraftDistributionDrawsFromTheSamplersDistribution) {
+  // A sampling draft: x drawn from a draft distribution q, verified against p (the same
+  // 6 logits at temperature 1.3) by min(1, p/q) / norm(max(0, p - q)). Over many seeds the
+  // token must be distributed as p (chi-square, 5 dof, 1e-4 tail 25.7) and kept with
+  // probability sum(min(p, q)) — for a q close to p, one far from it, a one-hot q given
+  // explicitly, and q = p (always kept).
+  const std::vector<float> logits = {1.0f, 2.5f, 0.2f, 2.4f, -1.0f, 0.7f};
+  SamplerParams sp;
+  sp.temperature = 1.3f, sp.top_k = 0, sp.top_p = 1.0f, sp.min_p = 0.0f;
+  std::vector<double> p(6);
+  double z = 0;
+  for (int i = 0; i < 6; i++) z += p[i] = std::exp(logits[i] / 1.3);
+  for (double& v : p) v /= z;
+  std::vector<std::vector<double>> qs = {{0.1, 0.3, 0.05, 0.35, 0.05, 0.15},
+                                         {0.6, 0.05, 0.2, 0.05, 0.05, 0.05},
+                                         {0.0, 0.0, 0.0, 0.0, 1.0, 0.0},
+                                         p};
+  const int N = 30000;
+  for (size_t qi = 0; qi < qs.size(); qi++) {
+    Sampler::Dist q;
+    for (int32_t i = 0; i < 6; i++)
+      if (qs[qi][i] > 0) q.ids.push_back(i), q.p.push_back(qs[qi][i]);
+    std::vector<int> obs(6, 0);
+    int kept = 0;
+    double overlap = 0;
+    for (int i = 0; i < 6; i++) overlap += std::min(p[i], qs[qi][i]);
+    for (int s = 0; s < N; s++) {
+      SamplerParams dp = sp;
+      dp.seed = 7777777ull * s + qi;
+      Sampler drafter(dp, 6);  // the draft's own draw from q
+      const int32_t x = drafter.draw(q);
+      sp.seed = 1000003ull * s + qi;
+      Sampler smp(sp, 6);
+      const Sampler::Draft d = smp.sample_draft(logits.data(), 6, x, nullptr, &q);
+      obs[d.id]++;
+      kept += d.accepted;
+      if (d.accepted) EXPECT_EQ(d.id, x);
+    }
+    EXPECT_LT(chi2(obs, p, N), 25.7) << "q " << qi;
+    EXPECT_NEAR((double)kept / N, overlap, 4.5 * std::sqrt(std::max(1e-9, overlap * (1 - overlap)) / N)) << "q " << qi;
+  }
+  // a draft its q gives probability 0 was not drawn from it: refused
+  Sampler::Dist q;
+  q.ids = {1}, q.p = {1.0};
+  Sampler smp(sp, 6);
+  EXPECT_THROW(smp.sample_draft(logits.data(), 6, 2, nullptr, &q), std::exception);
+}
+
 TEST(Speculative, SampledGenerationsAreDistributedAsPlainOnes) {
   // Many seeds at temperature 0.8: the distribution of the token at each of the first 6
   // generated positions with lookup 4 against plain decoding (two-sample chi-square over

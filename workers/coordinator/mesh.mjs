@@ -192,7 +192,7 @@ export class MeshCoordinator {
           const room = Math.min(nCtx - pos - 1, chunk - 1, left, drafter ? draftN : lookup);
           if (room > 0 && drafter) {
             const td = Date.now();
-            ({ids: drafts, q: dq} = drafter.propose(hist, room));  // dq: the draft's distributions (null: one-hot)
+            ({ids: drafts, q: dq} = drafter.propose(hist, room, gen));  // drawn as gen samples; dq: their distributions (null: one-hot)
             spec.draftMs += Date.now() - td;
           } else if (room > 0) drafts = draftLookup(hist, room);
         }
