@@ -92,6 +92,20 @@ stale() {
   return 1
 }
 
+# Compiles run in the background, at most NJOBS at once; each failure is written to FAILS and
+# reported (with the compiler's own message above it) once the loop's jobs are done.
+NJOBS="${KNOT_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+FAILS="$(mktemp)"
+trap 'rm -f "$FAILS"' EXIT
+bg() {  # bg CMD...: run CMD in the background (throttled)
+  while (( $(jobs -rp | wc -l) >= NJOBS )); do wait -n || true; done
+  { "$@" || echo "failed: ${*: -1}" >> "$FAILS"; } &
+}
+bg_wait() {  # wait for every background compile; exit 1 naming the failed outputs
+  wait
+  if [[ -s "$FAILS" ]]; then cat "$FAILS" >&2; exit 1; fi
+}
+
 T0=$(date +%s)
 OBJS=()
 built=0
@@ -104,10 +118,11 @@ for src in "${SRCS[@]}"; do
   if stale "$o" "$d"; then
     opt="$(opt_for "$src")"
     echo "em++ $opt $rel" >&2
-    "${CCACHE[@]}" em++ "${CXXFLAGS_COMMON[@]}" "$opt" -MMD -MF "$d" -c "$src" -o "$o"
+    bg "${CCACHE[@]}" em++ "${CXXFLAGS_COMMON[@]}" "$opt" -MMD -MF "$d" -c "$src" -o "$o"
     built=$((built + 1))
   fi
 done
+bg_wait
 # Drop objects whose source disappeared.
 for o in "$OBJ"/*.o; do
   [[ -e "$o" ]] || continue
@@ -185,10 +200,11 @@ for src in "${SRCS[@]}"; do
   if stale "$o" "$d"; then
     opt="$(opt_for "$src")"
     echo "em++ -pthread $opt $rel" >&2
-    "${CCACHE[@]}" em++ "${CXXFLAGS_COMMON[@]}" "${MT_FLAGS[@]}" "$opt" -MMD -MF "$d" -c "$src" -o "$o"
+    bg "${CCACHE[@]}" em++ "${CXXFLAGS_COMMON[@]}" "${MT_FLAGS[@]}" "$opt" -MMD -MF "$d" -c "$src" -o "$o"
     mbuilt=$((mbuilt + 1))
   fi
 done
+bg_wait
 for o in "$MOBJ"/*.o; do
   [[ -e "$o" ]] || continue
   keep=0
@@ -251,7 +267,7 @@ for src in "$ROOT/core/kernels/kernels.cpp" "$ROOT/wasm/abi.cpp"; do
   ROBJS+=("$o")
   if stale "$o" "$d"; then
     echo "em++ -DKNOT_WASM_RELAXED $rel" >&2
-    "${CCACHE[@]}" em++ "${CXXFLAGS_COMMON[@]}" -DKNOT_WASM_RELAXED "$(opt_for "$src")" -MMD -MF "$d" -c "$src" -o "$o"
+    bg "${CCACHE[@]}" em++ "${CXXFLAGS_COMMON[@]}" -DKNOT_WASM_RELAXED "$(opt_for "$src")" -MMD -MF "$d" -c "$src" -o "$o"
     rbuilt=$((rbuilt + 1))
   fi
 done
@@ -261,10 +277,11 @@ for src in "${RELAXED_SRCS[@]}"; do
   ROBJS+=("$o")
   if stale "$o" "$d"; then
     echo "clang++-19 -O3 $rel" >&2
-    "$CLANG19" "${CLANG19_FLAGS[@]}" "${CXXFLAGS_COMMON[@]}" -O3 -MMD -MF "$d" -c "$src" -o "$o"
+    bg "$CLANG19" "${CLANG19_FLAGS[@]}" "${CXXFLAGS_COMMON[@]}" -O3 -MMD -MF "$d" -c "$src" -o "$o"
     rbuilt=$((rbuilt + 1))
   fi
 done
+bg_wait
 RTMP="$OUT/knotwork-relaxed.new.wasm"
 echo "wasm-ld-19 link (${#ROBJS[@]} objects, $rbuilt recompiled)" >&2
 "$LLD19" -o "$RTMP" "${ROBJS[@]}" "${LDARGS[@]}"
