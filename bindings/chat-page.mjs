@@ -11,12 +11,12 @@ export const CHAT_PAGE_HTML = `<!doctype html>
 <title>knotwork chat</title>
 <style>
 *{box-sizing:border-box}
-body{margin:0;font:14px/1.45 system-ui,sans-serif;background:#f6f7f9;color:#1d2330;display:grid;grid-template-columns:1fr 330px;height:100vh}
-main{display:flex;flex-direction:column;min-width:0}
+body{margin:0;font:14px/1.45 system-ui,sans-serif;background:#f6f7f9;color:#1d2330;display:grid;grid-template-columns:1fr 330px;grid-template-rows:minmax(0,1fr);height:100vh;overflow:hidden}
+main{display:flex;flex-direction:column;min-width:0;min-height:0}
 header{padding:10px 16px;border-bottom:1px solid #dde1e7;background:#fff;display:flex;gap:10px;align-items:center;flex-wrap:wrap}
 header b{font-size:16px}
 select,input,textarea,button{font:inherit}
-#messages{flex:1;overflow:auto;padding:16px}
+#messages{flex:1;min-height:0;overflow:auto;padding:16px}
 .msg{max-width:760px;margin:0 0 12px;padding:10px 12px;border-radius:8px;white-space:pre-wrap;word-wrap:break-word}
 .user{background:#dfe9ff;margin-left:auto}
 .assistant{background:#fff;border:1px solid #dde1e7}
@@ -88,10 +88,17 @@ function note(cls, text) {
   $("messages").scrollTop = 1e9;
   return d;
 }
+// Streaming appends text nodes (a token costs its own length, not the reply's) and scrolls
+// once per frame, so a fast stream keeps the page responsive (Stop stays clickable).
+const toScroll = new Set();
+function scrollSoon(el) {
+  if (!toScroll.size) requestAnimationFrame(() => { for (const e of toScroll) e.scrollTop = 1e9; toScroll.clear(); });
+  toScroll.add(el);
+}
 function log(line) {
   const l = $("log");
-  l.textContent += line + "\\n";
-  l.scrollTop = 1e9;
+  l.append(line + "\\n");
+  scrollSoon(l);
 }
 const mib = (b) => (b / 1048576).toFixed(1) + " MiB";
 
@@ -191,7 +198,7 @@ async function send(text) {
             const j = JSON.parse(d);
             if (j.error) throw new Error(j.error.message);
             const delta = j.choices?.[0]?.delta?.content;
-            if (delta) { reply += delta; out.textContent = reply; $("messages").scrollTop = 1e9; }
+            if (delta) { reply += delta; out.append(delta); scrollSoon($("messages")); }
           }
         }
       }

@@ -113,6 +113,10 @@ test("serve chat page in Chromium: Stop ends the generation and the server's liv
   const during = await health();
   assert.equal(during.sessions, 1, "the generation holds a session");
   assert.equal(await page.isDisabled("#stop"), false);
+  // the reply grows past the log's height: the log scrolls, the form (and Stop) stays put
+  const box0 = await page.locator("#stop").boundingBox();
+  await page.waitForFunction(() => { const m = document.querySelector("#messages"); return m.scrollHeight > m.clientHeight + 200; }, null, {timeout: 30_000});
+  assert.deepEqual(await page.locator("#stop").boundingBox(), box0, "Stop does not move while the reply streams");
   await page.click("#stop");
   await page.waitForFunction(() => document.querySelector("#phase").textContent === "stopped", null, {timeout: 10_000});
   let h;
