@@ -445,8 +445,9 @@ async function serve(args) {
   const backend = localBackend(m, {id, nCtx: o.nCtx, chunk: o.chunk, reference: o.reference, chatTemplate: o.chatTemplate,
                                    modelPath: model, slots, ...(draft ? {draft, draftN} : {})});
   ready(createHandler(backend, {apiKey: o.apiKey}));
+  const threads = await kw.threadCount();
   process.stderr.write(`knotwork: serving ${id} at http://${shown}:${port} (OpenAI API under /v1, chat page at /)` +
-                       `${o.apiKey ? ", API key required" : ""}\n`);
+                       `${o.apiKey ? ", API key required" : ""}${threads > 1 ? `, ${threads} wasm threads` : ""}\n`);
   await new Promise((ok) => {
     const stop = () => { server.closeAllConnections?.(); server.close(() => ok()); };
     process.once("SIGINT", stop);

@@ -6,19 +6,19 @@ import {test} from "node:test";
 import assert from "node:assert/strict";
 import {execFile} from "node:child_process";
 import {promisify} from "node:util";
-import {existsSync, mkdtempSync, rmSync} from "node:fs";
+import {mkdtempSync, rmSync} from "node:fs";
 import {tmpdir} from "node:os";
 import {join} from "node:path";
-import {ROOT, KNOT_BIN} from "./helpers.mjs";
+import {ROOT, KNOT_BIN, MODELS, haveFiles} from "./helpers.mjs";
 import * as kw from "../../bindings/knotwork.mjs";
 
 const run = promisify(execFile);
 const exec = (cmd, args) => run(cmd, args, {maxBuffer: 1 << 24}).catch((e) => e);
-const shared = process.env.KNOT_SHARED_MODELS ?? "/work/shared/models";
+const shared = MODELS;
 const Q8 = join(shared, "stories260K-pad256-llama-q8_0.gguf"), Q4 = join(shared, "stories260K-pad256-llama-q4_k_m.gguf");
 
 test("knot generate --draft: the same greedy ids as plain decoding, speculation on stderr", async (t) => {
-  if (!existsSync(Q8) || !existsSync(Q4) || !existsSync(KNOT_BIN)) return t.skip("shared models or build/bin/knot missing");
+  if (!haveFiles(t, Q8, Q4, KNOT_BIN)) return;
   const args = [Q8, "-p", "Once upon a time, there was a little girl named Lily. She", "-n", "40", "--temp", "0", "--ignore-eos", "--ids"];
   const plain = await exec(KNOT_BIN, ["generate", ...args]);
   assert.ok(!(plain instanceof Error), plain.stderr);
@@ -33,7 +33,7 @@ test("knot generate --draft: the same greedy ids as plain decoding, speculation 
 });
 
 test("knot generate --draft with another vocabulary names both models", async (t) => {
-  if (!existsSync(Q8) || !existsSync(KNOT_BIN)) return t.skip("shared models or build/bin/knot missing");
+  if (!haveFiles(t, Q8, KNOT_BIN)) return;
   const dir = mkdtempSync(join(tmpdir(), "knot-draft-cli-"));
   try {
     const other = join(dir, "other.knot");
@@ -48,7 +48,7 @@ test("knot generate --draft with another vocabulary names both models", async (t
 });
 
 test("wasm: knotwork generate --draft and {draft, draftN} give the plain greedy ids; telemetry reports the draft", async (t) => {
-  if (!existsSync(Q8) || !existsSync(Q4)) return t.skip("shared models missing");
+  if (!haveFiles(t, Q8, Q4)) return;
   const cli = (extra) => exec(process.execPath, [join(ROOT, "bin/knotwork.mjs"), "generate", Q8, "-p", "Once upon a time, Lily",
                                                 "-n", "30", "--temp", "0", "--ignore-eos", "--ids", ...extra]);
   const plain = await cli([]), spec = await cli(["--draft", Q4, "--draft-n", "3"]);
@@ -73,7 +73,7 @@ test("wasm: knotwork generate --draft and {draft, draftN} give the plain greedy 
 });
 
 test("wasm: a Drafter (kw_drafter_*, a mesh coordinator's) proposes the draft model's greedy tokens after any history", async (t) => {
-  if (!existsSync(Q8) || !existsSync(Q4)) return t.skip("shared models missing");
+  if (!haveFiles(t, Q8, Q4)) return;
   const {Drafter, draftFits} = await import("../../bindings/drafter.mjs");
   const target = await kw.openModel(await kw.fileSource(Q8)), draft = await kw.openModel(await kw.fileSource(Q4));
   try {

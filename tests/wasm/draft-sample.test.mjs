@@ -8,18 +8,18 @@
 // tested natively (tests/native/infer_draft_model.cpp, many seeds).
 import {test} from "node:test";
 import assert from "node:assert/strict";
-import {existsSync} from "node:fs";
 import {join} from "node:path";
 import * as kw from "../../bindings/knotwork.mjs";
 import {Generator, topkLse} from "../../bindings/generator.mjs";
+import {MODELS, haveFiles} from "./helpers.mjs";
 
-const shared = process.env.KNOT_SHARED_MODELS ?? "/work/shared/models";
+const shared = MODELS;
 const Q8 = join(shared, "stories260K-pad256-llama-q8_0.gguf"), Q4 = join(shared, "stories260K-pad256-llama-q4_k_m.gguf");
 const open = async (path) => { const src = await kw.fileSource(path); try { return await kw.openModel(src); } finally { await src.close?.(); } };
 const PROMPT = "Once upon a time, there was a little girl named Lily. She";
 
 test("sampled drafts: a seed reproduces; they are kept more often than one-hot drafts at temperature 1", async (t) => {
-  if (!existsSync(Q8) || !existsSync(Q4)) return t.skip("shared models missing");
+  if (!haveFiles(t, Q8, Q4)) return;
   const target = await open(Q8), draft = await open(Q4);
   try {
     const o = {maxTokens: 32, temperature: 1, topK: 0, topP: 1, minP: 0, ignoreEos: true};
@@ -45,7 +45,7 @@ test("sampled drafts: a seed reproduces; they are kept more often than one-hot d
 });
 
 test("kw_session_propose gives ids and the q each was drawn from; kw_generator_step_draft_q_topk verifies against it", async (t) => {
-  if (!existsSync(Q8) || !existsSync(Q4)) return t.skip("shared models missing");
+  if (!haveFiles(t, Q8, Q4)) return;
   const target = await open(Q8), draft = await open(Q4);
   const w = await kw.init();
   const newSession = (model) => w.withString(JSON.stringify({n_ctx: 64}), (p, n) => {
@@ -94,7 +94,7 @@ test("kw_session_propose gives ids and the q each was drawn from; kw_generator_s
 });
 
 test("kw_session_new counts the draft's engine: a draft that does not fit beside the target is refused naming it", async (t) => {
-  if (!existsSync(Q8) || !existsSync(Q4)) return t.skip("shared models missing");
+  if (!haveFiles(t, Q8, Q4)) return;
   const target = await open(Q8), draft = await open(Q4);
   try {
     const c = target.info.config;

@@ -23,6 +23,18 @@ export function sharedModel(t, name) {
   return null;
 }
 
+/**
+ * Whether every file exists (shared models, build outputs). Missing: under CI the test FAILS
+ * (throws, naming the file), otherwise it is skipped (false after t.skip).
+ */
+export function haveFiles(t, ...paths) {
+  const missing = paths.filter((p) => !existsSync(p));
+  if (!missing.length) return true;
+  if (process.env.CI) throw new Error(`${missing.join(", ")} missing (CI is set: not skipping)`);
+  t.skip(`${missing.join(", ")} missing`);
+  return false;
+}
+
 let refs;
 export function referenceOutputs() {
   refs ??= JSON.parse(readFileSync(join(MODELS, "reference-outputs.json"), "utf8"));

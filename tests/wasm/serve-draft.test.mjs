@@ -8,18 +8,18 @@ import {test} from "node:test";
 import assert from "node:assert/strict";
 import {execFile} from "node:child_process";
 import {promisify} from "node:util";
-import {existsSync, mkdtempSync, rmSync} from "node:fs";
+import {mkdtempSync, rmSync} from "node:fs";
 import {tmpdir} from "node:os";
 import {join} from "node:path";
 import OpenAI from "openai";
-import {ROOT, KNOT_BIN, startServe} from "./helpers.mjs";
+import {ROOT, KNOT_BIN, startServe, MODELS, haveFiles} from "./helpers.mjs";
 
 const run = promisify(execFile);
-const shared = process.env.KNOT_SHARED_MODELS ?? "/work/shared/models";
+const shared = MODELS;
 const Q8 = join(shared, "stories260K-pad256-llama-q8_0.gguf"), Q6 = join(shared, "stories260K-pad256-llama-q6_k.gguf");
 
 test("serve --draft: the greedy reply of a plain server; usage, timings and knotwork report the drafts", async (t) => {
-  if (!existsSync(Q8) || !existsSync(Q6)) return t.skip("shared models missing");
+  if (!haveFiles(t, Q8, Q6)) return;
   const plain = await startServe(Q8, ["--ctx", "256", "--parallel", "2"]);
   const spec = await startServe(Q8, ["--ctx", "256", "--parallel", "2", "--draft", Q6, "--draft-n", "3"]);
   try {
@@ -57,7 +57,7 @@ test("serve --draft: the greedy reply of a plain server; usage, timings and knot
 });
 
 test("serve --draft with another vocabulary exits before serving, naming both models", async (t) => {
-  if (!existsSync(Q8) || !existsSync(KNOT_BIN)) return t.skip("shared model or build/bin/knot missing");
+  if (!haveFiles(t, Q8, KNOT_BIN)) return;
   const dir = mkdtempSync(join(tmpdir(), "knot-serve-draft-"));
   try {
     const other = join(dir, "other.knot");

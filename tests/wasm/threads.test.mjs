@@ -8,7 +8,7 @@ import {existsSync, readFileSync, writeFileSync} from "node:fs";
 import {spawnSync} from "node:child_process";
 import {join} from "node:path";
 
-import {ROOT, WASM_PATH, sharedModel, referenceOutputs, tmpDir} from "./helpers.mjs";
+import {ROOT, WASM_PATH, sharedModel, referenceOutputs, tmpDir, startServe} from "./helpers.mjs";
 import {loadWasm} from "../../bindings/loader.mjs";
 import {loadThreadedWasm} from "../../bindings/threads.mjs";
 
@@ -118,4 +118,22 @@ test("--threads refuses a bad count with exit 2, naming the flag", () => {
     assert.equal(r.status, 2, r.stderr);
     assert.match(r.stderr, /--threads: expected an integer in \[1, 16\]/);
   }
+});
+
+test("serve --threads 2: the greedy reply of `generate` (single-threaded), through the openai client", async (t) => {
+  const p = sharedModel(t, "stories260K-pad256-llama-q8_0.gguf");
+  if (!p) return;
+  const prompt = "Once upon a time, there was a little girl named Lily. She";
+  const st = run(["generate", p, "-p", prompt, "-n", "40", "--temp", "0"]);
+  assert.equal(st.status, 0, st.stderr);
+  const srv = await startServe(p, ["--threads", "2", "--ctx", "256"]);
+  try {
+    const {default: OpenAI} = await import("openai");
+    const c = await new OpenAI({baseURL: `${srv.url}/v1`, apiKey: "unused", maxRetries: 0})
+      .completions.create({model: srv.id, prompt, max_tokens: 40, temperature: 0});
+    assert.equal(c.usage.completion_tokens, 40);
+    assert.ok(c.choices[0].text.length > 20, c.choices[0].text);
+    assert.equal(c.choices[0].text, st.stdout.replace(/\n$/, ""), "serve --threads 2 replies as generate does");
+    assert.match(srv.stderr, /, 2 wasm threads\n/, "the threaded module serves");
+  } finally { await srv.stop(); }
 });
