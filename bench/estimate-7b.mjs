@@ -97,7 +97,7 @@ const measured = {};
 if (acceptanceFile) {
   const lines = readFileSync(acceptanceFile, "utf8").split("\n").filter((l) => l.trim()).map((l, i) => {
     try { return JSON.parse(l); } catch { throw new Error(`--acceptance ${acceptanceFile}: line ${i + 1} is not JSON`); }
-  }).filter((l) => l.bench === "lookup-acceptance" && l.aggregate && l.lookup <= K);
+  }).filter((l) => l.bench === "lookup-acceptance" && l.aggregate && l.lookup <= K && (l.ngram_max ?? 3) === 3);  // the mesh's rule only
   if (!lines.length) throw new Error(`--acceptance ${acceptanceFile}: no aggregate lookup-acceptance line with lookup <= ${K} (run bench/lookup-acceptance.mjs --out ${acceptanceFile})`);
   for (const l of lines) {
     const cur = measured[l.kind]?.[l.lookup];

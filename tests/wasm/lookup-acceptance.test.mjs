@@ -47,3 +47,10 @@ test("the room: K, the tokens left and the chunk bound the drafts", () => {
   assert.equal(lookupPasses(p, p, 0).drafted, 0);
   assert.throws(() => lookupPasses(p, p, -1), /k must be an integer/);
 });
+
+test("ngramMax: a longer n-gram picks the occurrence the reply copies", () => {
+  // at the second pass the history ends 7 1 2: [1 2] was last seen before 4, [7 1 2] before 3 (the copy)
+  const prompt = [7, 1, 2, 3, 6, 1, 2, 4], reply = [7, 1, 2, 3];
+  assert.deepEqual(lookupPasses(prompt, reply, 1, {ngramMax: 2}).passes[1], {rows: 2, drafted: 1, accepted: 0});
+  assert.deepEqual(lookupPasses(prompt, reply, 1, {ngramMax: 3}).passes[1], {rows: 2, drafted: 1, accepted: 1});
+});
