@@ -19,11 +19,17 @@
 //     workers/coordinator/mesh.mjs) for the rows of every pass; a pass costs the stations'
 //     and shards' r-row time and the round trips of a plain greedy step (no embed: rows.mjs),
 //     a fluid pass reads its weights once whatever r is;
+//   - speculation with the acceptance measured on real text (--acceptance FILE: the aggregate
+//     lines of bench/lookup-acceptance.mjs, teacher-forced prompt lookup on real code edits,
+//     document continuations and chat answers tokenized with the Qwen tokenizer): each kind's
+//     passes by row count for every K' <= --lookup in the file, priced with this run's r-row
+//     pass costs (the latest line per kind and K'); the stories260K figures stay beside them;
 //   - time to first token of a 2,000-token prompt, sequential and pipelined: the planner's
 //     model (plan_cost.h) with the rates measured in this run.
 //   node bench/estimate-7b.mjs [--hop-ms 4.4] [--fetch-mbps 200] [--timing 5] [--dir build/mem]
 //                              [--write-cost bench/cost-model.json] [--lookup 6] [--decode 128]
-//                              [--spec-model FILE.gguf] [--out FILE.jsonl] [--cpu (compute in CPU time)]
+//                              [--spec-model FILE.gguf] [--acceptance bench/speculative-DATE.jsonl]
+//                              [--out FILE.jsonl] [--cpu (compute in CPU time)]
 // --write-cost writes the planner's time model (core/infer/plan_cost.h) from the resident
 // stations measured here: decode weight bytes per ms (a station's weight bytes / its decode
 // compute), prefill weight bytes x tokens per ms (its first chunk), --hop-ms (measure it
@@ -36,7 +42,8 @@ import {appendFileSync, existsSync} from "node:fs";
 import {ROOT, spawnIsolate, synth7b} from "./lib/isolate.mjs";
 import {PROMPTS} from "./lib/prompts.mjs";
 import * as kw from "../bindings/knotwork.mjs";
-import {draftLookup} from "../bindings/generator.mjs";
+import {lookupPasses} from "./lib/lookup-acceptance.mjs";
+import {readFileSync} from "node:fs";
 import {plan} from "../bindings/planner.mjs";
 import {topologyFromPlan, linkBudget} from "../workers/lib/topology.mjs";
 
@@ -48,6 +55,7 @@ const costFile = opt("--write-cost", null), outFile = opt("--out", null);
 const K = Number(opt("--lookup", "6")), nDecode = Number(opt("--decode", "128"));
 const specModel = opt("--spec-model", join(process.env.KNOT_SHARED_MODELS ?? "/work/shared/models", "stories260K-pad256-llama-q4_k_m.gguf"));
 const verifyRows = Array.from({length: K}, (_, i) => i + 2);
+const acceptanceFile = opt("--acceptance", null);
 const cpu = args.includes("--cpu");  // compute timed in CPU time (lib/isolate.mjs): for a loaded host
 const rates = {decode: [], prefill: []};  // per resident station: weight bytes per ms
 const LAYERS = 4, FULL = 28;
@@ -71,28 +79,35 @@ if (existsSync(specModel)) {
     for (const [kind, text] of Object.entries(PROMPTS)) {
       const ids = m.tokenize(text), o = {maxTokens: nDecode, temperature: 0, ignoreEos: true};
       const plain = await m.complete(ids, o), withLookup = await m.complete(ids, {...o, lookup: K});
-      const out = plain.ids, nCtx = m.info?.config?.n_ctx_train ?? 1 << 20, chunk = 64;
-      const passes = [];
-      for (let n = 1; n < out.length;) {
-        const hist = [...ids, ...out.slice(0, n)], pos = hist.length - 1;
-        const room = Math.min(nCtx - pos - 1, chunk - 1, out.length - n, K);
-        const drafts = room > 0 ? draftLookup(hist, room) : [];
-        let a = 0;
-        while (a < drafts.length && drafts[a] === out[n + a]) a++;
-        passes.push({rows: 1 + drafts.length, drafted: drafts.length, accepted: a});
-        n += Math.min(a + 1, out.length - n);
-      }
-      const sum = (k) => passes.reduce((x, p) => x + p[k], 0);
+      const out = plain.ids, nCtx = m.info?.config?.n_ctx_train ?? 1 << 20;
+      const {passes, drafted, accepted, acceptance, tokensPerPass, verifyPasses} = lookupPasses(ids, out, K, {chunk: 64, nCtx});
       const sp = withLookup.speculative;
       spec[kind] = {passes, tokens: out.length - 1};
       log({acceptance: kind, model: specModel.split("/").pop(), prompt_tokens: ids.length, decode_tokens: out.length, lookup: K,
            same_ids: JSON.stringify(withLookup.ids) === JSON.stringify(out),
            engine: {drafted: sp.drafted, accepted: sp.accepted, acceptance: +sp.acceptance.toFixed(3)},
-           replay: {passes: passes.length, verify_passes: passes.filter((p) => p.drafted).length, drafted: sum("drafted"), accepted: sum("accepted"),
-                    acceptance: +(sum("drafted") ? sum("accepted") / sum("drafted") : 0).toFixed(3), tokens_per_pass: +((out.length - 1) / passes.length).toFixed(3)}});
+           replay: {passes: passes.length, verify_passes: verifyPasses, drafted, accepted,
+                    acceptance: +acceptance.toFixed(3), tokens_per_pass: +tokensPerPass.toFixed(3)}});
     }
   } finally { m.close(); }
 } else log({acceptance: "skipped", reason: `${specModel} missing`});
+// ---- acceptance on real text, teacher-forced (bench/lookup-acceptance.mjs) -------------------
+// kind -> K' -> the latest aggregate line of that kind and K' (K' <= K: its rows <= K + 1 are timed here)
+const measured = {};
+if (acceptanceFile) {
+  const lines = readFileSync(acceptanceFile, "utf8").split("\n").filter((l) => l.trim()).map((l, i) => {
+    try { return JSON.parse(l); } catch { throw new Error(`--acceptance ${acceptanceFile}: line ${i + 1} is not JSON`); }
+  }).filter((l) => l.bench === "lookup-acceptance" && l.aggregate && l.lookup <= K && (l.ngram_max ?? 3) === 3);  // the mesh's rule only
+  if (!lines.length) throw new Error(`--acceptance ${acceptanceFile}: no aggregate lookup-acceptance line with lookup <= ${K} (run bench/lookup-acceptance.mjs --out ${acceptanceFile})`);
+  for (const l of lines) {
+    const cur = measured[l.kind]?.[l.lookup];
+    if (!cur || cur.date <= l.date) (measured[l.kind] ??= {})[l.lookup] = l;
+  }
+  for (const [kind, byK] of Object.entries(measured))
+    for (const [k, l] of Object.entries(byK))
+      log({acceptance_teacher_forced: kind, lookup: Number(k), from: acceptanceFile, date_measured: l.date, tokenizer: l.tokenizer,
+           tasks: l.tasks.length, decoded_tokens: l.decoded_tokens, passes: l.passes, acceptance: l.acceptance, tokens_per_pass: l.tokens_per_pass});
+}
 const model = synth7b(dir, LAYERS, log);
 
 // the 28-layer plan's topology (header only) for the link layout
@@ -170,6 +185,20 @@ for (const [name, opts] of Object.entries(plans)) {
     const tokS = sp.tokens / (ms / 1000);
     out[name].speculative[kind] = {tok_s: +tokS.toPrecision(3), speedup: +(tokS * passMs(1) / 1000).toFixed(3),
                                    tokens_per_pass: +(sp.tokens / sp.passes.length).toFixed(3)};
+  }
+  // the teacher-forced acceptance on real text: the same passes, from their row counts
+  if (acceptanceFile) {
+    out[name].speculative_real_text = {};
+    for (const [kind, byK] of Object.entries(measured)) {
+      const per = {};
+      for (const [k, l] of Object.entries(byK)) {
+        const ms = Object.entries(l.rows).reduce((a, [r, n]) => a + n * passMs(Number(r)), 0);
+        const tokS = l.decoded_tokens / (ms / 1000);
+        per[k] = {tok_s: +tokS.toPrecision(3), speedup: +(tokS * passMs(1) / 1000).toFixed(3), acceptance: l.acceptance, tokens_per_pass: l.tokens_per_pass};
+      }
+      const best = Object.entries(per).reduce((b, [k, v]) => (v.tok_s > b.tok_s ? {lookup: Number(k), ...v} : b), {lookup: 0, tok_s: +(1000 / passMs(1)).toPrecision(3), speedup: 1});
+      out[name].speculative_real_text[kind] = {by_lookup: per, best};
+    }
   }
   // what-if (not measured): an acceptance a per draft, i.i.d., K' drafts every pass:
   // (1 - a^(K'+1)) / (1 - a) tokens per pass; the best K' <= K for each a
