@@ -706,6 +706,48 @@ static void quant_q8_K_avx2(const float* x, void* dst, int64_t n) {
   }
 }
 
+// ---- Q16_0 activation quantizer: quantize_block_q16_0's bytes, 8 lanes (the 256-bit form
+// of quant_q16_0_avx512). Per 32-block amax in SIMD (max is exact), then d = amax/32767
+// and id = 1/d in scalar f32 as the scalar code does, q = round-to-nearest-even(x*id)
+// (vcvtps2dq under the default MXCSR, as nearbyint) clamped to +-32767 (saturating packs
+// keep that range); blocks with amax < 1e-30 (zero, or 1/d near overflow) take the scalar
+// block quantizer. Rows with inf/nan go to the scalar quantizer, which throws naming the index.
+static void quant_q16_0_avx2(const float* x, void* dst, int64_t n) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), vinf = _mm256_set1_ps(INFINITY);
+  for (int64_t j = 0; j < n; j += 8)  // |x| !< inf: inf or nan
+    if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), absmask), vinf, _CMP_NLT_UQ))) {
+      quantize_act_row(ActFormat::Q16_0, x, dst, n);  // throws
+      return;
+    }
+  block_q16_0* y = (block_q16_0*)dst;
+  const __m256i kmax = _mm256_set1_epi32(32767), kmin = _mm256_set1_epi32(-32767);
+  for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      m = _mm256_max_ps(m, _mm256_and_ps(v[k], absmask));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    if (!(amax >= 1e-30f)) {  // zero or tiny (1/d may overflow): the scalar block
+      quantize_block_q16_0(x, y + i);
+      continue;
+    }
+    const float d = amax / 32767.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int k = 0; k < 4; k++)
+      q[k] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid)), kmax), kmin);
+    y[i].d = d;
+    // packs interleaves 128-bit halves: [q0 lo, q1 lo, q0 hi, q1 hi] -> permute to order
+    _mm256_storeu_si256((__m256i*)y[i].qs, _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8));
+    _mm256_storeu_si256((__m256i*)(y[i].qs + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xD8));
+  }
+}
+
 // nt -> template instantiation
 #define KNOT_NT_DISPATCH(name, tmpl)                                                     \
   static void name(int64_t n, const void* w, const void* const* act, int nt, float* out) { \
@@ -751,7 +793,7 @@ static void mm_q8_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, con
   mm_q0_8_avx2<block_q8_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 
-// The Q8_K activation quantizer above; scalar Q16_0 / Q8_0 ones.
+// The Q8_K and Q16_0 activation quantizers above; the scalar Q8_0 one.
 static constexpr DotKernels make_avx2_table() {
   DotKernels k;
   k.name = "avx2";
@@ -770,6 +812,7 @@ static constexpr DotKernels make_avx2_table() {
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_avx2;
   k.mm[type_index(DType::Q6_K)] = mm_q6_K_avx2;
   k.quant_act[(int)ActFormat::Q8_K] = quant_q8_K_avx2;
+  k.quant_act[(int)ActFormat::Q16_0] = quant_q16_0_avx2;
   k.mv[type_index(DType::Q4_0)] = mv_q4_0_avx2;
   k.mv[type_index(DType::Q8_0)] = mv_q8_0_avx2;
   return k;
