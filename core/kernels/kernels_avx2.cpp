@@ -501,6 +501,15 @@ void pack_q0_panel8(const uint8_t* const* row, int64_t nb, Q0Panel8* pb) {
   }
 }
 
+// An empty asm the accumulator passes through: GCC's reassociation otherwise turns each
+// token's 16-term vpaddd chain into a tree over all 16 vpmaddwd results of the block,
+// spilling them to the stack (2x the instructions). The integer sum is exact either way.
+inline void keep_in_register(__m256i& v) {
+#if defined(__GNUC__)
+  __asm__("" : "+x"(v));
+#endif
+}
+
 template <int TT>
 void q0gemm8_tile(const Q0Panel8* pb, int64_t nb, const block_q16_0* const* a, __m256* acc) {
   KNOT_UNROLL
@@ -513,7 +522,10 @@ void q0gemm8_tile(const Q0Panel8* pb, int64_t nb, const block_q16_0* const* a, _
     for (int p = 0; p < 16; p++) {
       const __m256i wv = _mm256_load_si256(pb[i].w + p);
       KNOT_UNROLL
-      for (int t = 0; t < TT; t++) s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(wv, bcast4(a[t][i].qs + 2 * p)));
+      for (int t = 0; t < TT; t++) {
+        s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(wv, bcast4(a[t][i].qs + 2 * p)));
+        keep_in_register(s[t]);
+      }
     }
     KNOT_UNROLL
     for (int t = 0; t < TT; t++) {
