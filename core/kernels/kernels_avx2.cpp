@@ -4,7 +4,8 @@
 // block_accum_* with contraction off, so results equal kernels_generic.cpp bit for bit.
 // Multi-token (NT <= 4): each weight block is loaded and unpacked once, then multiplied
 // with every token's activation block. Prefill (matmul, 2+ tokens) has batched kernels:
-// Q4_0/Q8_0 x Q16_0 (int16 rows) and Q4_K/Q6_K x Q8_K (8-row x 8-token maddubs tiles).
+// Q4_0/Q8_0 x Q16_0 (8-row x 4-token vpmaddwd tiles on pair-major int16 panels) and
+// Q4_K/Q6_K x Q8_K (8-row x 8-token maddubs tiles).
 // Q4_0/Q8_0 decode (one token) runs the 8-row lanes-as-rows kernel in mv[] (no per-row
 // horizontal sum per block).
 #if defined(__x86_64__) || defined(__i386__)
@@ -283,144 +284,7 @@ static void q6_K_avx2(int64_t n, const void* w, const void* const* act, float* o
 }
 
 
-// ---- Batched prefill kernels (mm_fn) for Q4_0/Q8_0 x Q16_0: same scheme as
-// kernels_wasm.cpp. Per 256 weights, RD rows are decoded once into int16, activations
-// copied to int16 rows once; 4 rows x 2 tokens of madd accumulators; at each float block the 4 rows' sums come out
-// of a hadd tree as one __m128i and the float combine runs on 4 lanes with exactly the
-// operations and order of block_accum (contraction off, no FMA).
-
 namespace {
-
-constexpr int RD = 16;
-constexpr int SB = 256;
-
-struct F4 {
-  __m128 v;  // 4 rows' float accumulators of one token
-};
-struct MmScratch {
-  std::vector<int16_t> a16;  // [nt][n]
-  std::vector<float> ad;     // [nt][n/32]
-  std::vector<F4> acc;       // [RD/4][nt]
-};
-thread_local MmScratch g_mm;
-struct alignas(32) MmWeights {
-  int16_t dec[RD][SB];  // decoded weights of 8 blocks
-  float d[8][RD];       // [block][row] weight scale
-};
-thread_local MmWeights g_w;
-
-inline __m128i reduce4(__m256i a, __m256i b, __m256i c, __m256i d) {  // [sum a, sum b, sum c, sum d]
-  const __m128i a4 = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-  const __m128i b4 = _mm_add_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
-  const __m128i c4 = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
-  const __m128i d4 = _mm_add_epi32(_mm256_castsi256_si128(d), _mm256_extracti128_si256(d, 1));
-  return _mm_hadd_epi32(_mm_hadd_epi32(a4, b4), _mm_hadd_epi32(c4, d4));
-}
-
-void zero_row(MmWeights& w, int r) {
-  std::memset(w.dec[r], 0, sizeof w.dec[r]);
-  for (int b = 0; b < 8; b++) w.d[b][r] = 0.f;
-}
-
-struct FmtQ8_0 {
-  static constexpr int NBI = 8, GPB = 2;  // 8 blocks of 32 = 2 groups of 16
-  static constexpr size_t BYTES = 8 * sizeof(block_q8_0);
-  static void decode(const uint8_t* p, MmWeights& w, int r) {
-    const block_q8_0* x = (const block_q8_0*)p;
-    for (int b = 0; b < 8; b++) {
-      _mm256_store_si256((__m256i*)(w.dec[r] + 32 * b), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x[b].qs)));
-      _mm256_store_si256((__m256i*)(w.dec[r] + 32 * b + 16), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(x[b].qs + 16))));
-      w.d[b][r] = half_to_float(x[b].d);
-    }
-  }
-};
-
-struct FmtQ4_0 {
-  static constexpr int NBI = 8, GPB = 2;  // 8 blocks of 32 = 2 groups of 16
-  static constexpr size_t BYTES = 8 * sizeof(block_q4_0);
-  static void decode(const uint8_t* p, MmWeights& w, int r) {
-    const block_q4_0* x = (const block_q4_0*)p;
-    const __m128i m4 = _mm_set1_epi8(0x0F), k8 = _mm_set1_epi8(8);
-    for (int b = 0; b < 8; b++) {
-      const __m128i q = _mm_loadu_si128((const __m128i*)x[b].qs);
-      _mm256_store_si256((__m256i*)(w.dec[r] + 32 * b), _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(q, m4), k8)));
-      _mm256_store_si256((__m256i*)(w.dec[r] + 32 * b + 16),
-                         _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), m4), k8)));
-      w.d[b][r] = half_to_float(x[b].d);
-    }
-  }
-};
-
-template <class F, int NT>
-inline void mm_tile(const MmWeights& W, const int16_t* const* a, const float* const* adt, int sub, F4* acc) {
-  const int16_t* w = W.dec[4 * sub];
-  for (int b = 0; b < F::NBI; b++) {
-    __m256i s[4][NT];
-    for (int r = 0; r < 4; r++)
-      for (int t = 0; t < NT; t++) s[r][t] = _mm256_setzero_si256();
-    for (int g = 0; g < F::GPB; g++) {  // hot loop: 16 weights x 4 rows x NT tokens
-      const int off = (b * F::GPB + g) * 16;
-      __m256i av[NT];
-      for (int t = 0; t < NT; t++) av[t] = _mm256_loadu_si256((const __m256i*)(a[t] + off));
-      for (int r = 0; r < 4; r++) {
-        const __m256i wv = _mm256_load_si256((const __m256i*)(w + r * SB + off));
-        for (int t = 0; t < NT; t++) s[r][t] = _mm256_add_epi32(s[r][t], _mm256_madd_epi16(wv, av[t]));
-      }
-    }
-    const __m128 dw = _mm_loadu_ps(&W.d[b][4 * sub]);
-    for (int t = 0; t < NT; t++) {
-      const __m128i sumi = reduce4(s[0][t], s[1][t], s[2][t], s[3][t]);
-      const __m128 da = _mm_set1_ps(adt[t][b]);
-      const __m128 d = _mm_mul_ps(dw, da);
-      acc[t].v = _mm_add_ps(acc[t].v, _mm_mul_ps(d, _mm_cvtepi32_ps(sumi)));  // block_accum, lanewise
-    }
-  }
-}
-
-template <class F>
-void mm_avx2(int64_t n, const uint8_t* Wt, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
-             int64_t nt, float* Y, int64_t ldy) {
-  const int64_t ns = n / SB, nbe = n / QK8_0;
-  MmScratch& m = g_mm;
-  MmWeights& W = g_w;
-  m.a16.resize((size_t)(nt * n));
-  m.ad.resize((size_t)(nt * nbe));
-  m.acc.resize((size_t)(RD / 4 * nt));
-  for (int64_t t = 0; t < nt; t++) {  // Q16_0 rows -> contiguous int16 + scales
-    const block_q16_0* x = (const block_q16_0*)(act + (size_t)t * ab);
-    for (int64_t i = 0; i < nbe; i++) {
-      std::memcpy(m.a16.data() + t * n + 32 * i, x[i].qs, sizeof x[i].qs);
-      m.ad[(size_t)(t * nbe + i)] = x[i].d;
-    }
-  }
-  for (int64_t r0 = 0; r0 < nrows; r0 += RD) {
-    const int nr = (int)std::min<int64_t>(RD, nrows - r0), nsub = (nr + 3) / 4;
-    for (int64_t k = 0; k < nsub * nt; k++) m.acc[(size_t)k].v = _mm_setzero_ps();
-    for (int64_t s = 0; s < ns; s++) {
-      for (int r = 0; r < 4 * nsub; r++) {
-        if (r < nr) F::decode(Wt + (size_t)(r0 + r) * rb + (size_t)s * F::BYTES, W, r);
-        else zero_row(W, r);
-      }
-      int64_t t = 0;
-      for (; t + 2 <= nt; t += 2) {
-        const int16_t* a[2] = {m.a16.data() + t * n + s * SB, m.a16.data() + (t + 1) * n + s * SB};
-        const float* adt[2] = {m.ad.data() + t * nbe + s * F::NBI, m.ad.data() + (t + 1) * nbe + s * F::NBI};
-        for (int sub = 0; sub < nsub; sub++) mm_tile<F, 2>(W, a, adt, sub, &m.acc[(size_t)(sub * nt + t)]);
-      }
-      if (t < nt) {
-        const int16_t* a[1] = {m.a16.data() + t * n + s * SB};
-        const float* adt[1] = {m.ad.data() + t * nbe + s * F::NBI};
-        for (int sub = 0; sub < nsub; sub++) mm_tile<F, 1>(W, a, adt, sub, &m.acc[(size_t)(sub * nt + t)]);
-      }
-    }
-    for (int sub = 0; sub < nsub; sub++)
-      for (int64_t t = 0; t < nt; t++) {
-        alignas(16) float o[4];
-        _mm_store_ps(o, m.acc[(size_t)(sub * nt + t)].v);
-        for (int r = 0; r < 4 && 4 * sub + r < nr; r++) Y[t * ldy + r0 + 4 * sub + r] = o[r];
-      }
-  }
-}
 
 // Decode (one token, mv[]): 8 weight rows at a time, one row per 32-bit lane. Per
 // 32-weight block and row two madd of the int16-widened weights with the int16
@@ -488,12 +352,6 @@ static void mv_q8_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, con
   mv_rows8<block_q8_0>(n, W, rb, nr, a, Y);
 }
 
-static void mm_q4_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
-  mm_avx2<FmtQ4_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
-}
-static void mm_q8_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
-  mm_avx2<FmtQ8_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
-}
 
 // ---- K-quant prefill (2+ tokens) for CPUs without VNNI: 8 rows x KT tokens register
 // tiles, lanes = rows — kernels_avxvnni.cpp's panel layout (each 8-row panel unpacked once
@@ -611,6 +469,109 @@ inline __m256i bcast4(const void* p) {
 #else
 #define KNOT_UNROLL _Pragma("GCC unroll 16")
 #endif
+
+// ---- Q4_0 / Q8_0 x Q16_0 prefill (2+ tokens): 8 rows x QT tokens register tiles, lanes =
+// rows (kernels_avxvnni.cpp's mm_gemm8 with vpmaddwd + vpaddd in place of vpdpwssd). Each
+// 8-row panel is repacked once per call into pair-major int16: for weight pair p (elements
+// 2p, 2p+1) of a block, one ymm holding that pair of all 8 rows. A token's block sums for
+// the 8 rows are then 16 vpmaddwd against a broadcast activation pair (|pair| <= 2 * 128 *
+// 32767 < 2^24, block sum < 2^28: exact), with no horizontal reduction; the float combine
+// is block_accum lanewise in block order (contraction off), as mv_rows8 does: every row
+// equals the scalar dot bit for bit.
+
+struct Q0Panel8 {  // one block of an 8-row panel
+  __m256i w[16];  // w[p] lane r: row r's int16 weights 2p, 2p+1
+  __m256 d;       // rows' fp16 scales as f32
+};
+thread_local std::vector<Q0Panel8> g_q0panel8;
+
+template <class WBlock>
+void pack_q0_panel8(const uint8_t* const* row, int64_t nb, Q0Panel8* pb) {
+  for (int64_t i = 0; i < nb; i++) {
+    __m256i lo[8], hi[8];
+    alignas(32) float d[8];
+    for (int r = 0; r < 8; r++) {
+      const WBlock& b = ((const WBlock*)row[r])[i];
+      unpack_w(b, lo[r], hi[r]);
+      d[r] = half_to_float(b.d);
+    }
+    transpose8(lo, pb[i].w);      // pairs 0..7 (elements 0..15)
+    transpose8(hi, pb[i].w + 8);  // pairs 8..15
+    pb[i].d = _mm256_load_ps(d);
+  }
+}
+
+// An empty asm the accumulator passes through: GCC's reassociation otherwise turns each
+// token's 16-term vpaddd chain into a tree over all 16 vpmaddwd results of the block,
+// spilling them to the stack (2x the instructions). The integer sum is exact either way.
+inline void keep_in_register(__m256i& v) {
+#if defined(__GNUC__)
+  __asm__("" : "+x"(v));
+#endif
+}
+
+template <int TT>
+void q0gemm8_tile(const Q0Panel8* pb, int64_t nb, const block_q16_0* const* a, __m256* acc) {
+  KNOT_UNROLL
+  for (int t = 0; t < TT; t++) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {  // hot loop: one block, 8 rows x TT tokens
+    __m256i s[TT];
+    KNOT_UNROLL
+    for (int t = 0; t < TT; t++) s[t] = _mm256_setzero_si256();
+    KNOT_UNROLL
+    for (int p = 0; p < 16; p++) {
+      const __m256i wv = _mm256_load_si256(pb[i].w + p);
+      KNOT_UNROLL
+      for (int t = 0; t < TT; t++) {
+        s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(wv, bcast4(a[t][i].qs + 2 * p)));
+        keep_in_register(s[t]);
+      }
+    }
+    KNOT_UNROLL
+    for (int t = 0; t < TT; t++) {
+      const __m256 d = _mm256_mul_ps(pb[i].d, _mm256_set1_ps(a[t][i].d));            // block_accum, lanewise:
+      acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(d, _mm256_cvtepi32_ps(s[t])));  // acc + (dw*da)*sumi
+    }
+  }
+}
+
+constexpr int QT = 4;  // token tile of the Q4_0/Q8_0 prefill kernel
+
+template <class WBlock>
+void mm_q0_8_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+                  int64_t nt, float* Y, int64_t ldy) {
+  const int64_t nb = n / QK8_0;
+  std::vector<Q0Panel8>& pb = g_q0panel8;
+  if ((int64_t)pb.size() < nb) pb.resize((size_t)nb);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
+    const int nr = (int)std::min<int64_t>(8, nrows - r0);
+    const uint8_t* row[8];
+    for (int r = 0; r < 8; r++) row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;  // tail repeats, not stored
+    pack_q0_panel8<WBlock>(row, nb, pb.data());
+    for (int64_t t0 = 0; t0 < nt; t0 += QT) {
+      const int tt = (int)std::min<int64_t>(QT, nt - t0);
+      const block_q16_0* a[QT];
+      for (int t = 0; t < tt; t++) a[t] = (const block_q16_0*)(act + (size_t)(t0 + t) * ab);
+      __m256 acc[QT];
+      switch (tt) {  // tails of 1..QT-1 tokens
+        case 1: q0gemm8_tile<1>(pb.data(), nb, a, acc); break;
+        case 2: q0gemm8_tile<2>(pb.data(), nb, a, acc); break;
+        case 3: q0gemm8_tile<3>(pb.data(), nb, a, acc); break;
+        default: q0gemm8_tile<QT>(pb.data(), nb, a, acc); break;
+      }
+      for (int t = 0; t < tt; t++) {
+        float* y = Y + (t0 + t) * ldy + r0;
+        if (nr == 8) {
+          _mm256_storeu_ps(y, acc[t]);
+        } else {
+          alignas(32) float o[8];
+          _mm256_store_ps(o, acc[t]);
+          for (int r = 0; r < nr; r++) y[r] = o[r];
+        }
+      }
+    }
+  }
+}
 
 template <bool Q6, int TT>
 void kgemm8_tile(const KPanel8* pb, int64_t nb, const block_q8_K* const* a, __m256* acc) {
@@ -757,6 +718,48 @@ static void quant_q8_K_avx2(const float* x, void* dst, int64_t n) {
   }
 }
 
+// ---- Q16_0 activation quantizer: quantize_block_q16_0's bytes, 8 lanes (the 256-bit form
+// of quant_q16_0_avx512). Per 32-block amax in SIMD (max is exact), then d = amax/32767
+// and id = 1/d in scalar f32 as the scalar code does, q = round-to-nearest-even(x*id)
+// (vcvtps2dq under the default MXCSR, as nearbyint) clamped to +-32767 (saturating packs
+// keep that range); blocks with amax < 1e-30 (zero, or 1/d near overflow) take the scalar
+// block quantizer. Rows with inf/nan go to the scalar quantizer, which throws naming the index.
+static void quant_q16_0_avx2(const float* x, void* dst, int64_t n) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), vinf = _mm256_set1_ps(INFINITY);
+  for (int64_t j = 0; j < n; j += 8)  // |x| !< inf: inf or nan
+    if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + j), absmask), vinf, _CMP_NLT_UQ))) {
+      quantize_act_row(ActFormat::Q16_0, x, dst, n);  // throws
+      return;
+    }
+  block_q16_0* y = (block_q16_0*)dst;
+  const __m256i kmax = _mm256_set1_epi32(32767), kmin = _mm256_set1_epi32(-32767);
+  for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+      v[k] = _mm256_loadu_ps(x + 8 * k);
+      m = _mm256_max_ps(m, _mm256_and_ps(v[k], absmask));
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    if (!(amax >= 1e-30f)) {  // zero or tiny (1/d may overflow): the scalar block
+      quantize_block_q16_0(x, y + i);
+      continue;
+    }
+    const float d = amax / 32767.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    const __m256 vid = _mm256_set1_ps(id);
+    __m256i q[4];
+    for (int k = 0; k < 4; k++)
+      q[k] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid)), kmax), kmin);
+    y[i].d = d;
+    // packs interleaves 128-bit halves: [q0 lo, q1 lo, q0 hi, q1 hi] -> permute to order
+    _mm256_storeu_si256((__m256i*)y[i].qs, _mm256_permute4x64_epi64(_mm256_packs_epi32(q[0], q[1]), 0xD8));
+    _mm256_storeu_si256((__m256i*)(y[i].qs + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(q[2], q[3]), 0xD8));
+  }
+}
+
 // nt -> template instantiation
 #define KNOT_NT_DISPATCH(name, tmpl)                                                     \
   static void name(int64_t n, const void* w, const void* const* act, int nt, float* out) { \
@@ -795,7 +798,14 @@ static void mm_q6_K_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, con
   mm_kquant8_avx2<true>(n, W, rb, nr, a, ab, nt, Y, ldy, dot_q6_K_avx2);
 }
 
-// The Q8_K activation quantizer above; scalar Q16_0 / Q8_0 ones.
+static void mm_q4_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_q0_8_avx2<block_q4_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+static void mm_q8_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
+  mm_q0_8_avx2<block_q8_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+
+// The Q8_K and Q16_0 activation quantizers above; the scalar Q8_0 one.
 static constexpr DotKernels make_avx2_table() {
   DotKernels k;
   k.name = "avx2";
@@ -814,6 +824,7 @@ static constexpr DotKernels make_avx2_table() {
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_avx2;
   k.mm[type_index(DType::Q6_K)] = mm_q6_K_avx2;
   k.quant_act[(int)ActFormat::Q8_K] = quant_q8_K_avx2;
+  k.quant_act[(int)ActFormat::Q16_0] = quant_q16_0_avx2;
   k.mv[type_index(DType::Q4_0)] = mv_q4_0_avx2;
   k.mv[type_index(DType::Q8_0)] = mv_q8_0_avx2;
   return k;

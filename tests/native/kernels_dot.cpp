@@ -523,3 +523,63 @@ TEST(KernelsDot, EveryUsableSimdVariantMatchesScalar) {
     set_simd_kernels_for_test(nullptr);
   }
 }
+
+// Each usable table's Q4_0/Q8_0 batched kernel (mm[], the 8-row x QT-token tiles on AVX2 /
+// AVX-VNNI, 16-row on AVX-512) called directly on Q16_0 activation rows equals the scalar
+// Q16_0 dot of each (row, token) bit for bit: every token tail of the tile (1..9 tokens,
+// 17), row counts off the 8/16-row panel (1, 7, 9, 23), rows and activation rows with
+// padding between them, outputs into a wider ldy whose other cells stay untouched, and
+// weight blocks with large scales and extreme quants (-128/127 in Q8_0, full int16 range
+// activations).
+TEST(KernelsDot, Q0PrefillTilesMatchScalarDotOnRaggedShapes) {
+  NamedKernels tables[4];
+  const int nv = usable_simd_tables(tables);
+  const int64_t cols = 768;  // 24 blocks of 32, 3 of 256
+  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    const dot_fn scalar = pick_mm_dot(kDotGeneric, t);
+    ASSERT_NE(scalar, nullptr);
+    const int64_t max_rows = 23;
+    const size_t rb = row_bytes(t, cols), rpad = rb + 36;  // rows not packed back to back
+    std::vector<uint8_t> Wq = quant_matrix(t, max_rows, cols, 11);
+    std::vector<uint8_t> W(rpad * max_rows, 0xA5);
+    for (int64_t r = 0; r < max_rows; r++) std::memcpy(W.data() + r * rpad, Wq.data() + r * rb, rb);
+    if (t == DType::Q8_0) {  // extreme quants in row 2: -128 and 127 alternate
+      block_q8_0* b = (block_q8_0*)(W.data() + 2 * rpad);
+      for (int j = 0; j < QK8_0; j++) b[1].qs[j] = (int8_t)(j % 2 ? 127 : -128);
+    }
+    const int64_t max_tok = 17;
+    const size_t ab = act_row_bytes(ActFormat::Q16_0, cols), apad = ab + 12;
+    std::vector<uint8_t> A(apad * max_tok);
+    for (int64_t k = 0; k < max_tok; k++) {
+      std::vector<float> x = gauss((size_t)cols, 500 + (uint32_t)k, k == 3 ? 50.f : 1.f);
+      if (k == 4)
+        for (int64_t i = 0; i < 32; i++) x[(size_t)i] = i % 2 ? 1.f : -1.f;  // +-32767 quants
+      quantize_act_row(ActFormat::Q16_0, x.data(), A.data() + k * apad, cols);
+    }
+    for (int v = 0; v < nv; v++) {
+      const mm_fn mm = pick_mm_batch(*tables[v].table, t);
+      if (!mm) continue;
+      for (int64_t nrows : {1, 7, 9, 23})
+        for (int64_t nt : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
+          if (nt < tables[v].table->mm_min_tokens) continue;
+          const int64_t ldy = nrows + 5;
+          std::vector<float> Y((size_t)(ldy * nt), -7.f);
+          mm(cols, W.data(), rpad, nrows, A.data(), apad, nt, Y.data(), ldy);
+          for (int64_t k = 0; k < nt; k++)
+            for (int64_t r = 0; r < ldy; r++) {
+              const float got = Y[(size_t)(k * ldy + r)];
+              if (r >= nrows) {
+                ASSERT_EQ(got, -7.f) << tables[v].name << " wrote past row " << nrows;
+                continue;
+              }
+              const void* a[1] = {A.data() + k * apad};
+              float want = 0.f;
+              scalar(cols, W.data() + r * rpad, a, 1, &want);
+              ASSERT_TRUE(bit_equal(got, want)) << tables[v].name << " " << dtype_name(t) << " rows " << nrows
+                                                << " tokens " << nt << " at (" << k << "," << r << "): " << got
+                                                << " vs " << want;
+            }
+        }
+    }
+  }
+}
