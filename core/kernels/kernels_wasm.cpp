@@ -9,8 +9,8 @@
 // token costs one load + one dot + one add per 8 weights. Weight unpacking is shared by
 // the NT (<= 4) tokens of a tile. Integer block sums are exact; the per-block float
 // combine is the shared scalar block_accum_* (bit-identical to kernels_generic.cpp).
-// Decode of Q8_0 / Q4_K goes through multi-row mat-vec kernels (mv_fn: 4 rows per pass,
-// the float combine lanewise = rows); prefill through the batched mm_fn kernels below.
+// Decode of Q8_0 / Q4_K / Q6_K goes through multi-row mat-vec kernels (mv_fn: 4 rows per
+// pass, the float combine lanewise = rows); prefill through the batched mm_fn kernels below.
 #if defined(__wasm_simd128__)
 
 #include <wasm_simd128.h>

@@ -12,7 +12,8 @@
 // Integer block sums are exact (order-free); the per-block float combine is the shared
 // scalar block_accum_*, so results equal kernels_generic.cpp bit for bit.
 //
-// Table: kDotWasm with the Q4_K / Q6_K dot slots (decode, prefill tails) and batched
+// Table: kDotWasm with the Q4_K / Q6_K dot slots (prefill tails, mat-vec tail rows), the
+// decode mat-vec slots (mv_q4_K_relaxed / mv_q6_K_relaxed, 4 rows per pass) and the batched
 // prefill slots (mm_q4_K_relaxed / mm_q6_K_relaxed below) replaced. Q8_0 / Q4_0 keep
 // kDotWasm's int16 kernels: their Q16_0 activations are int16 and Q8_0 weights
 // (-128..127) do not fit the i7 operand, so no relaxed dot applies exactly.
