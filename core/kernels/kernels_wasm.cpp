@@ -9,8 +9,10 @@
 // token costs one load + one dot + one add per 8 weights. Weight unpacking is shared by
 // the NT (<= 4) tokens of a tile. Integer block sums are exact; the per-block float
 // combine is the shared scalar block_accum_* (bit-identical to kernels_generic.cpp).
-// Decode of Q8_0 / Q4_K / Q6_K goes through multi-row mat-vec kernels (mv_fn: 4 rows per
-// pass, the float combine lanewise = rows); prefill through the batched mm_fn kernels below.
+// Decode of Q8_0 / Q4_K goes through multi-row mat-vec kernels (mv_fn: 4 rows per pass,
+// the float combine lanewise = rows); prefill through the batched mm_fn kernels below.
+// Q6_K decode stays on the dot per row: a 4-row Q6_K mat-vec (activations widened once
+// for 4 rows) measured 0.67-0.73x of it in workerd (CPU time, 2026-12-02): V8 spills.
 #if defined(__wasm_simd128__)
 
 #include <wasm_simd128.h>
@@ -414,65 +416,6 @@ static void mv_q4_K_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, 
   }
 }
 
-// ---- Q6_K mat-vec (decode) x Q8_K: 4 weight rows per pass share the widened activations
-// (4 loads per 32 weights instead of 4 per row); per row the unpacking and the scale fold
-// of q6_K_wasm (unsigned q * scale in i16), then the -32 offset through the bsums. The 4
-// rows' sums are transposed into i32x4 lanes = rows and the float combine runs lanewise
-// with the operations and order of block_accum: bit for bit the dot kernel per row.
-static void mv_q6_K_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* y) {
-  const block_q8_K* a = (const block_q8_K*)act;
-  const int64_t nb = n / QK_K;
-  const v128_t m4 = wasm_i16x8_splat(0x0F), m30 = wasm_i16x8_splat(0x30), zero = wasm_i32x4_splat(0);
-  int64_t r = 0;
-  for (; r + 4 <= nrows; r += 4) {
-    const block_q6_K* x[4];
-    for (int k = 0; k < 4; k++) x[k] = (const block_q6_K*)(W + (size_t)(r + k) * rb);
-    v128_t acc = wasm_f32x4_splat(0.f);
-    for (int64_t i = 0; i < nb; i++) {
-      v128_t isum[4] = {zero, zero, zero, zero};
-      for (int h = 0; h < 2; h++) {
-#pragma clang loop unroll(disable)
-        for (int g = 0; g < 4; g++) {  // hot loop: l = 8g..8g+7 -> 4 x 8 weights x 4 rows
-          const int j = 8 * h + (g >> 1);  // sub-block of l; +2, +4, +6 for the other three
-          const int8_t* aq = a[i].qs + 128 * h + 8 * g;
-          const v128_t a0 = wasm_i16x8_load8x8(aq), a1 = wasm_i16x8_load8x8(aq + 32);
-          const v128_t a2 = wasm_i16x8_load8x8(aq + 64), a3 = wasm_i16x8_load8x8(aq + 96);
-          for (int k = 0; k < 4; k++) {
-            const block_q6_K& b = x[k][i];
-            const uint8_t* ql = b.ql + 64 * h + 8 * g;
-            const v128_t qa = wasm_u16x8_load8x8(ql), qb = wasm_u16x8_load8x8(ql + 32);
-            const v128_t hb = wasm_u16x8_load8x8(b.qh + 32 * h + 8 * g);
-            const v128_t v0 = wasm_v128_or(wasm_v128_and(qa, m4), wasm_v128_and(wasm_i16x8_shl(hb, 4), m30));
-            const v128_t v1 = wasm_v128_or(wasm_v128_and(qb, m4), wasm_v128_and(wasm_i16x8_shl(hb, 2), m30));
-            const v128_t v2 = wasm_v128_or(wasm_u16x8_shr(qa, 4), wasm_v128_and(hb, m30));
-            const v128_t v3 = wasm_v128_or(wasm_u16x8_shr(qb, 4), wasm_v128_and(wasm_u16x8_shr(hb, 2), m30));
-            const v128_t s01 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_mul(v0, wasm_i16x8_splat(b.scales[j])), a0),
-                                              wasm_i32x4_dot_i16x8(wasm_i16x8_mul(v1, wasm_i16x8_splat(b.scales[j + 2])), a1));
-            const v128_t s23 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_i16x8_mul(v2, wasm_i16x8_splat(b.scales[j + 4])), a2),
-                                              wasm_i32x4_dot_i16x8(wasm_i16x8_mul(v3, wasm_i16x8_splat(b.scales[j + 6])), a3));
-            isum[k] = wasm_i32x4_add(isum[k], wasm_i32x4_add(s01, s23));
-          }
-        }
-      }
-      const v128_t b0 = wasm_v128_load(a[i].bsums), b1 = wasm_v128_load(a[i].bsums + 8);
-      v128_t o[4];
-      for (int k = 0; k < 4; k++)
-        o[k] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(b0, wasm_i16x8_load8x8(x[k][i].scales)),
-                              wasm_i32x4_dot_i16x8(b1, wasm_i16x8_load8x8(x[k][i].scales + 8)));
-      const v128_t sumi = wasm_i32x4_sub(reduce4_i32(isum[0], isum[1], isum[2], isum[3]),
-                                         wasm_i32x4_shl(reduce4_i32(o[0], o[1], o[2], o[3]), 5));
-      const v128_t dw = half_bits_to_f32x4(wasm_u32x4_make(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d));
-      const v128_t d = wasm_f32x4_mul(dw, wasm_f32x4_splat(a[i].d));
-      acc = wasm_f32x4_add(acc, wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi)));  // block_accum, lanewise
-    }
-    wasm_v128_store(y + r, acc);
-  }
-  for (; r < nrows; r++) {
-    const void* one[1] = {act};
-    q6_K_wasm<1>(n, W + (size_t)r * rb, one, y + r);
-  }
-}
-
 // ---- Batched prefill kernels (mm_fn, see kernels_internal.h) ---------------------------
 // Per 256-weight super-block, RD weight rows are decoded once into int16 with the
 // sub-block scale folded in (wdec: 8 KB, stays in L1) and reused by every token of the
@@ -855,7 +798,6 @@ static constexpr DotKernels make_wasm_table() {
   k.dot_q16[type_index(DType::Q8_0)] = dot_q8_0_q16_wasm;
   k.mv[type_index(DType::Q8_0)] = as_mv<mv_q8_0_wasm>;
   k.mv[type_index(DType::Q4_K)] = as_mv<mv_q4_K_wasm>;
-  k.mv[type_index(DType::Q6_K)] = as_mv<mv_q6_K_wasm>;
   k.mm[type_index(DType::Q4_0)] = mm_q4_0_wasm;
   k.mm[type_index(DType::Q8_0)] = mm_q8_0_wasm;
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_wasm;
