@@ -12,8 +12,8 @@
 // Integer block sums are exact (order-free); the per-block float combine is the shared
 // scalar block_accum_*, so results equal kernels_generic.cpp bit for bit.
 //
-// Table: kDotWasm with the Q4_K / Q6_K dot slots (prefill tails, mat-vec tail rows), the
-// decode mat-vec slots (mv_q4_K_relaxed / mv_q6_K_relaxed, 4 rows per pass) and the batched
+// Table: kDotWasm with the Q4_K / Q6_K dot slots (Q6_K decode, prefill tails), the Q4_K
+// decode mat-vec slot (mv_q4_K_relaxed, 4 rows per pass) and the batched
 // prefill slots (mm_q4_K_relaxed / mm_q6_K_relaxed below) replaced. Q8_0 / Q4_0 keep
 // kDotWasm's int16 kernels: their Q16_0 activations are int16 and Q8_0 weights
 // (-128..127) do not fit the i7 operand, so no relaxed dot applies exactly.
@@ -132,15 +132,16 @@ static void q6_K_relaxed(int64_t n, const void* w, const void* const* act, float
   for (int t = 0; t < NT; t++) out[t] = acc[t];
 }
 
-// ---- Decode mat-vec (mv_fn, one token): 4 weight rows per pass share every activation
-// load. Per 16 weights and row: i16x8.relaxed_dot_i8x16_i7x16 (pair sums, |.| <= 2*63*128,
-// no saturation); Q4_K adds the two halves of its 32-weight sub-block in i16 (|.| <=
-// 4*15*128), then i32x4.dot_i16x8 against the sub-block scale splatted in i16 (exact in
-// i32). At the block end the 4 rows' integer sums (and Q4_K min / Q6_K offset sums) are
+// ---- Q4_K decode mat-vec (mv_fn, one token): 4 weight rows per pass share every
+// activation load. Per 16 weights and row: i16x8.relaxed_dot_i8x16_i7x16 (pair sums,
+// |.| <= 2*15*128, no saturation); the two halves of a 32-weight sub-block are added in
+// i16 (|.| <= 4*15*128), then i32x4.dot_i16x8 against the sub-block scale splatted in i16
+// (exact in i32). At the block end the 4 rows' integer sums and min corrections are
 // transposed into i32x4 lanes = rows; the 4 fp16 scales are converted 4 at a time (exact,
 // as half_to_float) and the float combine runs lanewise with the operations and order of
-// block_accum_kmin / block_accum, so each lane equals the dot kernel's result for its row
-// bit for bit. Rows beyond the last multiple of 4 use the dot kernel.
+// block_accum_kmin, so each lane equals the dot kernel's result for its row bit for bit.
+// Rows beyond the last multiple of 4 use the dot kernel. (A Q6_K version of the same shape
+// measured 0.93-1.09x of q6_K_relaxed per row in workerd, 2026-12-02: not kept.)
 
 static inline v128_t reduce4_rows(v128_t a, v128_t b, v128_t c, v128_t d) {  // -> [sum a, sum b, sum c, sum d]
   const v128_t ab = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), wasm_i32x4_shuffle(a, b, 2, 6, 3, 7));
@@ -238,66 +239,6 @@ static void mv_q4_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrow
   for (; r < nrows; r++) {
     const void* one[1] = {act};
     q4_K_relaxed<1>(n, W + (size_t)r * rb, one, y + r);
-  }
-}
-
-static void mv_q6_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* y) {
-  const block_q8_K* a = (const block_q8_K*)act;
-  const int64_t nb = n / QK_K;
-  const v128_t m4 = wasm_i8x16_splat(0x0F), m30 = wasm_i8x16_splat(0x30), zero = wasm_i32x4_splat(0);
-  int64_t r = 0;
-  for (; r + 4 <= nrows; r += 4) {
-    const block_q6_K* x[4];
-    for (int k = 0; k < 4; k++) x[k] = (const block_q6_K*)(W + (size_t)(r + k) * rb);
-    v128_t acc = wasm_f32x4_splat(0.f);
-    for (int64_t i = 0; i < nb; i++) {
-      v128_t isum[4] = {zero, zero, zero, zero};
-      for (int h = 0; h < 2; h++) {
-        for (int g = 0; g < 2; g++) {  // hot loop: elements 128h + 32k + 16g + (0..15), k < 4: sub-block 8h + 2k + g
-          const int8_t* aq = a[i].qs + 128 * h + 16 * g;
-          const v128_t av0 = wasm_v128_load(aq), av1 = wasm_v128_load(aq + 32);
-          const v128_t av2 = wasm_v128_load(aq + 64), av3 = wasm_v128_load(aq + 96);
-          for (int k = 0; k < 4; k++) {
-            const uint8_t* ql = x[k][i].ql + 64 * h + 16 * g;
-            const v128_t qa = wasm_v128_load(ql), qb = wasm_v128_load(ql + 32);
-            const v128_t hb = wasm_v128_load(x[k][i].qh + 32 * h + 16 * g);
-            const v128_t sc = wasm_i16x8_load8x8(x[k][i].scales + 8 * h);  // sub-blocks 8h..8h+7
-            const v128_t v0 = wasm_v128_or(wasm_v128_and(qa, m4), wasm_v128_and(wasm_i16x8_shl(hb, 4), m30));
-            const v128_t v1 = wasm_v128_or(wasm_v128_and(qb, m4), wasm_v128_and(wasm_i16x8_shl(hb, 2), m30));
-            const v128_t v2 = wasm_v128_or(wasm_v128_and(wasm_u16x8_shr(qa, 4), m4), wasm_v128_and(hb, m30));
-            const v128_t v3 = wasm_v128_or(wasm_v128_and(wasm_u16x8_shr(qb, 4), m4), wasm_v128_and(wasm_u16x8_shr(hb, 2), m30));
-            v128_t s0, s1;
-            if (g == 0) {
-              s0 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(rdot16(av0, v0), splat_i16<0>(sc)),
-                                  wasm_i32x4_dot_i16x8(rdot16(av1, v1), splat_i16<2>(sc)));
-              s1 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(rdot16(av2, v2), splat_i16<4>(sc)),
-                                  wasm_i32x4_dot_i16x8(rdot16(av3, v3), splat_i16<6>(sc)));
-            } else {
-              s0 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(rdot16(av0, v0), splat_i16<1>(sc)),
-                                  wasm_i32x4_dot_i16x8(rdot16(av1, v1), splat_i16<3>(sc)));
-              s1 = wasm_i32x4_add(wasm_i32x4_dot_i16x8(rdot16(av2, v2), splat_i16<5>(sc)),
-                                  wasm_i32x4_dot_i16x8(rdot16(av3, v3), splat_i16<7>(sc)));
-            }
-            isum[k] = wasm_i32x4_add(isum[k], wasm_i32x4_add(s0, s1));
-          }
-        }
-      }
-      const v128_t b0 = wasm_v128_load(a[i].bsums), b1 = wasm_v128_load(a[i].bsums + 8);
-      v128_t o[4];
-      for (int k = 0; k < 4; k++)
-        o[k] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(b0, wasm_i16x8_load8x8(x[k][i].scales)),
-                              wasm_i32x4_dot_i16x8(b1, wasm_i16x8_load8x8(x[k][i].scales + 8)));
-      const v128_t sumi = wasm_i32x4_sub(reduce4_rows(isum[0], isum[1], isum[2], isum[3]),
-                                         wasm_i32x4_shl(reduce4_rows(o[0], o[1], o[2], o[3]), 5));
-      const v128_t dw = halves_to_f32x4(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d);
-      const v128_t d = wasm_f32x4_mul(dw, wasm_f32x4_splat(a[i].d));
-      acc = wasm_f32x4_add(acc, wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi)));  // block_accum, lanewise
-    }
-    wasm_v128_store(y + r, acc);
-  }
-  for (; r < nrows; r++) {
-    const void* one[1] = {act};
-    q6_K_relaxed<1>(n, W + (size_t)r * rb, one, y + r);
   }
 }
 
@@ -512,7 +453,6 @@ static DotKernels make_relaxed_table() {
   k.dot[type_index(DType::Q4_K)] = dot_q4_K_relaxed;
   k.dot[type_index(DType::Q6_K)] = dot_q6_K_relaxed;
   k.mv[type_index(DType::Q4_K)] = as_mv<mv_q4_K_relaxed>;
-  k.mv[type_index(DType::Q6_K)] = as_mv<mv_q6_K_relaxed>;
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_relaxed;
   k.mm[type_index(DType::Q6_K)] = mm_q6_K_relaxed;
   return k;
