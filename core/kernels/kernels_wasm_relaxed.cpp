@@ -12,7 +12,8 @@
 // Integer block sums are exact (order-free); the per-block float combine is the shared
 // scalar block_accum_*, so results equal kernels_generic.cpp bit for bit.
 //
-// Table: kDotWasm with the Q4_K / Q6_K dot slots (decode, prefill tails) and batched
+// Table: kDotWasm with the Q4_K / Q6_K dot slots (Q6_K decode, prefill tails), the Q4_K
+// decode mat-vec slot (mv_q4_K_relaxed, 4 rows per pass) and the batched
 // prefill slots (mm_q4_K_relaxed / mm_q6_K_relaxed below) replaced. Q8_0 / Q4_0 keep
 // kDotWasm's int16 kernels: their Q16_0 activations are int16 and Q8_0 weights
 // (-128..127) do not fit the i7 operand, so no relaxed dot applies exactly.
@@ -129,6 +130,116 @@ static void q6_K_relaxed(int64_t n, const void* w, const void* const* act, float
     }
   }
   for (int t = 0; t < NT; t++) out[t] = acc[t];
+}
+
+// ---- Q4_K decode mat-vec (mv_fn, one token): 4 weight rows per pass share every
+// activation load. Per 16 weights and row: i16x8.relaxed_dot_i8x16_i7x16 (pair sums,
+// |.| <= 2*15*128, no saturation); the two halves of a 32-weight sub-block are added in
+// i16 (|.| <= 4*15*128), then i32x4.dot_i16x8 against the sub-block scale splatted in i16
+// (exact in i32). At the block end the 4 rows' integer sums and min corrections are
+// transposed into i32x4 lanes = rows; the 4 fp16 scales are converted 4 at a time (exact,
+// as half_to_float) and the float combine runs lanewise with the operations and order of
+// block_accum_kmin, so each lane equals the dot kernel's result for its row bit for bit.
+// Rows beyond the last multiple of 4 use the dot kernel. (A Q6_K version of the same shape
+// measured 0.93-1.09x of q6_K_relaxed per row in workerd, 2026-12-02: not kept.)
+
+static inline v128_t reduce4_rows(v128_t a, v128_t b, v128_t c, v128_t d) {  // -> [sum a, sum b, sum c, sum d]
+  const v128_t ab = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), wasm_i32x4_shuffle(a, b, 2, 6, 3, 7));
+  const v128_t cd = wasm_i32x4_add(wasm_i32x4_shuffle(c, d, 0, 4, 1, 5), wasm_i32x4_shuffle(c, d, 2, 6, 3, 7));
+  return wasm_i32x4_add(wasm_i32x4_shuffle(ab, cd, 0, 1, 4, 5), wasm_i32x4_shuffle(ab, cd, 2, 3, 6, 7));
+}
+
+// 4 halves (low 16 bits of u32 lanes) -> 4 floats, exactly half_to_float (kernels_wasm.cpp's).
+static inline v128_t halves_to_f32x4(uint16_t h0, uint16_t h1, uint16_t h2, uint16_t h3) {
+  const v128_t h = wasm_u32x4_make(h0, h1, h2, h3);
+  const v128_t sign = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x8000)), 16);
+  const v128_t em = wasm_i32x4_shl(wasm_v128_and(h, wasm_i32x4_splat(0x7FFF)), 13);
+  const v128_t scaled = wasm_f32x4_mul(em, wasm_f32x4_splat(0x1p112f));
+  const v128_t infnan = wasm_i32x4_eq(wasm_v128_and(h, wasm_i32x4_splat(0x7C00)), wasm_i32x4_splat(0x7C00));
+  const v128_t special = wasm_v128_or(em, wasm_i32x4_splat(0x7F800000));
+  return wasm_v128_or(sign, wasm_v128_bitselect(special, scaled, infnan));
+}
+
+// Q4_K scales / mins of the 8 sub-blocks as i16x8 (same packing as k4_scale_min), the
+// mins as pairs m0,m0,m1,m1,.. against the 16 bsums.
+struct K4Scales {
+  v128_t sc16, mp0, mp1;
+};
+static inline K4Scales k4_scales_i16(const uint8_t* s) {
+  uint32_t a, b, c;
+  std::memcpy(&a, s, 4);
+  std::memcpy(&b, s + 4, 4);
+  std::memcpy(&c, s + 8, 4);
+  const uint32_t sc_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
+  const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+  const v128_t v8 = wasm_i32x4_make((int32_t)sc_lo, (int32_t)sc_hi, (int32_t)m_lo, (int32_t)m_hi);
+  const v128_t m16 = wasm_u16x8_extend_high_u8x16(v8);
+  return {wasm_u16x8_extend_low_u8x16(v8), wasm_i16x8_shuffle(m16, m16, 0, 0, 1, 1, 2, 2, 3, 3),
+          wasm_i16x8_shuffle(m16, m16, 4, 4, 5, 5, 6, 6, 7, 7)};
+}
+
+template <int J>
+static inline v128_t splat_i16(v128_t v) { return wasm_i16x8_shuffle(v, v, J, J, J, J, J, J, J, J); }
+
+static inline v128_t rdot16(v128_t a, v128_t w) { return wasm_i16x8_relaxed_dot_i8x16_i7x16(a, w); }
+
+// One 64-weight chunk C of a Q4_K row: sub-block 2C (low nibbles), 2C+1 (high).
+template <int C>
+static inline v128_t q4_K_mv_chunk(const uint8_t* qs, v128_t sc16, const v128_t* av, v128_t s) {
+  const v128_t m4 = wasm_i8x16_splat(0x0F);
+  const v128_t q0 = wasm_v128_load(qs + 32 * C), q1 = wasm_v128_load(qs + 32 * C + 16);
+  const v128_t plo = wasm_i16x8_add(rdot16(av[0], wasm_v128_and(q0, m4)), rdot16(av[1], wasm_v128_and(q1, m4)));
+  const v128_t phi = wasm_i16x8_add(rdot16(av[2], wasm_v128_and(wasm_u16x8_shr(q0, 4), m4)),
+                                    rdot16(av[3], wasm_v128_and(wasm_u16x8_shr(q1, 4), m4)));
+  s = wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(plo, splat_i16<2 * C>(sc16)));
+  return wasm_i32x4_add(s, wasm_i32x4_dot_i16x8(phi, splat_i16<2 * C + 1>(sc16)));
+}
+
+static void mv_q4_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* y) {
+  const block_q8_K* a = (const block_q8_K*)act;
+  const int64_t nb = n / QK_K;
+  const v128_t zero = wasm_i32x4_splat(0);
+  int64_t r = 0;
+  for (; r + 4 <= nrows; r += 4) {
+    const block_q4_K* x[4];
+    for (int k = 0; k < 4; k++) x[k] = (const block_q4_K*)(W + (size_t)(r + k) * rb);
+    v128_t acc = wasm_f32x4_splat(0.f);
+    for (int64_t i = 0; i < nb; i++) {
+      const int8_t* aq = a[i].qs;
+      v128_t isum[4], m[4], sc16[4];
+      const v128_t b0 = wasm_v128_load(a[i].bsums), b1 = wasm_v128_load(a[i].bsums + 8);
+      for (int k = 0; k < 4; k++) {
+        const K4Scales ks = k4_scales_i16(x[k][i].scales);
+        m[k] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(b0, ks.mp0), wasm_i32x4_dot_i16x8(b1, ks.mp1));
+        sc16[k] = ks.sc16;
+        isum[k] = zero;
+      }
+      const v128_t summs = reduce4_rows(m[0], m[1], m[2], m[3]);
+      // hot loop: per 64-weight chunk the 4 activation vectors are loaded once for the 4 rows
+#define KNOT_Q4K_CHUNK(C)                                                                  \
+  {                                                                                        \
+    const v128_t av[4] = {wasm_v128_load(aq + 64 * C), wasm_v128_load(aq + 64 * C + 16),  \
+                          wasm_v128_load(aq + 64 * C + 32), wasm_v128_load(aq + 64 * C + 48)}; \
+    for (int k = 0; k < 4; k++)                                                            \
+      isum[k] = q4_K_mv_chunk<C>(x[k][i].qs, sc16[k], av, isum[k]);                      \
+  }
+      KNOT_Q4K_CHUNK(0) KNOT_Q4K_CHUNK(1) KNOT_Q4K_CHUNK(2) KNOT_Q4K_CHUNK(3)
+#undef KNOT_Q4K_CHUNK
+      const v128_t sumi = reduce4_rows(isum[0], isum[1], isum[2], isum[3]);
+      const v128_t dw = halves_to_f32x4(x[0][i].d, x[1][i].d, x[2][i].d, x[3][i].d);
+      const v128_t dmw = halves_to_f32x4(x[0][i].dmin, x[1][i].dmin, x[2][i].dmin, x[3][i].dmin);
+      const v128_t da = wasm_f32x4_splat(a[i].d);
+      const v128_t x1 = wasm_f32x4_mul(wasm_f32x4_mul(dw, da), wasm_f32x4_convert_i32x4(sumi));
+      const v128_t x2 = wasm_f32x4_mul(wasm_f32x4_mul(dmw, da), wasm_f32x4_convert_i32x4(summs));
+      acc = wasm_f32x4_add(acc, wasm_f32x4_sub(x1, x2));  // block_accum_kmin, lanewise
+    }
+    wasm_v128_store(y + r, acc);
+  }
+  for (; r < nrows; r++) {
+    const void* one[1] = {act};
+    q4_K_relaxed<1>(n, W + (size_t)r * rb, one, y + r);
+  }
 }
 
 // ---- Batched prefill (mm_fn, see kernels_internal.h): the native AVX-512 K-quant tile's
@@ -341,7 +452,7 @@ static DotKernels make_relaxed_table() {
   k.name = "wasm-relaxed-simd";
   k.dot[type_index(DType::Q4_K)] = dot_q4_K_relaxed;
   k.dot[type_index(DType::Q6_K)] = dot_q6_K_relaxed;
-  k.mv[type_index(DType::Q4_K)] = nullptr;  // decode: the relaxed dot per row
+  k.mv[type_index(DType::Q4_K)] = as_mv<mv_q4_K_relaxed>;
   k.mm[type_index(DType::Q4_K)] = mm_q4_K_relaxed;
   k.mm[type_index(DType::Q6_K)] = mm_q6_K_relaxed;
   return k;
