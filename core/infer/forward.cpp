@@ -263,6 +263,97 @@ inline float exp_fast(float x) {
   return p * s1 * s2;
 }
 
+// exp_fast on four lanes, lane for lane the same operations (so the same values) as the
+// scalar exp_fast: the attention softmax's loop, which the compilers left scalar (GCC -O2).
+typedef int32_t v4i __attribute__((vector_size(16)));
+inline v4f exp_fast4(v4f x) {
+  const v4f lo = {-104.f, -104.f, -104.f, -104.f}, hi = {89.f, 89.f, 89.f, 89.f};
+  const v4i below = x < lo;                        // std::max(x, -104): x < -104 ? -104 : x
+  v4f xc = (v4f)((below & (v4i)lo) | (~below & (v4i)x));
+  const v4i above = hi < xc;                       // std::min(., 89): 89 < . ? 89 : .
+  xc = (v4f)((above & (v4i)hi) | (~above & (v4i)xc));
+  const v4f t = xc * 1.44269504f + 12582912.f;
+  const v4f nf = t - 12582912.f;
+  const v4i n = (v4i)t - 0x4B400000;
+  const v4f r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  v4f p = {1.f / 5040.f, 1.f / 5040.f, 1.f / 5040.f, 1.f / 5040.f};
+  p = p * r + 1.f / 720.f;
+  p = p * r + 1.f / 120.f;
+  p = p * r + 1.f / 24.f;
+  p = p * r + 1.f / 6.f;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const v4i n1 = n >> 1, n2 = n - n1;
+  const v4f s1 = (v4f)((n1 + 127) << 23), s2 = (v4f)((n2 + 127) << 23);
+  return p * s1 * s2;
+}
+
+// s[j] = dot_f32(q, k_j, hd) * scale for j < n (hd a multiple of 8), four keys at a time:
+// each key's two accumulators as dot_f32 forms them, the four sums transposed so their
+// horizontal adds (acc[0] + acc[1]) + (acc[2] + acc[3]) run as vertical ones: the same
+// operations on the same values. Returns the max of the scores (std::max order's value).
+inline float scores_hd8(const float* q, const float* kf, int n, int hd, float scale, float* s) {
+  auto acc_of = [&](const float* k) {
+    v4f a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0};
+    for (int i = 0; i < hd; i += 8) {
+      a0 += load4(q + i) * load4(k + i);
+      a1 += load4(q + i + 4) * load4(k + i + 4);
+    }
+    return a0 + a1;
+  };
+  v4f mv = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  const v4f sc = {scale, scale, scale, scale};
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* k = kf + (size_t)j * hd;
+    const v4f A = acc_of(k), B = acc_of(k + hd), C = acc_of(k + 2 * hd), D = acc_of(k + 3 * hd);
+    const v4f t0 = __builtin_shufflevector(A, B, 0, 4, 1, 5), t1 = __builtin_shufflevector(A, B, 2, 6, 3, 7);
+    const v4f t2 = __builtin_shufflevector(C, D, 0, 4, 1, 5), t3 = __builtin_shufflevector(C, D, 2, 6, 3, 7);
+    const v4f T0 = __builtin_shufflevector(t0, t2, 0, 1, 4, 5), T1 = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+    const v4f T2 = __builtin_shufflevector(t1, t3, 0, 1, 4, 5), T3 = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+    const v4f v = ((T0 + T1) + (T2 + T3)) * sc;
+    std::memcpy(s + j, &v, 16);
+    const v4i gt = mv < v;  // std::max(m, v): m < v ? v : m, lane by lane
+    mv = (v4f)((gt & (v4i)v) | (~gt & (v4i)mv));
+  }
+  float mx = -INFINITY;
+  for (int l = 0; l < 4; l++) mx = std::max(mx, mv[l]);
+  for (; j < n; j++) {
+    s[j] = dot_f32(q, kf + (size_t)j * hd, hd) * scale;
+    mx = std::max(mx, s[j]);
+  }
+  return mx;
+}
+
+// s[j] = exp_fast(s[j] - mx) for j < n, four at a time.
+inline void exp_shifted(float* s, int n, float mx) {
+  const v4f m = {mx, mx, mx, mx};
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    v4f v;
+    std::memcpy(&v, s + j, 16);
+    v = exp_fast4(v - m);
+    std::memcpy(s + j, &v, 16);
+  }
+  for (; j < n; j++) s[j] = exp_fast(s[j] - mx);
+}
+
+// oh[0..4*NV) = sum over j < n of (s[j] * inv) * v_j, accumulated in j order as
+// axpy_f32 does (oh starts at 0), the accumulators held in registers.
+template <int NV>
+inline void weighted_values(const float* s, float inv, const float* vf, int n, int hd, float* oh) {
+  v4f acc[NV];
+  for (int c = 0; c < NV; c++) acc[c] = (v4f){0, 0, 0, 0};
+  for (int j = 0; j < n; j++) {
+    const float p = s[j] * inv;
+    const v4f pv = {p, p, p, p};
+    const float* x = vf + (size_t)j * hd;
+    for (int c = 0; c < NV; c++) acc[c] = acc[c] + pv * load4(x + 4 * c);
+  }
+  std::memcpy(oh, acc, sizeof(acc));
+}
+
 void swiglu_fast(float* g, const float* u, size_t n) {
   for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.f + exp_fast(-g[i])) * u[i];
 }
@@ -422,20 +513,28 @@ void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, 
         float* oh = att + t * qrow + (size_t)(h - h0) * hd;
         const int n = pos0 + t + 1;
         float mx = -INFINITY;
-        for (int j = 0; j < n; j++) {  // hot loop: scores
-          s[j] = dot_f32(qh, kf + (size_t)j * hd, hd) * scale;
-          mx = std::max(mx, s[j]);
-        }
+        if (hd % 8 == 0)
+          mx = scores_hd8(qh, kf, n, hd, scale, s);
+        else
+          for (int j = 0; j < n; j++) {  // hot loop: scores
+            s[j] = dot_f32(qh, kf + (size_t)j * hd, hd) * scale;
+            mx = std::max(mx, s[j]);
+          }
         if (o.kernel == Kernel::Reference)
           for (int j = 0; j < n; j++) s[j] = std::exp(s[j] - mx);
         else
-          for (int j = 0; j < n; j++) s[j] = exp_fast(s[j] - mx);  // vectorizes
+          exp_shifted(s, n, mx);
         float sum = 0;
         for (int j = 0; j < n; j++) sum += s[j];
         const float inv = 1.f / sum;
-        std::fill(oh, oh + hd, 0.f);
-        for (int j = 0; j < n; j++) {  // hot loop: weighted values
-          axpy_f32(s[j] * inv, vf + (size_t)j * hd, oh, hd);
+        // hot loop: weighted values (small heads: accumulators in registers, same sums)
+        switch (hd) {
+          case 4: weighted_values<1>(s, inv, vf, n, hd, oh); break;
+          case 8: weighted_values<2>(s, inv, vf, n, hd, oh); break;
+          case 16: weighted_values<4>(s, inv, vf, n, hd, oh); break;
+          default:
+            std::fill(oh, oh + hd, 0.f);
+            for (int j = 0; j < n; j++) axpy_f32(s[j] * inv, vf + (size_t)j * hd, oh, hd);
         }
       }
     }
