@@ -3,7 +3,7 @@
 // this realm's wasm instance, beside the target's tokenizer (a text model); the stations
 // verify its proposals in one pass (workers/coordinator/mesh.mjs).
 //
-//   const fit = await draftFits(header, {nCtx});            // before loading: refused naming it
+//   const fit = await draftFits(header, {nCtx, n: 4});      // before loading: refused naming it
 //   const d = await Drafter.open(draftModel, targetText, {nCtx, n: 4});
 //   d.prime(promptIds);                                    // during the prefill (optional)
 //   const {ids, q} = d.propose(hist, room);               // up to min(n, room) tokens after hist
@@ -13,8 +13,9 @@
 // null when it is one-hot at ids[i] (a greedy draft: no generator given, or a greedy one);
 // the mesh passes q on to the acceptance rule (Generator.stepDraft).
 // Memory: the draft's weights and KV are counted in this instance's linear memory
-// (memoryStats) under its 128 MB cap; draftFits refuses a draft whose tensors and KV cache
-// would not fit before a byte of it is loaded, and the core refuses a KV cache that does not.
+// (memoryStats) under its 128 MB cap; draftFits refuses a draft whose tensors, KV cache,
+// activation buffers and proposal distributions would not fit before a byte of it is loaded,
+// and the core (kw_drafter_new) refuses an engine (KV, buffers, distributions) that does not.
 import {init, memoryStats, Model} from "./knotwork.mjs";
 import {readProposal} from "./generator.mjs";
 
@@ -26,20 +27,37 @@ export function kvBytesPerToken(c) {
 }
 
 /**
- * Whether a draft model (its parsed header: parseKnotHeader) fits in what is left of this
- * instance's 128 MB: {weightBytes, kvBytes, free}; throws naming the draft when it does not.
- * margin: bytes left for the draft's activation buffers and the coordinator's temporaries.
+ * Bytes of a draft engine's activation buffers and its proposals' distributions for a model
+ * config (what core/infer/generate.cpp engine_bytes counts beside the KV cache: the
+ * workspace, the residual stream, the logits; then draft_n x the vocabulary x 12 bytes, the
+ * distributions of sampling drafts), as kw_drafter_new counts them.
  */
-export async function draftFits(header, {nCtx, name = "draft", margin = 8 << 20} = {}) {
+export function draftBufferBytes(c, {nCtx, chunk = 64, n = 4} = {}) {
+  const T = Math.max(1, Math.min(chunk, nCtx)), hd = c.head_dim, E = c.n_embd, F = c.n_ff;
+  const nh = c.n_head, nkv = c.n_head_kv, V = c.n_vocab;
+  const ws = T * E + 2 * T * nh * hd + 2 * T * nkv * hd + 2 * nCtx * hd + nCtx + 2 * T * F + Math.max(E, nh * hd) + T * E;
+  return 4 * (ws + T * E + E + V) + n * V * 12;
+}
+
+/**
+ * Whether a draft model (its parsed header: parseKnotHeader) fits in what is left of this
+ * instance's 128 MB: {weightBytes, kvBytes, bufferBytes, free}; throws naming the draft when
+ * its tensors, its KV cache, its activation buffers and proposal distributions (n: tokens
+ * per proposal; draftBufferBytes) and margin do not fit.
+ * margin: bytes left for the coordinator's temporaries.
+ */
+export async function draftFits(header, {nCtx, n = 4, name = "draft", margin = 8 << 20} = {}) {
   const c = header.config;
   const weightBytes = header.tensors.reduce((a, t) => a + (t.size ?? 0), 0);
   const ctx = nCtx > 0 ? Math.min(nCtx, c.n_ctx_train > 0 ? c.n_ctx_train : nCtx) : (c.n_ctx_train || 2048);
   const kvBytes = kvBytesPerToken(c) * ctx;
+  const bufferBytes = draftBufferBytes(c, {nCtx: ctx, n});
   const free = LINEAR_CAP - (await memoryStats()).heap;
-  if (weightBytes + kvBytes + margin > free)
+  if (weightBytes + kvBytes + bufferBytes + margin > free)
     throw new Error(`draft model ${name} does not fit in the coordinator's 128 MB wasm memory: ${weightBytes} bytes of weights + ` +
-                    `${kvBytes} bytes of KV cache (${ctx} positions) + ${margin} spare, but ${free} bytes are free`);
-  return {weightBytes, kvBytes, free};
+                    `${kvBytes} bytes of KV cache (${ctx} positions) + ${bufferBytes} bytes of buffers and proposal distributions + ` +
+                    `${margin} spare, but ${free} bytes are free`);
+  return {weightBytes, kvBytes, bufferBytes, free};
 }
 
 export class Drafter {

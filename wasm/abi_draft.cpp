@@ -7,7 +7,8 @@
 //       opts {"n_ctx", "draft_n" (1..64, default 4), "mode"}: the draft Engine's context (the
 //       target's), tokens per proposal. Refused, naming both models, unless the two
 //       vocabularies are the same (check_same_vocab); refused, naming the draft, when its KV
-//       cache for n_ctx does not fit what is left of the 128 MB linear memory.
+//       cache for n_ctx, its activation buffers and its proposals' distributions do not fit
+//       what is left of the 128 MB linear memory.
 //       result {"n_ctx", "draft_n", "kv_bytes", "engine_bytes"}
 //   kw_drafter_prime(d, hist, n)           feed hist but its last token (during the prefill)
 //   kw_drafter_propose(d, hist, n, room)   up to min(draft_n, room) greedy tokens after hist:
@@ -73,22 +74,27 @@ int kw_drafter_new(int32_t draft_model, int32_t target_model, const char* opts, 
       draft_n = j["draft_n"].get<int>();
       j.erase("draft_n");
     }
+    if (draft_n < 1 || draft_n > 64) knot::fail("draft_n must be in 1..64, got " + std::to_string(draft_n));
     for (auto it = j.begin(); it != j.end(); ++it)
       if (it.key() != "n_ctx" && it.key() != "mode") knot::fail("kw_drafter_new: unknown option " + it.key() + " (n_ctx, draft_n, mode)");
     knot::RunOptions run;
     knot::apply_options(j, run);
     knot::EngineOptions eo = run.engine;
-    // the draft's KV cache must fit in what is left of the 128 MB linear memory (64-bit
-    // arithmetic: size_t is 32 bits in wasm32)
+    // the draft's engine must fit in what is left of the 128 MB linear memory: its KV cache,
+    // its activation buffers (knot::engine_bytes) and its proposals' distributions (draft_n x
+    // the vocabulary at most, 12 bytes an entry: sampling drafts), as kw_session_new counts
+    // a session's draft (64-bit arithmetic: size_t is 32 bits in wasm32)
     const auto& c = dm.model.config;
     const int n_ctx = knot::context_of(c, eo.n_ctx);
     const knot::KvType kvt = knot::forward_options_for(eo.mode).kv_type;
-    const uint64_t per_tok = 2ull * c.n_layer * c.n_head_kv * c.head_dim * knot::kv_elem_bytes(kvt);
+    const uint64_t kv = 2ull * c.n_layer * c.n_head_kv * c.head_dim * knot::kv_elem_bytes(kvt) * (uint64_t)n_ctx;
+    const uint64_t all = knot::engine_bytes(c, eo) + (uint64_t)draft_n * std::max(0, c.n_vocab) * 12;
     const uint64_t room = kLinearCap - std::min<uint64_t>(kLinearCap, heap_in_use());
-    if (per_tok * (uint64_t)n_ctx > room)
+    if (all > room)
       knot::fail("kw_drafter_new: draft model " + dm.what + " does not fit: a context of " + std::to_string(n_ctx) +
-                 " tokens needs " + std::to_string(per_tok * (uint64_t)n_ctx) + " bytes of " + knot::kv_type_name(kvt) +
-                 " KV cache but only " + std::to_string(room) + " bytes are left of the 128 MB wasm memory");
+                 " tokens needs " + std::to_string(kv) + " bytes of " + knot::kv_type_name(kvt) + " KV cache + " +
+                 std::to_string(all - kv) + " bytes of buffers and proposal distributions but only " +
+                 std::to_string(room) + " bytes are left of the 128 MB wasm memory");
     auto d = std::make_unique<Drafter>();
     d->model = draft_model;
     eo.kv_budget = SIZE_MAX;

@@ -7,10 +7,13 @@
 #include <string>
 
 #include "container/arch.h"
+#include "infer/attn_simd.h"
 #include "kernels/common.h"
 #include "kernels/quant.h"
 
 namespace knot {
+
+using namespace attn_simd;
 
 namespace {
 
@@ -62,40 +65,6 @@ void rmsnorm_rows(const float* x, const Tensor& w, int ntok, int n, float eps, f
                   Workspace& ws, const char* phase) {
   const float* wf = vec_f32(w, n, ws.tmp, phase);
   for (int t = 0; t < ntok; t++) rmsnorm(x + (size_t)t * n, wf, n, eps, out + (size_t)t * n);
-}
-
-// f32 dot / axpy for the attention loops, with GCC/clang vector extensions (SSE2
-// natively, simd128 in wasm): two independent accumulators break the add chain.
-typedef float v4f __attribute__((vector_size(16)));
-
-inline v4f load4(const float* p) {
-  v4f v;
-  std::memcpy(&v, p, 16);
-  return v;
-}
-
-inline float dot_f32(const float* a, const float* b, int n) {
-  v4f acc0 = {0, 0, 0, 0}, acc1 = {0, 0, 0, 0};
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    acc0 += load4(a + i) * load4(b + i);
-    acc1 += load4(a + i + 4) * load4(b + i + 4);
-  }
-  const v4f acc = acc0 + acc1;
-  float s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  for (; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-
-// y += p * x
-inline void axpy_f32(float p, const float* x, float* y, int n) {
-  int i = 0;
-  const v4f pv = {p, p, p, p};
-  for (; i + 4 <= n; i += 4) {
-    const v4f r = load4(y + i) + pv * load4(x + i);
-    std::memcpy(y + i, &r, 16);
-  }
-  for (; i < n; i++) y[i] += p * x[i];
 }
 
 void add_bias(float* y, int ntok, int64_t row, const float* b) {
@@ -227,41 +196,6 @@ void swiglu(float* g, const float* u, size_t n) {
 }
 
 namespace {
-
-// exp(x) for the fast kernels (Reference keeps std::exp): n = round(x/ln2) by the
-// 1.5*2^23 trick (no float->int conversion, so NaN is no UB), r = x - n*ln2 in two parts
-// (n*ln2_hi exact), degree-7 Taylor on |r| <= ln2/2 (truncation < 1e-8), times 2^n as
-// two factors so n in [-150, 128] stays representable: overflow gives inf, underflow 0,
-// NaN stays NaN. ~2 ulp. Branch-free, so the loops below vectorize (simd128 / SSE):
-// libm expf was ~6% of wasm prefill.
-inline int32_t f32_bits(float f) {
-  int32_t i;
-  std::memcpy(&i, &f, 4);
-  return i;
-}
-inline float bits_f32(int32_t i) {
-  float f;
-  std::memcpy(&f, &i, 4);
-  return f;
-}
-inline float exp_fast(float x) {
-  const float xc = std::min(std::max(x, -104.f), 89.f);  // NaN passes through
-  const float t = xc * 1.44269504f + 12582912.f;
-  const float nf = t - 12582912.f;
-  const int32_t n = f32_bits(t) - 0x4B400000;
-  const float r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
-  float p = 1.f / 5040.f;
-  p = p * r + 1.f / 720.f;
-  p = p * r + 1.f / 120.f;
-  p = p * r + 1.f / 24.f;
-  p = p * r + 1.f / 6.f;
-  p = p * r + 0.5f;
-  p = p * r + 1.f;
-  p = p * r + 1.f;
-  const int32_t n1 = n >> 1, n2 = n - n1;
-  const float s1 = bits_f32((n1 + 127) << 23), s2 = bits_f32((n2 + 127) << 23);
-  return p * s1 * s2;
-}
 
 void swiglu_fast(float* g, const float* u, size_t n) {
   for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.f + exp_fast(-g[i])) * u[i];
@@ -422,20 +356,28 @@ void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, 
         float* oh = att + t * qrow + (size_t)(h - h0) * hd;
         const int n = pos0 + t + 1;
         float mx = -INFINITY;
-        for (int j = 0; j < n; j++) {  // hot loop: scores
-          s[j] = dot_f32(qh, kf + (size_t)j * hd, hd) * scale;
-          mx = std::max(mx, s[j]);
-        }
+        if (hd % 8 == 0)
+          mx = scores_hd8(qh, kf, n, hd, scale, s);
+        else
+          for (int j = 0; j < n; j++) {  // hot loop: scores
+            s[j] = dot_f32(qh, kf + (size_t)j * hd, hd) * scale;
+            mx = std::max(mx, s[j]);
+          }
         if (o.kernel == Kernel::Reference)
           for (int j = 0; j < n; j++) s[j] = std::exp(s[j] - mx);
         else
-          for (int j = 0; j < n; j++) s[j] = exp_fast(s[j] - mx);  // vectorizes
+          exp_shifted(s, n, mx);
         float sum = 0;
         for (int j = 0; j < n; j++) sum += s[j];
         const float inv = 1.f / sum;
-        std::fill(oh, oh + hd, 0.f);
-        for (int j = 0; j < n; j++) {  // hot loop: weighted values
-          axpy_f32(s[j] * inv, vf + (size_t)j * hd, oh, hd);
+        // hot loop: weighted values (small heads: accumulators in registers, same sums)
+        switch (hd) {
+          case 4: weighted_values<1>(s, inv, vf, n, hd, oh); break;
+          case 8: weighted_values<2>(s, inv, vf, n, hd, oh); break;
+          case 16: weighted_values<4>(s, inv, vf, n, hd, oh); break;
+          default:
+            std::fill(oh, oh + hd, 0.f);
+            for (int j = 0; j < n; j++) axpy_f32(s[j] * inv, vf + (size_t)j * hd, oh, hd);
         }
       }
     }

@@ -98,6 +98,20 @@ test("wasm: a Drafter (kw_drafter_*, a mesh coordinator's) proposes the draft mo
     assert.ok(fit.weightBytes > 0 && fit.kvBytes === 2 * header.config.n_layer * header.config.n_head_kv * header.config.head_dim * 2 * 256);
     const huge = {...header, tensors: [{size: 200 << 20}]};
     await assert.rejects(draftFits(huge, {nCtx: 256, name: "huge.gguf"}), /draft model huge\.gguf does not fit in the coordinator's 128 MB wasm memory: 209715200 bytes of weights/);
+    // a draft whose weights and KV cache fit but not with its activation buffers and
+    // proposal distributions: refused, naming it (the buffers were not counted before)
+    const margin = 8 << 20;
+    assert.ok(fit.bufferBytes > 0);
+    const tight = {...header, tensors: [{size: fit.free - fit.kvBytes - margin - (fit.bufferBytes >> 1)}]};
+    await assert.rejects(draftFits(tight, {nCtx: 256, name: "tight.gguf", margin}),
+                         /draft model tight\.gguf does not fit .* bytes of KV cache \(256 positions\) \+ \d+ bytes of buffers and proposal distributions/);
+    // the core counts them too: a context whose KV cache alone fits what is left, but not
+    // with the engine's buffers, is refused naming the draft
+    const perTok = 2 * header.config.n_layer * header.config.n_head_kv * header.config.head_dim * 2;
+    const room = 128 * 1024 * 1024 - (await kw.memoryStats()).heap;
+    const nCtx = Math.floor(room / perTok) - 100;  // KV: room - 256 KB; its buffers: ~68 bytes a position more
+    await assert.rejects(Drafter.open(draft, target, {nCtx, n: 4}),
+                         /kw_drafter_new: draft model .*q4_k_m.* does not fit: a context of \d+ tokens needs \d+ bytes of F16 KV cache \+ \d+ bytes of buffers and proposal distributions/);
     // freeing the draft model frees its drafters
     const d2 = await Drafter.open(draft, target, {n: 2});
     draft.close();

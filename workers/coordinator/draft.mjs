@@ -7,8 +7,8 @@
 //
 //   draftConfig(env) -> null | {knot, n}     (a bad DRAFT is an error naming the field)
 //   draftModel(env, text) -> {model, knot, n, weightBytes, kvBytes}
-//     refused, naming the draft, when its tensors and KV cache (the target's default
-//     context) do not fit what is left of the 128 MB wasm memory (checked from its header,
+//     refused, naming the draft, when its tensors, KV cache (the target's default
+//     context), activation buffers and proposal distributions do not fit what is left of the 128 MB wasm memory (checked from its header,
 //     before loading), or when its vocabulary is not the target's (naming both models)
 import {openModel, parseKnotHeader} from "../../bindings/knotwork.mjs";
 import {Drafter, draftFits} from "../../bindings/drafter.mjs";
@@ -40,7 +40,7 @@ export function draftModel(env, text) {
     const src = await r2Source(env.MODELS, cfg.knot);
     const header = await parseKnotHeader(src);
     const nCtx = defaultContext(text.info.config);
-    const fit = await draftFits(header, {nCtx, name: cfg.knot});
+    const fit = await draftFits(header, {nCtx, n: cfg.n, name: cfg.knot});
     const model = await openModel(src);
     try {
       (await Drafter.open(model, text, {nCtx, n: cfg.n})).free();  // the vocabulary and the KV cache, checked once

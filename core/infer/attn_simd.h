@@ -1,0 +1,190 @@
+// attn_simd.h — the attention loops' f32 kernels (infer/forward.cpp attn; swiglu's exp),
+// written with GCC/clang vector extensions (SSE2 natively, simd128 in wasm; no intrinsics,
+// no CPU checks). Inline, for the hot loops; tests/native/infer_attn_simd.cpp holds each
+// four-lane form to its scalar form.
+//
+// Contract:
+//   - exp_fast(x): exp for the fast kernels (~2 ulp; overflow inf, underflow 0, NaN stays).
+//   - exp_fast4(v) is exp_fast lane by lane, bit for bit (the same operations in the same
+//     order); exp_shifted(s, n, mx) sets s[j] = exp_fast(s[j] - mx), bit for bit.
+//   - dot_f32(a, b, n): two four-lane accumulators over blocks of 8, then
+//     (acc[0] + acc[1]) + (acc[2] + acc[3]), then the tail; scores_hd8(q, kf, n, hd, scale,
+//     s) sets s[j] = dot_f32(q, k_j, hd) * scale bit for bit (hd a multiple of 8) and
+//     returns their max as the loop mx = std::max(mx, s[j]) from -inf gives it (a zero's
+//     sign aside: the two zeros compare equal).
+//   - axpy_f32(p, x, y, n): y += p * x; weighted_values<NV>(s, inv, vf, n, hd, oh) sets
+//     oh[0..4 NV) to what oh = 0 then axpy_f32(s[j] * inv, v_j, oh, hd) for j < n gives,
+//     bit for bit (hd = 4 NV: the accumulators stay in registers).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace knot {
+namespace attn_simd {
+
+// f32 dot / axpy for the attention loops, with GCC/clang vector extensions (SSE2
+// natively, simd128 in wasm): two independent accumulators break the add chain.
+typedef float v4f __attribute__((vector_size(16)));
+
+inline v4f load4(const float* p) {
+  v4f v;
+  std::memcpy(&v, p, 16);
+  return v;
+}
+
+inline float dot_f32(const float* a, const float* b, int n) {
+  v4f acc0 = {0, 0, 0, 0}, acc1 = {0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    acc0 += load4(a + i) * load4(b + i);
+    acc1 += load4(a + i + 4) * load4(b + i + 4);
+  }
+  const v4f acc = acc0 + acc1;
+  float s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+// y += p * x
+inline void axpy_f32(float p, const float* x, float* y, int n) {
+  int i = 0;
+  const v4f pv = {p, p, p, p};
+  for (; i + 4 <= n; i += 4) {
+    const v4f r = load4(y + i) + pv * load4(x + i);
+    std::memcpy(y + i, &r, 16);
+  }
+  for (; i < n; i++) y[i] += p * x[i];
+}
+
+
+// exp(x) for the fast kernels (Reference keeps std::exp): n = round(x/ln2) by the
+// 1.5*2^23 trick (no float->int conversion, so NaN is no UB), r = x - n*ln2 in two parts
+// (n*ln2_hi exact), degree-7 Taylor on |r| <= ln2/2 (truncation < 1e-8), times 2^n as
+// two factors so n in [-150, 128] stays representable: overflow gives inf, underflow 0,
+// NaN stays NaN. ~2 ulp. Branch-free, so the loops below vectorize (simd128 / SSE):
+// libm expf was ~6% of wasm prefill.
+inline int32_t f32_bits(float f) {
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return i;
+}
+inline float bits_f32(int32_t i) {
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
+inline float exp_fast(float x) {
+  const float xc = std::min(std::max(x, -104.f), 89.f);  // NaN passes through
+  const float t = xc * 1.44269504f + 12582912.f;
+  const float nf = t - 12582912.f;
+  const int32_t n = f32_bits(t) - 0x4B400000;
+  const float r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  float p = 1.f / 5040.f;
+  p = p * r + 1.f / 720.f;
+  p = p * r + 1.f / 120.f;
+  p = p * r + 1.f / 24.f;
+  p = p * r + 1.f / 6.f;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const int32_t n1 = n >> 1, n2 = n - n1;
+  const float s1 = bits_f32((n1 + 127) << 23), s2 = bits_f32((n2 + 127) << 23);
+  return p * s1 * s2;
+}
+
+// exp_fast on four lanes, lane for lane the same operations (so the same values) as the
+// scalar exp_fast: the attention softmax's loop, which the compilers left scalar (GCC -O2).
+typedef int32_t v4i __attribute__((vector_size(16)));
+inline v4f exp_fast4(v4f x) {
+  const v4f lo = {-104.f, -104.f, -104.f, -104.f}, hi = {89.f, 89.f, 89.f, 89.f};
+  const v4i below = x < lo;                        // std::max(x, -104): x < -104 ? -104 : x
+  v4f xc = (v4f)((below & (v4i)lo) | (~below & (v4i)x));
+  const v4i above = hi < xc;                       // std::min(., 89): 89 < . ? 89 : .
+  xc = (v4f)((above & (v4i)hi) | (~above & (v4i)xc));
+  const v4f t = xc * 1.44269504f + 12582912.f;
+  const v4f nf = t - 12582912.f;
+  const v4i n = (v4i)t - 0x4B400000;
+  const v4f r = (xc - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  v4f p = {1.f / 5040.f, 1.f / 5040.f, 1.f / 5040.f, 1.f / 5040.f};
+  p = p * r + 1.f / 720.f;
+  p = p * r + 1.f / 120.f;
+  p = p * r + 1.f / 24.f;
+  p = p * r + 1.f / 6.f;
+  p = p * r + 0.5f;
+  p = p * r + 1.f;
+  p = p * r + 1.f;
+  const v4i n1 = n >> 1, n2 = n - n1;
+  const v4f s1 = (v4f)((n1 + 127) << 23), s2 = (v4f)((n2 + 127) << 23);
+  return p * s1 * s2;
+}
+
+// s[j] = dot_f32(q, k_j, hd) * scale for j < n (hd a multiple of 8), four keys at a time:
+// each key's two accumulators as dot_f32 forms them, the four sums transposed so their
+// horizontal adds (acc[0] + acc[1]) + (acc[2] + acc[3]) run as vertical ones: the same
+// operations on the same values. Returns the max of the scores (std::max order's value).
+inline float scores_hd8(const float* q, const float* kf, int n, int hd, float scale, float* s) {
+  auto acc_of = [&](const float* k) {
+    v4f a0 = {0, 0, 0, 0}, a1 = {0, 0, 0, 0};
+    for (int i = 0; i < hd; i += 8) {
+      a0 += load4(q + i) * load4(k + i);
+      a1 += load4(q + i + 4) * load4(k + i + 4);
+    }
+    return a0 + a1;
+  };
+  v4f mv = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  const v4f sc = {scale, scale, scale, scale};
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* k = kf + (size_t)j * hd;
+    const v4f A = acc_of(k), B = acc_of(k + hd), C = acc_of(k + 2 * hd), D = acc_of(k + 3 * hd);
+    const v4f t0 = __builtin_shufflevector(A, B, 0, 4, 1, 5), t1 = __builtin_shufflevector(A, B, 2, 6, 3, 7);
+    const v4f t2 = __builtin_shufflevector(C, D, 0, 4, 1, 5), t3 = __builtin_shufflevector(C, D, 2, 6, 3, 7);
+    const v4f T0 = __builtin_shufflevector(t0, t2, 0, 1, 4, 5), T1 = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+    const v4f T2 = __builtin_shufflevector(t1, t3, 0, 1, 4, 5), T3 = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+    const v4f v = ((T0 + T1) + (T2 + T3)) * sc;
+    std::memcpy(s + j, &v, 16);
+    const v4i gt = mv < v;  // std::max(m, v): m < v ? v : m, lane by lane
+    mv = (v4f)((gt & (v4i)v) | (~gt & (v4i)mv));
+  }
+  float mx = -INFINITY;
+  for (int l = 0; l < 4; l++) mx = std::max(mx, mv[l]);
+  for (; j < n; j++) {
+    s[j] = dot_f32(q, kf + (size_t)j * hd, hd) * scale;
+    mx = std::max(mx, s[j]);
+  }
+  return mx;
+}
+
+// s[j] = exp_fast(s[j] - mx) for j < n, four at a time.
+inline void exp_shifted(float* s, int n, float mx) {
+  const v4f m = {mx, mx, mx, mx};
+  int j = 0;
+  for (; j + 4 <= n; j += 4) {
+    v4f v;
+    std::memcpy(&v, s + j, 16);
+    v = exp_fast4(v - m);
+    std::memcpy(s + j, &v, 16);
+  }
+  for (; j < n; j++) s[j] = exp_fast(s[j] - mx);
+}
+
+// oh[0..4*NV) = sum over j < n of (s[j] * inv) * v_j, accumulated in j order as
+// axpy_f32 does (oh starts at 0), the accumulators held in registers.
+template <int NV>
+inline void weighted_values(const float* s, float inv, const float* vf, int n, int hd, float* oh) {
+  v4f acc[NV];
+  for (int c = 0; c < NV; c++) acc[c] = (v4f){0, 0, 0, 0};
+  for (int j = 0; j < n; j++) {
+    const float p = s[j] * inv;
+    const v4f pv = {p, p, p, p};
+    const float* x = vf + (size_t)j * hd;
+    for (int c = 0; c < NV; c++) acc[c] = acc[c] + pv * load4(x + 4 * c);
+  }
+  std::memcpy(oh, acc, sizeof(acc));
+}
+
+}  // namespace attn_simd
+}  // namespace knot

@@ -1,0 +1,90 @@
+// The attention loops' four-lane kernels (infer/attn_simd.h) against their scalar forms, bit
+// for bit: exp_fast4 / exp_shifted vs exp_fast (specials included), scores_hd8 vs the
+// dot_f32 loop (head sizes 8, 16, 64, 128; key counts not a multiple of 4), weighted_values
+// vs the axpy_f32 loop (head sizes 4, 8, 16).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "infer/attn_simd.h"
+
+using namespace knot::attn_simd;
+
+namespace {
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+std::vector<float> randoms(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST(AttnSimd, ExpOnFourLanesIsTheScalarExpBitForBit) {
+  std::vector<float> xs = randoms(4000, 30.f, 1);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (float x : {0.f, -0.f, -104.f, -104.5f, -200.f, 89.f, 89.5f, 300.f, inf, -inf, nan, 1e-30f, -1e-40f, 0.693359375f})
+    xs.push_back(x);
+  while (xs.size() % 4) xs.push_back(1.f);
+  for (size_t i = 0; i < xs.size(); i += 4) {
+    v4f v;
+    std::memcpy(&v, &xs[i], 16);
+    const v4f e = exp_fast4(v);
+    for (int l = 0; l < 4; l++) {
+      const float want = exp_fast(xs[i + l]);
+      if (std::isnan(want)) EXPECT_TRUE(std::isnan(e[l])) << xs[i + l];
+      else EXPECT_EQ(bits(e[l]), bits(want)) << "exp_fast4 lane " << l << " at x = " << xs[i + l];
+    }
+  }
+  for (int n : {1, 3, 4, 7, 33}) {  // exp_shifted: the four-lane body and the scalar tail
+    std::vector<float> s = randoms(n, 5.f, 2 + n), ref = s;
+    exp_shifted(s.data(), n, 1.25f);
+    for (int j = 0; j < n; j++) EXPECT_EQ(bits(s[j]), bits(exp_fast(ref[j] - 1.25f))) << "n " << n << " j " << j;
+  }
+}
+
+TEST(AttnSimd, ScoresFourKeysAtATimeAreTheDotLoopBitForBit) {
+  for (int hd : {8, 16, 64, 128})
+    for (int n : {1, 3, 4, 5, 17, 64, 403}) {
+      const std::vector<float> q = randoms(hd, 1.f, 10 + hd), kf = randoms((size_t)n * hd, 2.f, 20 + hd + n);
+      const float scale = 1.f / std::sqrt((float)hd);
+      std::vector<float> s(n), ref(n);
+      float mx_ref = -INFINITY;
+      for (int j = 0; j < n; j++) {
+        ref[j] = dot_f32(q.data(), kf.data() + (size_t)j * hd, hd) * scale;
+        mx_ref = std::max(mx_ref, ref[j]);
+      }
+      const float mx = scores_hd8(q.data(), kf.data(), n, hd, scale, s.data());
+      for (int j = 0; j < n; j++) ASSERT_EQ(bits(s[j]), bits(ref[j])) << "hd " << hd << " n " << n << " key " << j;
+      EXPECT_EQ(bits(mx), bits(mx_ref)) << "hd " << hd << " n " << n;
+    }
+}
+
+TEST(AttnSimd, WeightedValuesInRegistersAreTheAxpyLoopBitForBit) {
+  auto check = [](auto nv, int hd) {
+    constexpr int NV = decltype(nv)::value;
+    for (int n : {1, 2, 5, 64, 300}) {
+      const std::vector<float> s = randoms(n, 1.f, 30 + n), vf = randoms((size_t)n * hd, 1.f, 40 + n + hd);
+      const float inv = 1.f / 3.7f;
+      std::vector<float> ref(hd, 0.f), oh(hd, -1.f);
+      for (int j = 0; j < n; j++) axpy_f32(s[j] * inv, vf.data() + (size_t)j * hd, ref.data(), hd);
+      weighted_values<NV>(s.data(), inv, vf.data(), n, hd, oh.data());
+      for (int d = 0; d < hd; d++) ASSERT_EQ(bits(oh[d]), bits(ref[d])) << "hd " << hd << " n " << n << " dim " << d;
+    }
+  };
+  check(std::integral_constant<int, 1>{}, 4);
+  check(std::integral_constant<int, 2>{}, 8);
+  check(std::integral_constant<int, 4>{}, 16);
+}
