@@ -151,6 +151,7 @@ constexpr int SB = 256;  // weights per decoded super-block
 
 alignas(16) KNOT_KERNEL_TLS uint8_t wq[RD][SB];   // decoded unsigned quants of one super-block, activation order
 alignas(16) KNOT_KERNEL_TLS int16_t wsc[RD][16];  // [row] sub-block scales (Q4_K: 8 of 32 weights; Q6_K: 16 of 16)
+alignas(16) KNOT_KERNEL_TLS v128_t wscv[RD][16];  // [row] wsc[row][j] splatted to 8 x i16 (a plain load in the hot loop)
 alignas(16) KNOT_KERNEL_TLS int16_t wm2[RD][16];  // [row] Q4_K mins, each twice (m0,m0,m1,m1,..: against bsums)
 alignas(16) KNOT_KERNEL_TLS float wd[RD];         // [row] d
 alignas(16) KNOT_KERNEL_TLS float wdm[RD];        // [row] dmin (Q4_K)
@@ -165,6 +166,7 @@ inline v128_t reduce4(v128_t a, v128_t b, v128_t c, v128_t d) {  // -> [sum a, s
 void zero_row(int r) {
   std::memset(wq[r], 0, sizeof wq[r]);
   std::memset(wsc[r], 0, sizeof wsc[r]);
+  std::memset(wscv[r], 0, sizeof wscv[r]);
   std::memset(wm2[r], 0, sizeof wm2[r]);
   wd[r] = 0.f;
   wdm[r] = 0.f;
@@ -187,6 +189,7 @@ struct RQ4K {
     }
     for (int j = 0; j < 8; j++) {
       wsc[r][j] = sc[j];
+      wscv[r][j] = wasm_i16x8_splat(sc[j]);
       wm2[r][2 * j] = wm2[r][2 * j + 1] = m[j];
     }
     wd[r] = half_to_float(x->d);
@@ -214,7 +217,7 @@ struct RQ6K {
                                              wasm_v128_and(wasm_u16x8_shr(hb, 2), m30)));
       }
     }
-    for (int j = 0; j < 16; j++) wsc[r][j] = x->scales[j];
+    for (int j = 0; j < 16; j++) wsc[r][j] = x->scales[j], wscv[r][j] = wasm_i16x8_splat(x->scales[j]);
     wd[r] = half_to_float(x->d);
   }
 };
@@ -233,7 +236,7 @@ inline void rtile(const block_q8_K* const* a, int sub, v128_t* acc) {
       for (int t = 0; t < NT; t++) a0[t] = wasm_v128_load(a[t]->qs + 32 * j), a1[t] = wasm_v128_load(a[t]->qs + 32 * j + 16);
       for (int r = 0; r < 4; r++) {
         const v128_t w0 = wasm_v128_load(wq[r0 + r] + 32 * j), w1 = wasm_v128_load(wq[r0 + r] + 32 * j + 16);
-        const v128_t sc = wasm_v128_load16_splat(&wsc[r0 + r][j]);
+        const v128_t sc = wscv[r0 + r][j];
         for (int t = 0; t < NT; t++) {
           const v128_t p = wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(a0[t], w0),
                                           wasm_i16x8_relaxed_dot_i8x16_i7x16(a1[t], w1));
@@ -248,7 +251,7 @@ inline void rtile(const block_q8_K* const* a, int sub, v128_t* acc) {
       for (int t = 0; t < NT; t++) a0[t] = wasm_v128_load(a[t]->qs + 16 * j);
       for (int r = 0; r < 4; r++) {
         const v128_t w0 = wasm_v128_load(wq[r0 + r] + 16 * j);
-        const v128_t sc = wasm_v128_load16_splat(&wsc[r0 + r][j]);
+        const v128_t sc = wscv[r0 + r][j];
         for (int t = 0; t < NT; t++)
           s[r][t] = wasm_i32x4_add(s[r][t], wasm_i32x4_dot_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(a0[t], w0), sc));
       }
