@@ -134,15 +134,16 @@ static void q6_K_relaxed(int64_t n, const void* w, const void* const* act, float
 // ---- Batched prefill (mm_fn, see kernels_internal.h): the native AVX-512 K-quant tile's
 // shape in 128 bits. Per 256-weight super-block, RD weight rows are decoded once into
 // unsigned bytes in activation order (wq: Q4_K 0..15, Q6_K 0..63 — the i7 operand) with
-// their sub-block scales as int16, and reused by every token of the chunk; the Q8_K
-// activation quants are read in place (no widening). Register tile: 4 rows x 2 tokens.
-// Per 16 weights and (row, token): i16x8.relaxed_dot_i8x16_i7x16 (pmaddubsw: pair sums,
-// |.| <= 2*63*128 < 2^15, no saturation), Q4_K adds the two halves of its 32-weight
-// sub-block in i16 (|.| <= 4*15*128), then i32x4.dot_i16x8 with the splatted sub-block
-// scale (exact in i32). At the block end the 4 rows' sums are reduced by one 4x4
-// transpose and combined on f32x4 lanes = 4 rows with the operations and order of
-// block_accum_kmin / block_accum (lanewise IEEE, no FMA), so every output equals the
-// scalar dot's bit for bit. Q6_K's -32 offset: sumi - 32 * sum_j sc_j * bsums_j (exact).
+// their scale per 16 weights as a splatted i16x8 (wscv), and reused by every token of the
+// chunk; the Q8_K activation quants are read in place (no widening). Register tile: 2 rows
+// x 3 tokens per hot loop (rsums2), twice per 4 rows. Per 16 weights and (row, token):
+// i16x8.relaxed_dot_i8x16_i7x16 (pmaddubsw: pair sums, |.| <= 2*63*128 < 2^15, no
+// saturation), then i32x4.dot_i16x8 with the sub-block scale (exact in i32; Q4_K's two
+// 16-weight halves of a 32-weight sub-block are summed in i32, the same integer). At the
+// block end the 4 rows' sums are reduced by one 4x4 transpose and combined on f32x4
+// lanes = 4 rows with the operations and order of block_accum_kmin / block_accum
+// (lanewise IEEE, no FMA), so every output equals the scalar dot's bit for bit. Q6_K's
+// -32 offset: sumi - 32 * sum_j sc_j * bsums_j (exact).
 
 namespace {
 
