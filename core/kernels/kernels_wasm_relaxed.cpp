@@ -245,15 +245,16 @@ static void mv_q4_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrow
 // ---- Batched prefill (mm_fn, see kernels_internal.h): the native AVX-512 K-quant tile's
 // shape in 128 bits. Per 256-weight super-block, RD weight rows are decoded once into
 // unsigned bytes in activation order (wq: Q4_K 0..15, Q6_K 0..63 — the i7 operand) with
-// their sub-block scales as int16, and reused by every token of the chunk; the Q8_K
-// activation quants are read in place (no widening). Register tile: 4 rows x 2 tokens.
-// Per 16 weights and (row, token): i16x8.relaxed_dot_i8x16_i7x16 (pmaddubsw: pair sums,
-// |.| <= 2*63*128 < 2^15, no saturation), Q4_K adds the two halves of its 32-weight
-// sub-block in i16 (|.| <= 4*15*128), then i32x4.dot_i16x8 with the splatted sub-block
-// scale (exact in i32). At the block end the 4 rows' sums are reduced by one 4x4
-// transpose and combined on f32x4 lanes = 4 rows with the operations and order of
-// block_accum_kmin / block_accum (lanewise IEEE, no FMA), so every output equals the
-// scalar dot's bit for bit. Q6_K's -32 offset: sumi - 32 * sum_j sc_j * bsums_j (exact).
+// their scale per 16 weights as a splatted i16x8 (wscv), and reused by every token of the
+// chunk; the Q8_K activation quants are read in place (no widening). Register tile: 2 rows
+// x 3 tokens per hot loop (rsums2), twice per 4 rows. Per 16 weights and (row, token):
+// i16x8.relaxed_dot_i8x16_i7x16 (pmaddubsw: pair sums, |.| <= 2*63*128 < 2^15, no
+// saturation), then i32x4.dot_i16x8 with the sub-block scale (exact in i32; Q4_K's two
+// 16-weight halves of a 32-weight sub-block are summed in i32, the same integer). At the
+// block end the 4 rows' sums are reduced by one 4x4 transpose and combined on f32x4
+// lanes = 4 rows with the operations and order of block_accum_kmin / block_accum
+// (lanewise IEEE, no FMA), so every output equals the scalar dot's bit for bit. Q6_K's
+// -32 offset: sumi - 32 * sum_j sc_j * bsums_j (exact).
 
 namespace {
 
@@ -262,6 +263,7 @@ constexpr int SB = 256;  // weights per decoded super-block
 
 alignas(16) KNOT_KERNEL_TLS uint8_t wq[RD][SB];   // decoded unsigned quants of one super-block, activation order
 alignas(16) KNOT_KERNEL_TLS int16_t wsc[RD][16];  // [row] sub-block scales (Q4_K: 8 of 32 weights; Q6_K: 16 of 16)
+alignas(16) KNOT_KERNEL_TLS v128_t wscv[RD][16];  // [row] scale of weights 16j..16j+15 splatted to 8 x i16 (a plain load in the hot loop)
 alignas(16) KNOT_KERNEL_TLS int16_t wm2[RD][16];  // [row] Q4_K mins, each twice (m0,m0,m1,m1,..: against bsums)
 alignas(16) KNOT_KERNEL_TLS float wd[RD];         // [row] d
 alignas(16) KNOT_KERNEL_TLS float wdm[RD];        // [row] dmin (Q4_K)
@@ -276,6 +278,7 @@ inline v128_t reduce4(v128_t a, v128_t b, v128_t c, v128_t d) {  // -> [sum a, s
 void zero_row(int r) {
   std::memset(wq[r], 0, sizeof wq[r]);
   std::memset(wsc[r], 0, sizeof wsc[r]);
+  std::memset(wscv[r], 0, sizeof wscv[r]);
   std::memset(wm2[r], 0, sizeof wm2[r]);
   wd[r] = 0.f;
   wdm[r] = 0.f;
@@ -298,6 +301,7 @@ struct RQ4K {
     }
     for (int j = 0; j < 8; j++) {
       wsc[r][j] = sc[j];
+      wscv[r][2 * j] = wscv[r][2 * j + 1] = wasm_i16x8_splat(sc[j]);
       wm2[r][2 * j] = wm2[r][2 * j + 1] = m[j];
     }
     wd[r] = half_to_float(x->d);
@@ -325,46 +329,47 @@ struct RQ6K {
                                              wasm_v128_and(wasm_u16x8_shr(hb, 2), m30)));
       }
     }
-    for (int j = 0; j < 16; j++) wsc[r][j] = x->scales[j];
+    for (int j = 0; j < 16; j++) wsc[r][j] = x->scales[j], wscv[r][j] = wasm_i16x8_splat(x->scales[j]);
     wd[r] = half_to_float(x->d);
   }
 };
+
+// Integer sums of 2 decoded rows (wp: the first row's quants, sp: its scales; the second
+// row SB bytes / 16 vectors on) x NT tokens over one super-block, 16 weights per step.
+// Both formats step by 16 weights (Q4_K's 32-weight sub-block scale is stored twice).
+// Register budget: V8 issues all of a step's loads first, so acc 2*NT + activations NT +
+// weights and scales 4 must fit in x64's 15 free xmm registers; 4 rows x 2 tokens did
+// not (half the accumulators spilled: a load + store each per step, --print-wasm-code).
+// Pointer bumps, rows at constant load offsets (V8 folds them into the address).
+template <int NT>
+inline void rsums2(const uint8_t* wp, const v128_t* sp, const int8_t* const* a, v128_t (*s)[NT]) {
+  v128_t s0[NT], s1[NT];
+  const int8_t* ap[NT];
+  for (int t = 0; t < NT; t++) s0[t] = s1[t] = wasm_i32x4_splat(0), ap[t] = a[t];
+#pragma clang loop unroll(disable)
+  for (int j = 0; j < 16; j++) {  // hot loop: 16 weights x 2 rows x NT tokens
+    const v128_t w0 = wasm_v128_load(wp), w1 = wasm_v128_load(wp + SB);
+    const v128_t c0 = sp[0], c1 = sp[16];
+    for (int t = 0; t < NT; t++) {
+      const v128_t av = wasm_v128_load(ap[t]);
+      s0[t] = wasm_i32x4_add(s0[t], wasm_i32x4_dot_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(av, w0), c0));
+      s1[t] = wasm_i32x4_add(s1[t], wasm_i32x4_dot_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(av, w1), c1));
+      ap[t] += 16;
+    }
+    wp += 16, sp += 1;
+  }
+  for (int t = 0; t < NT; t++) s[0][t] = s0[t], s[1][t] = s1[t];
+}
 
 // 4 decoded rows (from row 4*sub) x NT tokens over one super-block; acc[t] += the block.
 template <class F, int NT>
 inline void rtile(const block_q8_K* const* a, int sub, v128_t* acc) {
   v128_t s[4][NT];
-  for (int r = 0; r < 4; r++)
-    for (int t = 0; t < NT; t++) s[r][t] = wasm_i32x4_splat(0);
   const int r0 = 4 * sub;
-  if (F::KMIN) {
-#pragma clang loop unroll(disable)
-    for (int j = 0; j < 8; j++) {  // hot loop: 32-weight sub-block x 4 rows x NT tokens
-      v128_t a0[NT], a1[NT];
-      for (int t = 0; t < NT; t++) a0[t] = wasm_v128_load(a[t]->qs + 32 * j), a1[t] = wasm_v128_load(a[t]->qs + 32 * j + 16);
-      for (int r = 0; r < 4; r++) {
-        const v128_t w0 = wasm_v128_load(wq[r0 + r] + 32 * j), w1 = wasm_v128_load(wq[r0 + r] + 32 * j + 16);
-        const v128_t sc = wasm_v128_load16_splat(&wsc[r0 + r][j]);
-        for (int t = 0; t < NT; t++) {
-          const v128_t p = wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(a0[t], w0),
-                                          wasm_i16x8_relaxed_dot_i8x16_i7x16(a1[t], w1));
-          s[r][t] = wasm_i32x4_add(s[r][t], wasm_i32x4_dot_i16x8(p, sc));
-        }
-      }
-    }
-  } else {
-#pragma clang loop unroll(disable)
-    for (int j = 0; j < 16; j++) {  // hot loop: 16-weight sub-block x 4 rows x NT tokens
-      v128_t a0[NT];
-      for (int t = 0; t < NT; t++) a0[t] = wasm_v128_load(a[t]->qs + 16 * j);
-      for (int r = 0; r < 4; r++) {
-        const v128_t w0 = wasm_v128_load(wq[r0 + r] + 16 * j);
-        const v128_t sc = wasm_v128_load16_splat(&wsc[r0 + r][j]);
-        for (int t = 0; t < NT; t++)
-          s[r][t] = wasm_i32x4_add(s[r][t], wasm_i32x4_dot_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(a0[t], w0), sc));
-      }
-    }
-  }
+  const int8_t* aq[NT];
+  for (int t = 0; t < NT; t++) aq[t] = a[t]->qs;
+  rsums2<NT>(wq[r0], wscv[r0], aq, s);
+  rsums2<NT>(wq[r0 + 2], wscv[r0 + 2], aq, s + 2);
   const v128_t dw = wasm_v128_load(&wd[r0]);
   for (int t = 0; t < NT; t++) {
     v128_t sumi = reduce4(s[0][t], s[1][t], s[2][t], s[3][t]);
@@ -407,11 +412,14 @@ void mm_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uin
         else zero_row(r);
       }
       int64_t t = 0;
-      for (; t + 2 <= nt; t += 2) {
+      for (; t + 3 <= nt; t += 3) {
+        const block_q8_K* a[3] = {ablk(t, s), ablk(t + 1, s), ablk(t + 2, s)};
+        for (int sub = 0; sub < nsub; sub++) rtile<F, 3>(a, sub, &g_acc[(size_t)(sub * nt + t)]);
+      }
+      if (nt - t == 2) {
         const block_q8_K* a[2] = {ablk(t, s), ablk(t + 1, s)};
         for (int sub = 0; sub < nsub; sub++) rtile<F, 2>(a, sub, &g_acc[(size_t)(sub * nt + t)]);
-      }
-      if (t < nt) {  // odd token count
+      } else if (nt - t == 1) {
         const block_q8_K* a[1] = {ablk(t, s)};
         for (int sub = 0; sub < nsub; sub++) rtile<F, 1>(a, sub, &g_acc[(size_t)(sub * nt + t)]);
       }
