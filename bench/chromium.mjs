@@ -8,10 +8,9 @@ import {existsSync} from "node:fs";
 import {execFileSync} from "node:child_process";
 import {basename, dirname, join, resolve} from "node:path";
 import {fileURLToPath} from "node:url";
-import {ISOLATED, bindingsRoutes, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+import {ISOLATED, bindingsRoutes, serveFiles, CHROMIUM, launchChromium} from "../tests/wasm/helpers.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const args = process.argv.slice(2);
 const flag = (k, d) => { const i = args.indexOf(k); return i >= 0 ? Number(args.splice(i, 2)[1]) : d; };
 const nPrompt = flag("--prompt-tokens", 128), nDecode = flag("--decode", 128), runs = flag("--runs", 3);
@@ -26,7 +25,6 @@ if (!model || !existsSync(model)) {
   console.error("usage: node bench/chromium.mjs MODEL [--prompt-tokens N] [--decode N] [--runs R] [--relaxed | --threads T]");
   process.exit(2);
 }
-const {chromium} = await import("playwright-core");
 const server = await serveFiles({
   "/bench/chromium-page.html": join(ROOT, "bench/chromium-page.html"),
   "/bench/prompt.txt": join(ROOT, "bench/prompt.txt"),
@@ -34,11 +32,7 @@ const server = await serveFiles({
   [`/build/wasm/${wasmFile}`]: join(ROOT, "build/wasm", wasmFile),
   "/model": resolve(model),
 }, {headers: threads !== undefined ? ISOLATED : {}});
-const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-bench-chromium-"), {
-  executablePath: CHROMIUM, headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run"],
-});
+const ctx = await launchChromium();
 try {
   const page = await ctx.newPage();
   const logs = [];

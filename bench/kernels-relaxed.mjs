@@ -16,14 +16,13 @@
 import {existsSync, readFileSync, readdirSync, writeFileSync} from "node:fs";
 import {join, resolve} from "node:path";
 import {Miniflare} from "miniflare";
-import {ROOT, bindingsRoutes, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+import {ROOT, bindingsRoutes, serveFiles, tmpDir, CHROMIUM, launchChromium} from "../tests/wasm/helpers.mjs";
 
 const COMPATIBILITY_DATE = "2026-04-01";  // the mesh Workers' date
 
 const args = process.argv.slice(2);
 const opt = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args.splice(i, 2)[1] : d; };
 const minS = Number(opt("--min-s", 0.6)), rounds = Number(opt("--rounds", 3)), only = opt("--only", "");
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const COLS = 4096;
 const ROW_BYTES = {Q4_K: 144 * 16, Q6_K: 210 * 16, Q8_0: 34 * 128};
 // [label, rows, tokens]: matvec resident and >= 96 MiB, and the prefill chunk (matmul over
@@ -98,7 +97,6 @@ async function benchWorkerd() {
 
 async function benchChromium() {
   if (!existsSync(CHROMIUM)) { console.error(`no chromium at ${CHROMIUM}`); return; }
-  const {chromium} = await import("playwright-core");
   const blank = join(tmpDir(), "blank.html");
   writeFileSync(blank, "<!doctype html><meta charset=utf-8><title>bench</title>");
   const server = await serveFiles({
@@ -108,11 +106,7 @@ async function benchChromium() {
     "/build/wasm/knotwork.wasm": join(ROOT, "build/wasm/knotwork.wasm"),
     "/build/wasm/knotwork-relaxed.wasm": join(ROOT, "build/wasm/knotwork-relaxed.wasm"),
   });
-  const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-bench-relaxed-"), {
-    executablePath: CHROMIUM, headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--no-first-run"],
-  });
+  const ctx = await launchChromium();
   try {
     const page = await ctx.newPage();
     await page.goto(`${server.url}/blank.html`);

@@ -36,6 +36,8 @@ stop() {
   for _ in $(seq 1 100); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done
   kill -KILL -- "-$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
+  # a KILLed member is gone (its sockets closed) only once the kernel has reaped it
+  for _ in $(seq 1 50); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done
 }
 trap stop EXIT
 trap 'exit 130' INT TERM

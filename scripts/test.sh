@@ -12,7 +12,11 @@ took build
 rc=0
 ctest --test-dir build --output-on-failure -j2 2>&1 | tee build/ctest.log || rc=1
 took ctest
-node --test --test-reporter=tap tests/wasm/ tests/workers/ 2>&1 | tee build/node-test.log || rc=1
+# Two files at a time (one per core): every server a test starts listens on an ephemeral port
+# (serve --port 0, Miniflare's default, mesh-dev.sh on a port the test just had the kernel
+# pick), and mesh-dev.sh returns only once wrangler's whole process group is gone, so files
+# never collide on a port. docs/testing.md "How node --test runs".
+node --test --test-concurrency=2 --test-reporter=tap tests/wasm/ tests/workers/ 2>&1 | tee build/node-test.log || rc=1
 took "node --test"
 
 # Sanitizers (scripts/fuzz.sh builds build-asan with clang: ASan + UBSan, -O2 -g): the

@@ -7,9 +7,8 @@ import assert from "node:assert/strict";
 import {existsSync, writeFileSync} from "node:fs";
 import {join} from "node:path";
 
-import {ROOT, WASM_PATH, bindingsRoutes, serveFiles, tmpDir} from "./helpers.mjs";
+import {ROOT, WASM_PATH, bindingsRoutes, serveFiles, tmpDir, CHROMIUM, launchChromium} from "./helpers.mjs";
 
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const RELAXED = join(ROOT, "build/wasm/knotwork-relaxed.wasm");
 
 test("Chromium picks the relaxed-SIMD module; its kernels equal the scalar reference bit for bit", {timeout: 180_000}, async (t) => {
@@ -19,7 +18,6 @@ test("Chromium picks the relaxed-SIMD module; its kernels equal the scalar refer
     t.skip(`no ${what} at ${p}`);
     return;
   }
-  const {chromium} = await import("playwright-core");
   const blank = join(tmpDir(), "blank.html");
   writeFileSync(blank, "<!doctype html><meta charset=utf-8><title>relaxed</title>");
   const server = await serveFiles({
@@ -29,12 +27,7 @@ test("Chromium picks the relaxed-SIMD module; its kernels equal the scalar refer
     "/build/wasm/knotwork.wasm": WASM_PATH,
     "/build/wasm/knotwork-relaxed.wasm": RELAXED,
   });
-  const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-chromium-"), {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--no-first-run"],
-  });
+  const ctx = await launchChromium();
   try {
     const page = await ctx.newPage();
     const logs = [];

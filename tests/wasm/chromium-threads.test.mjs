@@ -5,24 +5,17 @@
 // isolation headers the page gets a clear error instead of a hang.
 import {test} from "node:test";
 import assert from "node:assert/strict";
-import {existsSync} from "node:fs";
 import {join} from "node:path";
 
 import * as kw from "../../bindings/knotwork.mjs";
-import {ROOT, ISOLATED, bindingsRoutes, sharedModel, serveFiles, tmpDir} from "./helpers.mjs";
+import {ROOT, ISOLATED, bindingsRoutes, sharedModel, serveFiles, haveChromium, launchChromium} from "./helpers.mjs";
 
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const MODEL = "stories260K-pad256-llama-q4_k_m.gguf";
 
 test(`Chromium: the threaded module gives the single-threaded ids for 1, 2, 3 threads (${MODEL})`, {timeout: 300_000}, async (t) => {
   const modelPath = sharedModel(t, MODEL);
   if (!modelPath) return;
-  if (!existsSync(CHROMIUM)) {
-    if (process.env.CI) throw new Error(`${CHROMIUM} missing (CI is set: not skipping)`);
-    t.skip(`no chromium at ${CHROMIUM}`);
-    return;
-  }
-  const {chromium} = await import("playwright-core");
+  if (!haveChromium(t)) return;
   const m = await kw.openModel(modelPath);  // the single-threaded module, in Node
   const greedy = (await m.complete("Once upon a time", {maxTokens: 32, temperature: 0})).ids;
   const long = "Once upon a time there was a little girl who liked to play in the park with her dog. ".repeat(8);
@@ -36,11 +29,7 @@ test(`Chromium: the threaded module gives the single-threaded ids for 1, 2, 3 th
   };
   const isolated = await serveFiles(routes, {headers: ISOLATED});
   const plain = await serveFiles(routes);
-  const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-chromium-threads-"), {
-    executablePath: CHROMIUM, headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--no-first-run"],
-  });
+  const ctx = await launchChromium();
   const load = async (url) => {
     const page = await ctx.newPage();
     const logs = [];

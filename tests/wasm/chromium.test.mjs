@@ -3,24 +3,18 @@
 // local server. Output must be token-exact with the reference.
 import {test} from "node:test";
 import assert from "node:assert/strict";
-import {existsSync, readFileSync, writeFileSync} from "node:fs";
+import {readFileSync, writeFileSync} from "node:fs";
 import {join} from "node:path";
 
 import * as kw from "../../bindings/knotwork.mjs";
-import {ROOT, WASM_PATH, bindingsRoutes, sharedModel, referenceOutputs, serveFiles, tmpDir} from "./helpers.mjs";
+import {ROOT, WASM_PATH, bindingsRoutes, sharedModel, referenceOutputs, serveFiles, tmpDir, haveChromium, launchChromium} from "./helpers.mjs";
 
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const MODEL = "stories260K-pad256-llama-q8_0.gguf";
 
 test(`Chromium: ${MODEL} (.gguf and .knot over HTTP ranges) greedy 32 ids on the page and in a Worker match the reference`, {timeout: 180_000}, async (t) => {
   const modelPath = sharedModel(t, MODEL);
   if (!modelPath) return;
-  if (!existsSync(CHROMIUM)) {
-    if (process.env.CI) throw new Error(`${CHROMIUM} missing (CI is set: not skipping)`);
-    t.skip(`no chromium at ${CHROMIUM}`);
-    return;
-  }
-  const {chromium} = await import("playwright-core");
+  if (!haveChromium(t)) return;
   const ref = referenceOutputs().models[MODEL];
   // the same model as .knot (what object storage holds), encoded by the wasm core
   const g = await kw.openModel(modelPath);
@@ -45,12 +39,7 @@ test(`Chromium: ${MODEL} (.gguf and .knot over HTTP ranges) greedy 32 ids on the
     "/models/m.gguf": modelPath,
     "/models/m.knot": knotPath,
   });
-  const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-chromium-"), {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--no-first-run"],
-  });
+  const ctx = await launchChromium();
   try {
     for (const file of ["/models/m.gguf", "/models/m.knot"]) {
       const page = await ctx.newPage();

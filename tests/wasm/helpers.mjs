@@ -126,3 +126,27 @@ export async function startServe(model, args = []) {
           })};
 }
 
+
+/** The Chromium the browser tests drive (CHROMIUM_PATH overrides /usr/bin/chromium). */
+export const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
+
+/** True when CHROMIUM exists. Missing: under CI the test FAILS (throws), otherwise it is skipped
+ *  (returns false after t.skip), as sharedModel. */
+export function haveChromium(t) {
+  if (existsSync(CHROMIUM)) return true;
+  if (process.env.CI) throw new Error(`${CHROMIUM} missing (CI is set: not skipping)`);
+  t.skip(`no chromium at ${CHROMIUM}`);
+  return false;
+}
+
+/** Headless CHROMIUM as a playwright-core persistent context on a fresh temp profile (removed at
+ *  exit): no sandbox, no GPU, no background networking, component updates or first-run UI.
+ *  options: further launchPersistentContext options (viewport, …). The caller closes it. */
+export async function launchChromium(options = {}) {
+  const {chromium} = await import("playwright-core");
+  return chromium.launchPersistentContext(tmpDir("knotwork-chromium-"), {
+    executablePath: CHROMIUM, headless: true, ...options,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--disable-component-update", "--no-first-run", ...(options.args ?? [])],
+  });
+}

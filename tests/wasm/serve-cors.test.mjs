@@ -11,9 +11,8 @@ import {createServer} from "node:http";
 import {join, normalize} from "node:path";
 import OpenAI from "openai";
 
-import {ROOT, sharedModel, startServe, tmpDir} from "./helpers.mjs";
+import {ROOT, sharedModel, startServe, haveChromium, launchChromium} from "./helpers.mjs";
 
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 
 const PAGE = `<!doctype html><meta charset="utf-8"><title>openai in the browser</title>
 <script type="module">
@@ -73,12 +72,7 @@ test("CORS preflight reflects the requested headers; /health needs no key", asyn
 test("the openai browser client on another origin streams a chat reply from serve (Chromium)", {timeout: 120_000}, async (t) => {
   const model = sharedModel(t, "stories260K.gguf");
   if (!model) return;
-  if (!existsSync(CHROMIUM)) {
-    if (process.env.CI) throw new Error(`${CHROMIUM} missing (CI is set: not skipping)`);
-    t.skip(`no chromium at ${CHROMIUM}`);
-    return;
-  }
-  const {chromium} = await import("playwright-core");
+  if (!haveChromium(t)) return;
   const srv = await startServe(model, ["--api-key", "browser-key", "--ctx", "256"]);
   t.after(() => srv.stop());
   const site = await pageServer();
@@ -89,11 +83,7 @@ test("the openai browser client on another origin streams a chat reply from serv
   const want = (await node.chat.completions.create(body)).choices[0].message.content;
   assert.ok(want.length > 0);
 
-  const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-cors-"), {
-    executablePath: CHROMIUM, headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--no-first-run"],
-  });
+  const ctx = await launchChromium();
   t.after(() => ctx.close());
   const page = await ctx.newPage();
   const logs = [], sent = [];

@@ -3,29 +3,18 @@
 // Screenshot: build/serve-chat.png (a test artifact, not committed).
 import {test} from "node:test";
 import assert from "node:assert/strict";
-import {existsSync, mkdirSync} from "node:fs";
+import {mkdirSync} from "node:fs";
 import {join} from "node:path";
 
-import {ROOT, sharedModel, startServe, tmpDir} from "./helpers.mjs";
-
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
+import {ROOT, sharedModel, startServe, haveChromium, launchChromium} from "./helpers.mjs";
 
 test("serve chat page in Chromium: a message streams a reply with live telemetry (API key set)", {timeout: 120_000}, async (t) => {
   const model = sharedModel(t, "stories260K.gguf");
   if (!model) return;
-  if (!existsSync(CHROMIUM)) {
-    if (process.env.CI) throw new Error(`${CHROMIUM} missing (CI is set: not skipping)`);
-    t.skip(`no chromium at ${CHROMIUM}`);
-    return;
-  }
-  const {chromium} = await import("playwright-core");
+  if (!haveChromium(t)) return;
   const srv = await startServe(model, ["--api-key", "page-key", "--ctx", "512"]);
   t.after(() => srv.stop());
-  const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-chat-"), {
-    executablePath: CHROMIUM, headless: true, viewport: {width: 1200, height: 800},
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--no-first-run"],
-  });
+  const ctx = await launchChromium({viewport: {width: 1200, height: 800}});
   t.after(() => ctx.close());
   const page = await ctx.newPage();
   const logs = [];
@@ -84,22 +73,13 @@ test("serve chat page in Chromium: Stop ends the generation and the server's liv
   // a random-weight vocab of 32000: EOS is rare, so the reply runs to max tokens (~10 s here)
   const model = sharedModel(t, "llama-2-tiny-random.gguf");
   if (!model) return;
-  if (!existsSync(CHROMIUM)) {
-    if (process.env.CI) throw new Error(`${CHROMIUM} missing (CI is set: not skipping)`);
-    t.skip(`no chromium at ${CHROMIUM}`);
-    return;
-  }
-  const {chromium} = await import("playwright-core");
+  if (!haveChromium(t)) return;
   const srv = await startServe(model, ["--ctx", "2048"]);
   t.after(() => srv.stop());
   const health = async () => (await fetch(`${srv.url}/health`)).json();
   const h0 = await health();
   assert.equal(h0.sessions, 0);
-  const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-stop-"), {
-    executablePath: CHROMIUM, headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--disable-component-update", "--no-first-run"],
-  });
+  const ctx = await launchChromium();
   t.after(() => ctx.close());
   const page = await ctx.newPage();
   await page.goto(srv.url + "/");

@@ -90,7 +90,8 @@ test("a client that disconnects mid-stream frees the session on every station (K
       text += dec.decode(value, {stream: true});
       data = (text.match(/^data: \{/gm) ?? []).length;
     }
-    assert.equal(data, 3, "three tokens streamed before the client leaves");
+    // one read can carry several events (a loaded client reads late): at least three arrived
+    assert.ok(data >= 3, `three tokens streamed before the client leaves (${data} events)`);
     ac.abort();
     const after = await stationStats();
     for (const n of stations) {

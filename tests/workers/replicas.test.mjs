@@ -301,7 +301,14 @@ test("routes spread concurrent sessions across copies and a prompt that keeps a 
     const before = {st0: (await stationStats(mesh, "st0")).stats.frames, st0r1: (await stationStats(mesh, "st0r1")).stats.frames};
     const prompts = [[1, 400, 300, 20, 21, 22, 23, 24], [1, 401, 301, 30, 31, 32, 33, 34]];
     const runs = prompts.map((ids) => mesh.run({ids, options: opts}));
-    await new Promise((r) => setTimeout(r, 1500));
+    // released once both sessions' first frames are held at every shard (at one copy or the
+    // other): both routes are taken by then (a fixed 1.5 s sleep assumed it, on any load)
+    for (let i = 0; i < 800; i++) {
+      const held = await Promise.all(mesh.topology.shards.map(async (s) =>
+        (await log(mesh, replicaName(s.name, 0))).seen + (await log(mesh, replicaName(s.name, 1))).seen));
+      if (held.every((n) => n >= 2)) break;
+      await new Promise((r) => setTimeout(r, 25));
+    }
     for (const s of mesh.topology.shards) for (let r = 0; r < 2; r++) await mesh.fault(replicaName(s.name, r), null);
     for (const s of mesh.topology.shards) for (let r = 0; r < 2; r++) await (await mesh.worker(`knot-${replicaName(s.name, r)}`)).fetch("http://x/debug/release");
     const rs = await Promise.all(runs);
