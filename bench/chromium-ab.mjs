@@ -14,10 +14,9 @@
 import {existsSync, readFileSync} from "node:fs";
 import {basename, dirname, join, resolve} from "node:path";
 import {fileURLToPath} from "node:url";
-import {bindingsRoutes, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+import {bindingsRoutes, launchChromium, serveFiles} from "../tests/wasm/helpers.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const args = process.argv.slice(2);
 const opt = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args.splice(i, 2)[1] : d; };
 const nPrompt = Number(opt("--prompt-tokens", 128)), nDecode = Number(opt("--decode", 128)), rounds = Number(opt("--rounds", 5));
@@ -27,18 +26,13 @@ if (!model || !existsSync(model) || !A || !existsSync(A) || !B || !existsSync(B)
   process.exit(2);
 }
 const loadavg = () => Number(readFileSync("/proc/loadavg", "utf8").split(" ")[0]);
-const {chromium} = await import("playwright-core");
 const server = await serveFiles({
   "/bench/prompt.txt": join(ROOT, "bench/prompt.txt"),
   "/blank.html": join(ROOT, "bench/chromium-page.html"),  // any same-origin page: only its origin is used
   ...bindingsRoutes(),
   "/a.wasm": resolve(A), "/b.wasm": resolve(B), "/model": resolve(model),
 });
-const ctx = await chromium.launchPersistentContext(tmpDir("knotwork-bench-ab-"), {
-  executablePath: CHROMIUM, headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run"],
-});
+const ctx = await launchChromium();
 const la0 = loadavg();
 try {
   const pages = {};

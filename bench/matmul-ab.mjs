@@ -12,15 +12,13 @@
 // relaxed old/new, G weight x token products per CPU second; loadavg at the line's start.
 import {existsSync, readFileSync, readdirSync, writeFileSync} from "node:fs";
 import {join, resolve} from "node:path";
-import {ROOT, bindingsRoutes, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
+import {ROOT, bindingsRoutes, launchChromium, serveFiles, tmpDir} from "../tests/wasm/helpers.mjs";
 
-const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 const before = process.argv[2];
 if (!before || !existsSync(join(before, "knotwork.wasm")) || !existsSync(join(before, "knotwork-relaxed.wasm"))) {
   console.error("usage: node bench/matmul-ab.mjs BEFORE_DIR [TYPES] [ROUNDS] (BEFORE_DIR holds knotwork.wasm and knotwork-relaxed.wasm)");
   process.exit(2);
 }
-const {chromium} = await import("playwright-core");
 const types = (process.argv[3] || "Q4_K,Q6_K,Q8_0").split(","), rounds = Number(process.argv[4] || 3), minS = 0.4;
 const blank = join(tmpDir(), "blank.html");
 writeFileSync(blank, "<!doctype html><title>b</title>");
@@ -28,8 +26,7 @@ const server = await serveFiles({"/blank.html": blank, ...bindingsRoutes(),
   "/bench/lib/relaxed-bench.mjs": join(ROOT, "bench/lib/relaxed-bench.mjs"),
   "/w/bo.wasm": join(resolve(before), "knotwork.wasm"), "/w/ro.wasm": join(resolve(before), "knotwork-relaxed.wasm"),
   "/w/bn.wasm": join(ROOT, "build/wasm/knotwork.wasm"), "/w/rn.wasm": join(ROOT, "build/wasm/knotwork-relaxed.wasm")});
-const ctx = await chromium.launchPersistentContext(tmpDir("kp-"), {executablePath: CHROMIUM, headless: true,
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]});
+const ctx = await launchChromium();
 try {
   const page = await ctx.newPage();
   await page.goto(`${server.url}/blank.html`);
