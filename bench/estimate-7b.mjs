@@ -23,7 +23,9 @@
 //     lines of bench/lookup-acceptance.mjs, teacher-forced prompt lookup on real code edits,
 //     document continuations and chat answers tokenized with the Qwen tokenizer): each kind's
 //     passes by row count for every K' <= --lookup in the file, priced with this run's r-row
-//     pass costs (the latest line per kind and K'); the stories260K figures stay beside them;
+//     pass costs (the latest line per kind and K'; only lines of the mesh's rule: ngram_max
+//     LOOKUP_NGRAM_MAX and the adaptive LookupBudget, whose passes carry fewer rows when
+//     drafts fail); the stories260K figures stay beside them;
 //   - time to first token of a 2,000-token prompt, sequential and pipelined: the planner's
 //     model (plan_cost.h) with the rates measured in this run.
 //   node bench/estimate-7b.mjs [--hop-ms 4.4] [--fetch-mbps 200] [--timing 5] [--dir build/mem]
@@ -43,6 +45,7 @@ import {ROOT, spawnIsolate, synth7b} from "./lib/isolate.mjs";
 import {PROMPTS} from "./lib/prompts.mjs";
 import * as kw from "../bindings/knotwork.mjs";
 import {lookupPasses} from "./lib/lookup-acceptance.mjs";
+import {LOOKUP_NGRAM_MAX} from "../bindings/generator.mjs";
 import {readFileSync} from "node:fs";
 import {plan} from "../bindings/planner.mjs";
 import {topologyFromPlan, linkBudget} from "../workers/lib/topology.mjs";
@@ -97,8 +100,8 @@ const measured = {};
 if (acceptanceFile) {
   const lines = readFileSync(acceptanceFile, "utf8").split("\n").filter((l) => l.trim()).map((l, i) => {
     try { return JSON.parse(l); } catch { throw new Error(`--acceptance ${acceptanceFile}: line ${i + 1} is not JSON`); }
-  }).filter((l) => l.bench === "lookup-acceptance" && l.aggregate && l.lookup <= K && (l.ngram_max ?? 3) === 3);  // the mesh's rule only
-  if (!lines.length) throw new Error(`--acceptance ${acceptanceFile}: no aggregate lookup-acceptance line with lookup <= ${K} (run bench/lookup-acceptance.mjs --out ${acceptanceFile})`);
+  }).filter((l) => l.bench === "lookup-acceptance" && l.aggregate && l.lookup <= K && (l.ngram_max ?? 3) === LOOKUP_NGRAM_MAX && l.adaptive === true);  // the mesh's rule only
+  if (!lines.length) throw new Error(`--acceptance ${acceptanceFile}: no aggregate lookup-acceptance line of the mesh's rule (adaptive, ngram_max ${LOOKUP_NGRAM_MAX}) with lookup <= ${K} (run bench/lookup-acceptance.mjs --out ${acceptanceFile})`);
   for (const l of lines) {
     const cur = measured[l.kind]?.[l.lookup];
     if (!cur || cur.date <= l.date) (measured[l.kind] ??= {})[l.lookup] = l;

@@ -15,12 +15,13 @@
 // One JSON line per task x K, then one per kind x K with `aggregate: true` (the tasks' passes
 // summed), on stdout and appended to --out (bench/estimate-7b.mjs --acceptance FILE reads
 // the aggregate lines):
-//   node bench/lookup-acceptance.mjs [--k 1,2,3,4,6,8,12,16] [--chunk 64] [--ngram-max 3] [--out bench/speculative-DATE.jsonl]
-// --ngram-max N: draftLookup's longest n-gram (3, the mesh's, by default; another value is a
-// what-if for a longer match rule, and estimate-7b ignores its lines).
-// Fields: bench "lookup-acceptance", kind, task, file, commit, tokenizer, lookup (K), chunk, ngram_max,
+//   node bench/lookup-acceptance.mjs [--k 1,2,3,4,6,8,12,16] [--chunk 64] [--ngram-max 12] [--fixed] [--out bench/speculative-DATE.jsonl]
+// --ngram-max N: draftLookup's longest n-gram (12, the mesh's and the core's, by default);
+// --fixed: K drafts every pass instead of LookupBudget's adaptive count. Either is a what-if:
+// estimate-7b prices only the lines of the default rule (adaptive, ngram_max 12).
+// Fields: bench "lookup-acceptance", kind, task, file, commit, tokenizer, lookup (K), chunk, ngram_max, adaptive,
 // prompt_tokens, reply_tokens, passes, verify_passes, drafted, accepted, acceptance
-// (accepted / drafted), tokens_per_pass (decoded tokens / passes), rows ({r: passes of r rows}).
+// (accepted / drafted), tokens_per_pass (decoded tokens / passes), rows_per_pass, rows ({r: passes of r rows}).
 import {appendFileSync} from "node:fs";
 import os from "node:os";
 import {dirname, resolve} from "node:path";
@@ -32,7 +33,7 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const args = process.argv.slice(2);
 const opt = (k, d) => { const i = args.indexOf(k); return i >= 0 ? args[i + 1] : d; };
 const ks = opt("--k", "1,2,3,4,6,8,12,16").split(",").map(Number), chunk = Number(opt("--chunk", "64")), outFile = opt("--out", null);
-const ngramMax = Number(opt("--ngram-max", "3"));
+const ngramMax = Number(opt("--ngram-max", "12")), adaptive = !args.includes("--fixed");
 if (!(Number.isInteger(ngramMax) && ngramMax >= 1)) { console.error(`--ngram-max: ${ngramMax} is not an integer >= 1`); process.exit(2); }
 for (const k of ks) if (!(Number.isInteger(k) && k >= 1 && k <= 64)) { console.error(`--k: ${k} is not an integer in [1, 64]`); process.exit(2); }
 
@@ -52,6 +53,7 @@ const emit = (o) => {
   if (outFile) appendFileSync(outFile, line + "\n");
 };
 const r3 = (x) => +x.toFixed(3);
+const rowsPerPass = (rows) => { let n = 0, r = 0; for (const [k, c] of Object.entries(rows)) n += c, r += Number(k) * c; return n ? r / n : 0; };
 const tasks = editTasks(root).map((t) => ({...t, promptIds: encode(t.prompt), replyIds: encode(t.reply)}));
 for (const t of tasks) {
   // the tokenizer round-trips the text: what is walked is the text
@@ -61,10 +63,10 @@ const kinds = [...new Set(tasks.map((t) => t.kind))];
 for (const k of ks) {
   const byKind = Object.fromEntries(kinds.map((kind) => [kind, {tasks: [], prompt: 0, tokens: 0, passes: 0, verify: 0, drafted: 0, accepted: 0, rows: {}}]));
   for (const t of tasks) {
-    const r = lookupPasses(t.promptIds, t.replyIds, k, {chunk, ngramMax});
-    emit({kind: t.kind, task: t.name, file: t.file, commit: t.commit, lookup: k, chunk, ngram_max: ngramMax, prompt_tokens: t.promptIds.length,
+    const r = lookupPasses(t.promptIds, t.replyIds, k, {chunk, ngramMax, adaptive});
+    emit({kind: t.kind, task: t.name, file: t.file, commit: t.commit, lookup: k, chunk, ngram_max: ngramMax, adaptive, prompt_tokens: t.promptIds.length,
           reply_tokens: t.replyIds.length, passes: r.passes.length, verify_passes: r.verifyPasses, drafted: r.drafted, accepted: r.accepted,
-          acceptance: r3(r.acceptance), tokens_per_pass: r3(r.tokensPerPass), rows: r.rows});
+          acceptance: r3(r.acceptance), tokens_per_pass: r3(r.tokensPerPass), rows_per_pass: r3(rowsPerPass(r.rows)), rows: r.rows});
     const a = byKind[t.kind];
     a.tasks.push(t.name);
     a.prompt += t.promptIds.length, a.tokens += r.tokens, a.passes += r.passes.length, a.verify += r.verifyPasses;
@@ -72,7 +74,7 @@ for (const k of ks) {
     for (const [rows, n] of Object.entries(r.rows)) a.rows[rows] = (a.rows[rows] ?? 0) + n;
   }
   for (const [kind, a] of Object.entries(byKind))
-    emit({aggregate: true, kind, tasks: a.tasks, lookup: k, chunk, ngram_max: ngramMax, prompt_tokens: a.prompt, decoded_tokens: a.tokens, passes: a.passes,
+    emit({aggregate: true, kind, tasks: a.tasks, lookup: k, chunk, ngram_max: ngramMax, adaptive, prompt_tokens: a.prompt, decoded_tokens: a.tokens, passes: a.passes,
           verify_passes: a.verify, drafted: a.drafted, accepted: a.accepted, acceptance: r3(a.drafted ? a.accepted / a.drafted : 0),
-          tokens_per_pass: r3(a.tokens / a.passes), rows: a.rows});
+          tokens_per_pass: r3(a.tokens / a.passes), rows_per_pass: r3(rowsPerPass(a.rows)), rows: a.rows});
 }

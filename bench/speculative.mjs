@@ -4,6 +4,7 @@
 // One JSON line per model x prompt kind x runtime on stdout (and --out FILE.jsonl):
 //   node bench/speculative.mjs [--lookup 6] [--decode 48] [--runs 3] [--stations 2,3] [--shards 2] [--out FILE]
 //                              [--kinds code-edit,story,repeat] [--mesh-only (stories260K on the mesh and one process)]
+//                              [--single-only (plain vs lookup in one process (wasm) only: no mesh, no draft models)]
 // Models: the shared stories260K (KNOT_SHARED_MODELS or /work/shared/models; skipped when
 // absent) and a `knot synth` llama (hidden 768, 4 layers, FFN 2048, vocab 512, Q4_K_M).
 // Prompt kinds (lib/prompts.mjs): "code-edit" (the reply repeats much of the prompt: a block
@@ -35,7 +36,7 @@ const opt = (name, def) => { const i = args.indexOf(name); return i >= 0 ? args.
 const lookup = Number(opt("--lookup", 6)), nDecode = Number(opt("--decode", 48)), nRuns = Number(opt("--runs", 3));
 const stations = opt("--stations", "2,2").split(",").map(Number), shards = Number(opt("--shards", 2));
 const outFile = opt("--out", null), draftN = Number(opt("--draft-n", 4));
-const nativeOnly = args.includes("--native-only"), meshOnly = args.includes("--mesh-only");
+const nativeOnly = args.includes("--native-only"), meshOnly = args.includes("--mesh-only"), singleOnly = args.includes("--single-only");
 const kinds = opt("--kinds", Object.keys(PROMPTS).join(",")).split(",");
 for (const k of kinds) if (!PROMPTS[k]) { console.error(`--kinds: unknown prompt kind ${k} (${Object.keys(PROMPTS).join(", ")})`); process.exit(2); }
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
@@ -136,9 +137,9 @@ for (const model of nativeOnly ? [] : models) {
   m.close();
   const config = (await kw.parseKnotHeader(kw.bytesSource(model.bytes, "bench.knot"))).config;
   const topology = topologyFromCounts(config, {knot: "model.knot", stations: model.stations, shards});
-  const mesh = await startMesh({knotBytes: model.bytes, topology});
+  const mesh = singleOnly ? null : await startMesh({knotBytes: model.bytes, topology});
   const meshRuns = {};
-  try {
+  if (mesh) try {
     for (const [kind, ids] of Object.entries(promptIds)) {
       const r = {plain: [], lookup: []};
       for (let i = 0; i <= nRuns; i++) {
@@ -153,7 +154,7 @@ for (const model of nativeOnly ? [] : models) {
   } finally { await mesh.close(); }
   for (const kind of Object.keys(promptIds)) {
     const want = JSON.stringify(single[kind].plain[0].ids);
-    for (const [runtime, r] of [["single", single[kind]], ["mesh", meshRuns[kind]]]) {
+    for (const [runtime, r] of [["single", single[kind]], ...(mesh ? [["mesh", meshRuns[kind]]] : [])]) {
       const plain = median(r.plain.map((s) => s.decodeTokS)), spec = median(r.lookup.map((s) => s.decodeTokS));
       const sp = r.lookup[0].speculative;
       const line = {
@@ -174,6 +175,7 @@ for (const model of nativeOnly ? [] : models) {
 }
 
 // ---- native: plain vs lookup vs draft model (knot generate) ----------------------------
+if (singleOnly) process.exit(0);
 if (!meshOnly) {
   const knot = process.env.KNOT_BIN ?? join(root, "build/bin/knot");
   const dir = mkdtempSync(join(tmpdir(), "knot-bench-draft-"));

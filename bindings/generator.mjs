@@ -59,12 +59,15 @@ function resultTopK(w) {
           lse: outOf(lse, -Infinity), min: outOf(min, Infinity)};
 }
 
+/** The longest n-gram draftLookup tries by default (core/infer/speculative.h kLookupNgramMax). */
+export const LOOKUP_NGRAM_MAX = 12;
+
 /**
  * Prompt-lookup drafts (core/infer/speculative.cpp draft_lookup, the same rule): up to k
  * tokens that followed the latest earlier occurrence of hist's last n tokens, trying
  * n = ngramMax down to 1; [] when nothing matches.
  */
-export function draftLookup(hist, k, ngramMax = 3) {
+export function draftLookup(hist, k, ngramMax = LOOKUP_NGRAM_MAX) {
   const len = hist.length;
   if (k <= 0) return [];
   for (let n = Math.min(ngramMax, len - 1); n >= 1; n--) {
@@ -75,6 +78,31 @@ export function draftLookup(hist, k, ngramMax = 3) {
     }
   }
   return [];
+}
+
+/**
+ * How many lookup drafts the next pass asks for (before the room bounds it), from the passes
+ * so far (core/infer/speculative.h LookupBudget, the same rule). Starts at k;
+ * update(drafted, accepted) after every pass:
+ *  - every draft kept (drafted > 0): double, at most k;
+ *  - none kept (drafted > 0): halve, at least 1; already at 1: rest — the next REST passes
+ *    draft nothing, then a probe pass drafts 1 again;
+ *  - some kept, or nothing drafted: unchanged (a pass during the rest counts it down).
+ */
+export class LookupBudget {
+  static REST = 4;
+  #k; #cur; #rest = 0;
+  constructor(k) { this.#k = k; this.#cur = k; }
+  get size() { return this.#rest > 0 ? 0 : this.#cur; }
+  update(drafted, accepted) {
+    if (this.#rest > 0) { this.#rest--; return; }
+    if (drafted <= 0) return;
+    if (accepted >= drafted) this.#cur = Math.min(this.#k, 2 * this.#cur);
+    else if (accepted === 0) {
+      if (this.#cur <= 1) this.#rest = LookupBudget.REST;
+      else this.#cur = Math.max(1, Math.trunc(this.#cur / 2));
+    }
+  }
 }
 
 /** Top-k (absolute ids v0..v1) and log-sum-exp of one slice's logits [v1 - v0]. */

@@ -174,6 +174,12 @@ int kw_drafter_free(int32_t d);
 int kw_topk_lse(const float* logits, int32_t v0, int32_t v1, int32_t k);
 int kw_topk_merge(const int32_t* ids, const float* logits, const int32_t* sizes, const double* stats, int32_t n_parts,
                   int32_t k);
+// The prompt-lookup rules (infer/speculative.h), for checking bindings/generator.mjs's copy:
+// draft_lookup over hist i32[n] (ngram_max 0: the default; result i32 ids), and the
+// LookupBudget's sizes from k through n passes (outcomes i32[2n] = drafted, accepted;
+// result i32 sizes[n + 1]).
+int kw_draft_lookup(const int32_t* hist, uint32_t n, int32_t k, int32_t ngram_max);
+int kw_lookup_budget(int32_t k, const int32_t* outcomes, uint32_t n);
 
 // ---- mesh: per-phase forward (abi_mesh.cpp) ----
 int kw_model_tensor_evict(int32_t h, uint32_t i);

@@ -25,6 +25,10 @@
 //   kw_generator_allowed(g, ids, n)   how many of ids the grammar takes next (result {"allowed"})
 //   kw_generator_stop(g, reason), kw_generator_free(g)
 //   kw_topk_lse(logits, v0, v1, k), kw_topk_merge(ids, logits, sizes, stats, n_parts, k)
+//   kw_draft_lookup(hist, n, k, ngram_max)   draft_lookup (ngram_max 0: its default); result i32 ids
+//   kw_lookup_budget(k, outcomes, n)   LookupBudget from k through n passes (outcomes i32[2n]:
+//     drafted, accepted); result i32 sizes[n + 1] (before each pass, then after the last)
+//   (both the core's rules for bindings/generator.mjs's tests: tests/wasm/lookup-rule.test.mjs)
 // Top-k lists cross as arrays in wasm memory, never JSON (two crossings per mesh token):
 //   in:  ids i32[n], logits f32[n], lse and min as f64 (lse -inf: an empty slice, min
 //        +inf: no finite logit; a NaN lse is refused)
@@ -591,6 +595,33 @@ int kw_topk_lse(const float* logits, int32_t v0, int32_t v1, int32_t k) {
     if (!logits) knot::fail("kw_topk_lse: null logits buffer");
     if (v1 < v0) knot::fail("kw_topk_lse: empty or reversed slice [" + std::to_string(v0) + "," + std::to_string(v1) + ")");
     set_topk_result(knot::topk_lse(logits, v0, v1, k));
+  });
+}
+
+// The prompt-lookup rules (infer/speculative.h), so the JS copies can be checked against them.
+KW_EXPORT(kw_draft_lookup)
+int kw_draft_lookup(const int32_t* hist, uint32_t n, int32_t k, int32_t ngram_max) {
+  return guard([&] {
+    if (n && !hist) knot::fail("kw_draft_lookup: null hist buffer");
+    if (ngram_max < 0) knot::fail("kw_draft_lookup: ngram_max must be >= 0, got " + std::to_string(ngram_max));
+    const std::vector<int32_t> h(hist, hist + n);
+    const auto d = ngram_max ? knot::draft_lookup(h, k, ngram_max) : knot::draft_lookup(h, k);
+    set_result_bytes(d.data(), sizeof(int32_t) * d.size());
+  });
+}
+
+KW_EXPORT(kw_lookup_budget)
+int kw_lookup_budget(int32_t k, const int32_t* outcomes, uint32_t n) {
+  return guard([&] {
+    if (k < 0) knot::fail("kw_lookup_budget: k must be >= 0, got " + std::to_string(k));
+    if (n && !outcomes) knot::fail("kw_lookup_budget: null outcomes buffer");
+    knot::LookupBudget b(k);
+    std::vector<int32_t> sizes{b.size()};
+    for (uint32_t i = 0; i < n; i++) {
+      b.update(outcomes[2 * i], outcomes[2 * i + 1]);
+      sizes.push_back(b.size());
+    }
+    set_result_bytes(sizes.data(), sizeof(int32_t) * sizes.size());
   });
 }
 

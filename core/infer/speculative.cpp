@@ -22,14 +22,29 @@ std::vector<int32_t> draft_lookup(const std::vector<int32_t>& hist, int k, int n
   return {};
 }
 
+void LookupBudget::update(int drafted, int accepted) {
+  if (rest_ > 0) {
+    rest_--;
+    return;
+  }
+  if (drafted <= 0) return;
+  if (accepted >= drafted) {
+    cur_ = std::min(k_, 2 * cur_);
+  } else if (accepted == 0) {
+    if (cur_ <= 1) rest_ = kRest;
+    else cur_ = std::max(1, cur_ / 2);
+  }
+}
+
 DecodeLoop::DecodeLoop(Engine& e, Generator& g, int lookup, DraftModel* draft)
-    : e_(e), g_(g), lookup_(draft ? draft->k() : lookup), draft_(draft) {
+    : e_(e), g_(g), lookup_(draft ? draft->k() : lookup), draft_(draft), budget_(lookup_) {
   if (lookup < 0) fail("lookup must be >= 0, got " + std::to_string(lookup));
 }
 
 void DecodeLoop::begin(const std::vector<int32_t>& prompt, const float* logits) {
   hist_ = prompt;
   lg_ = logits;
+  budget_ = LookupBudget(lookup_);
   pending_ = -1;
   rows_ = nullptr;
   batch_.clear();
@@ -44,12 +59,14 @@ DecodeLoop::Next DecodeLoop::next() {
     // the batch and the tokens still to generate.
     std::vector<int32_t> drafts;
     if (lookup_ > 0) {
-      const int room = std::min({e_.n_ctx() - e_.n_pos() - 1, e_.chunk() - 1, g_.params().n_predict - g_.n_generated(), lookup_});
+      const int room = std::min({e_.n_ctx() - e_.n_pos() - 1, e_.chunk() - 1, g_.params().n_predict - g_.n_generated(),
+                                 draft_ ? lookup_ : budget_.size()});
       q_.clear();
       if (room > 0) drafts = draft_ ? draft_->propose(hist_, room, &g_, &q_) : draft_lookup(hist_, room);
     }
     passes_++;
     if (drafts.empty()) {
+      budget_.update(0, 0);
       lg_ = e_.eval(&pending_, 1);
       pending_ = -1;
     } else {
@@ -75,8 +92,10 @@ DecodeLoop::Next DecodeLoop::next() {
         return r;
       }
       e_.truncate(base_ + (int)i + 1);  // the rejected draft and those after it
+      budget_.update((int)batch_.size() - 1, (int)i);
     } else {                            // every draft kept: the last row's token
       r.step = g_.step(r.logits, V);
+      budget_.update((int)batch_.size() - 1, (int)batch_.size() - 1);
     }
     rows_ = nullptr;
   } else {

@@ -54,6 +54,28 @@ TEST(DraftLookup, ProposesWhatFollowedTheLatestLongestMatch) {
   EXPECT_EQ(draft_lookup({3, 4, 3}, 5), (std::vector<int32_t>{4, 3}));
 }
 
+TEST(DraftLookup, TheDefaultMatchesUpToTwelveTokens) {
+  // (1..11) occurs at 1 (then 20); its last 10 tokens (2..11) also at 14 (then 30)
+  const std::vector<int32_t> h{9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 20, 0, 2, 3, 4, 5, 6, 7, 8, 9,
+                               10, 11, 30, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  EXPECT_EQ(kLookupNgramMax, 12);
+  EXPECT_EQ(draft_lookup(h, 1), (std::vector<int32_t>{20}));
+  EXPECT_EQ(draft_lookup(h, 1, 10), (std::vector<int32_t>{30}));
+}
+
+TEST(LookupBudget, ShrinksAfterRejectedPassesRestsProbesAndGrowsAfterKeptOnes) {
+  // the vector of tests/wasm/lookup-rule.test.mjs (which checks the JS copy against this one)
+  LookupBudget b(8);
+  const int outcomes[][2] = {{8, 0}, {4, 0}, {2, 0}, {1, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {1, 1}, {2, 2}, {4, 4}, {8, 8}, {8, 3}, {8, 0}};
+  std::vector<int> sizes{b.size()};
+  for (const auto& o : outcomes) {
+    b.update(o[0], o[1]);
+    sizes.push_back(b.size());
+  }
+  EXPECT_EQ(sizes, (std::vector<int>{8, 4, 2, 1, 0, 0, 0, 0, 1, 2, 4, 8, 8, 8, 4}));
+  EXPECT_EQ(LookupBudget(0).size(), 0);
+}
+
 TEST(Speculative, GreedyIdsEqualPlainDecodingOnTheSharedModel) {
   const std::string path = model_path("stories260K.gguf");
   REQUIRE_SHARED_MODEL(path);

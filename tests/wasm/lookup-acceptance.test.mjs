@@ -54,3 +54,22 @@ test("ngramMax: a longer n-gram picks the occurrence the reply copies", () => {
   assert.deepEqual(lookupPasses(prompt, reply, 1, {ngramMax: 2}).passes[1], {rows: 2, drafted: 1, accepted: 0});
   assert.deepEqual(lookupPasses(prompt, reply, 1, {ngramMax: 3}).passes[1], {rows: 2, drafted: 1, accepted: 1});
 });
+
+test("adaptive: drafts that keep failing shrink the passes' rows; the same tokens, fewer rows than K every pass", () => {
+  // every draft the history offers is wrong: after 1 comes 20, 21, 22, ... in turn
+  const prompt = range(1, 9), reply = [1];
+  for (let i = 0; i < 30; i++) reply.push(20 + i, 1);
+  const fixed = lookupPasses(prompt, reply, 6, {adaptive: false}), adaptive = lookupPasses(prompt, reply, 6);
+  assert.equal(adaptive.accepted, 0);
+  assert.equal(adaptive.tokens, fixed.tokens);
+  const sizes = adaptive.passes.filter((p) => p.drafted).map((p) => p.drafted);
+  assert.equal(sizes[0], 6);
+  assert.ok(sizes[1] <= 3 && sizes[2] <= 1, `halved after each rejected pass: ${sizes}`);
+  assert.ok(adaptive.verifyPasses < fixed.verifyPasses, `resting passes draft nothing: ${adaptive.verifyPasses} vs ${fixed.verifyPasses}`);
+  const rows = (r) => r.passes.reduce((a, p) => a + p.rows, 0);
+  assert.ok(rows(adaptive) < rows(fixed) && rows(adaptive) <= adaptive.passes.length * 1.5, `rows ${rows(adaptive)} vs ${rows(fixed)}`);
+  // then a copy: kept passes grow the drafts back to K
+  const copy = lookupPasses([...prompt, ...range(100, 60)], [...reply, ...range(100, 60)], 6);
+  const tail = copy.passes.slice(-5).map((p) => p.drafted);
+  assert.ok(tail.slice(0, 4).every((d) => d === 6), `back at K: ${tail}`);
+});

@@ -11,7 +11,7 @@ import {draftLookup} from "../../bindings/generator.mjs";
 // the reply repeats much of the prompt: drafts are found and mostly kept
 const REPEAT = "Lily had a red ball. Tom had a blue ball. Lily had a red ball. Tom had a blue ball. Lily had a red ball. Tom";
 
-test("draftLookup: the tokens after the latest earlier match of the last n-gram (n = 3 .. 1)", () => {
+test("draftLookup: the tokens after the latest earlier match of the last n-gram (n = 12 .. 1 by default)", () => {
   assert.deepEqual(draftLookup([1, 2, 3, 9, 1, 2, 3], 3), [9, 1, 2]);          // 3-gram [1 2 3] at 0
   assert.deepEqual(draftLookup([5, 1, 2, 7, 8, 4, 2], 2), [7, 8]);             // only the 1-gram [2] matches
   assert.deepEqual(draftLookup([1, 2, 1, 2, 6, 1, 2], 4), [6, 1, 2]);          // latest match wins, cut at the end

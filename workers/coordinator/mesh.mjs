@@ -16,7 +16,7 @@
 // the round trips of a plain greedy step: stations and lm-head, no embed fan-out.
 import {encodeFrame, decodeFrame, decodeTopK, decodeTopKs, splitTopRow, splitTopRows, FLAG} from "../lib/frame.mjs";
 import {Counter, LinkError, gather} from "../lib/link.mjs";
-import {Generator, mergeTopK, topkLse, draftLookup} from "../../bindings/generator.mjs";
+import {Generator, mergeTopK, topkLse, draftLookup, LookupBudget} from "../../bindings/generator.mjs";
 import {Drafter} from "../../bindings/drafter.mjs";
 import {linkBudget, replicaName, replicaCount} from "../lib/topology.mjs";
 import {RouteLinks, Health} from "./routes.mjs";
@@ -188,8 +188,13 @@ export class MeshCoordinator {
         const ts = Date.now();  // the decode time of a pass counts its drafting in the coordinator
         let drafts = [], dq = null;
         if (drafting) {
+          // lookup: LookupBudget (bindings/generator.mjs) sizes the pass from the pass before
+          // (batch: its pending token and drafts; spec.accepted - spec.acceptedAt: those kept)
+          const budget = drafter ? null : (spec.budget ??= new LookupBudget(lookup));
+          budget?.update(batch.length - 1, spec.accepted - (spec.acceptedAt ?? 0));
+          spec.acceptedAt = spec.accepted;
           const left = gen.params.n_predict >= 0 ? gen.params.n_predict - out.length : Infinity;
-          const room = Math.min(nCtx - pos - 1, chunk - 1, left, drafter ? draftN : lookup);
+          const room = Math.min(nCtx - pos - 1, chunk - 1, left, drafter ? draftN : budget.size);
           if (room > 0 && drafter) {
             const td = Date.now();
             ({ids: drafts, q: dq} = drafter.propose(hist, room, gen));  // drawn as gen samples; dq: their distributions (null: one-hot)
