@@ -118,8 +118,8 @@ export class MeshCoordinator {
     const cached = Math.max(0, Math.min(opts.cached ?? 0, ids.length - 1));
     const state = {sid, links, reqId: 1, nCtx, fed: ids.slice(0, cached), link, ev, hops: 0, reprefills: 0, restores: 0, abstains: 0, flagged: [], maxK: 0, widened: 0,
                    nextRow: null, rowsPrefetched: 0, pipelined: prefill === "pipelined", inFlight: 0,
-                   // drafting: the rows seen so far, so a pass's drafts and pending token skip the embed fan-out
-                   rows: lookup && !first.full && gen.params.grammar !== true ? new EmbedRows(this.E) : null, rowsCached: 0};
+                   // drafting (lookup or the draft model): the rows seen so far, so a pass's drafts and pending token skip the embed fan-out
+                   rows: (lookup || dm) && !first.full && gen.params.grammar !== true ? new EmbedRows(this.E) : null, rowsCached: 0};
     const chunk = opts.chunk ?? 64;
     const t0 = Date.now();
     const out = [];
