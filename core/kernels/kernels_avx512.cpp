@@ -206,7 +206,64 @@ inline void gemm_tile(const __m512i* pw, const __m512* pd, int64_t nb, const blo
   }
 }
 
+// Two 16-row panels x TT tokens: each broadcast activation pair feeds two vpdpwssd (one
+// per panel), halving the broadcast loads per product; per panel the same integer block
+// sums and lanewise block_accum as gemm_tile, so the same bits.
+template <int TT>
+inline void gemm_tile2(const __m512i* pw0, const __m512* pd0, const __m512i* pw1, const __m512* pd1, int64_t nb,
+                       const block_q16_0* const* a, __m512* acc0, __m512* acc1) {
+  KNOT_UNROLL
+  for (int t = 0; t < TT; t++) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; i++) {  // hot loop: one block, 32 rows x TT tokens
+    __m512i s0[TT], s1[TT];
+    KNOT_UNROLL
+    for (int t = 0; t < TT; t++) s0[t] = s1[t] = _mm512_setzero_si512();
+    const __m512i* w0 = pw0 + 16 * i;
+    const __m512i* w1 = pw1 + 16 * i;
+    KNOT_UNROLL
+    for (int p = 0; p < 16; p++) {
+      const __m512i wv0 = _mm512_load_si512((const void*)(w0 + p));
+      const __m512i wv1 = _mm512_load_si512((const void*)(w1 + p));
+      KNOT_UNROLL
+      for (int t = 0; t < TT; t++) {
+        int32_t pair;
+        std::memcpy(&pair, a[t][i].qs + 2 * p, 4);
+        const __m512i av = _mm512_set1_epi32(pair);
+        s0[t] = _mm512_dpwssd_epi32(s0[t], wv0, av);
+        s1[t] = _mm512_dpwssd_epi32(s1[t], wv1, av);
+      }
+    }
+    KNOT_UNROLL
+    for (int t = 0; t < TT; t++) {
+      const __m512 da = _mm512_set1_ps(a[t][i].d);
+      const __m512 d0 = _mm512_mul_ps(pd0[i], da), d1 = _mm512_mul_ps(pd1[i], da);  // block_accum, lanewise
+      acc0[t] = _mm512_add_ps(acc0[t], _mm512_mul_ps(d0, _mm512_cvtepi32_ps(s0[t])));
+      acc1[t] = _mm512_add_ps(acc1[t], _mm512_mul_ps(d1, _mm512_cvtepi32_ps(s1[t])));
+    }
+  }
+}
+
 constexpr int QT = 8;  // token tile of the Q4_0/Q8_0 prefill kernel
+
+// Repacks nr (1..16) rows starting at W (rows past nr repeat the last one) into pair-major
+// int16: pw[16 * i + p] lane r = weight pair p of block i of row r; pd[i] lane r = its scale.
+template <class F>
+void pack_rows16(const uint8_t* W, size_t rb, int nr, int64_t nb, __m512i* pw, __m512* pd) {
+  const uint8_t* row[16];
+  alignas(64) int32_t offs[16];
+  for (int r = 0; r < 16; r++) {
+    row[r] = W + (size_t)std::min(r, nr - 1) * rb;
+    offs[r] = (int32_t)(row[r] - row[0]);
+  }
+  const __m512i voff = _mm512_load_si512(offs);
+  for (int64_t i = 0; i < nb; i++) {
+    __m512i rw[16];
+    for (int r = 0; r < 16; r++) rw[r] = F::weights(row[r] + (size_t)i * F::BLOCK);
+    transpose16(rw, pw + 16 * i);
+    const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + (size_t)i * F::BLOCK), 1);
+    pd[i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
+  }
+}
 
 template <class F>
 void mm_gemm16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
@@ -217,24 +274,38 @@ void mm_gemm16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint
   }
   const int64_t nb = n / QK8_0;
   PackScratch& ps = g_pack;
-  ps.w.resize((size_t)(nb * 16));
-  ps.d.resize((size_t)nb);
-  for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+  ps.w.resize((size_t)(nb * 32));
+  ps.d.resize((size_t)(nb * 2));
+  int64_t r0 = 0;
+  for (; r0 + 32 <= nrows; r0 += 32) {  // two full panels per pass
+    pack_rows16<F>(W + (size_t)r0 * rb, rb, 16, nb, ps.w.data(), ps.d.data());
+    pack_rows16<F>(W + (size_t)(r0 + 16) * rb, rb, 16, nb, ps.w.data() + nb * 16, ps.d.data() + nb);
+    for (int64_t t0 = 0; t0 < nt; t0 += QT) {
+      const int tt = (int)std::min<int64_t>(QT, nt - t0);
+      const block_q16_0* a[QT];
+      for (int t = 0; t < tt; t++) a[t] = (const block_q16_0*)(act + (size_t)(t0 + t) * ab);
+      __m512 acc0[QT], acc1[QT];
+      const __m512i *w0 = ps.w.data(), *w1 = w0 + nb * 16;
+      const __m512 *d0 = ps.d.data(), *d1 = d0 + nb;
+      switch (tt) {  // tails of 1..7 tokens
+        case 1: gemm_tile2<1>(w0, d0, w1, d1, nb, a, acc0, acc1); break;
+        case 2: gemm_tile2<2>(w0, d0, w1, d1, nb, a, acc0, acc1); break;
+        case 3: gemm_tile2<3>(w0, d0, w1, d1, nb, a, acc0, acc1); break;
+        case 4: gemm_tile2<4>(w0, d0, w1, d1, nb, a, acc0, acc1); break;
+        case 5: gemm_tile2<5>(w0, d0, w1, d1, nb, a, acc0, acc1); break;
+        case 6: gemm_tile2<6>(w0, d0, w1, d1, nb, a, acc0, acc1); break;
+        case 7: gemm_tile2<7>(w0, d0, w1, d1, nb, a, acc0, acc1); break;
+        default: gemm_tile2<8>(w0, d0, w1, d1, nb, a, acc0, acc1); break;
+      }
+      for (int t = 0; t < tt; t++) {
+        _mm512_storeu_ps(Y + (t0 + t) * ldy + r0, acc0[t]);
+        _mm512_storeu_ps(Y + (t0 + t) * ldy + r0 + 16, acc1[t]);
+      }
+    }
+  }
+  for (; r0 < nrows; r0 += 16) {  // the last 1..31 rows, one panel at a time
     const int nr = (int)std::min<int64_t>(16, nrows - r0);
-    const uint8_t* row[16];
-    alignas(64) int32_t offs[16];
-    for (int r = 0; r < 16; r++) {  // rows past the end repeat the last one; not stored
-      row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;
-      offs[r] = (int32_t)(row[r] - row[0]);
-    }
-    const __m512i voff = _mm512_load_si512(offs);
-    for (int64_t i = 0; i < nb; i++) {  // repack: rows' int16 pairs -> pair-major
-      __m512i rw[16];
-      for (int r = 0; r < 16; r++) rw[r] = F::weights(row[r] + (size_t)i * F::BLOCK);
-      transpose16(rw, &ps.w[(size_t)(16 * i)]);
-      const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + (size_t)i * F::BLOCK), 1);
-      ps.d[(size_t)i] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d32));
-    }
+    pack_rows16<F>(W + (size_t)r0 * rb, rb, nr, nb, ps.w.data(), ps.d.data());
     for (int64_t t0 = 0; t0 < nt; t0 += QT) {
       const int tt = (int)std::min<int64_t>(QT, nt - t0);
       const block_q16_0* a[QT];

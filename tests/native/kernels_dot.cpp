@@ -416,7 +416,7 @@ TEST(KernelsDot, Q16ActivationsForQ4_0AndQ8_0) {
 }
 
 // Batched prefill kernels (Simd matmul with >= 2 tokens and rows of whole 256-blocks)
-// equal Scalar bit for bit on row counts off the 4/16-row tiles, odd token counts, a
+// equal Scalar bit for bit on row counts off the 4/16/32-row tiles, odd token counts, a
 // token count crossing the 64-token chunk, and a row slice starting mid-tile.
 // Every usable SIMD table's activation quantizers (Q8_K, Q16_0) give the scalar ones' bytes:
 // gaussian rows at several scales, exact .5 ties, all-zero and tiny blocks, lone large
@@ -456,10 +456,10 @@ TEST(KernelsDot, SimdActivationQuantizersMatchScalarBytes) {
 TEST(KernelsDot, BatchedMatmulMatchesScalarOddShapes) {
   const int64_t cols = 512;
   for (DType t : block_weight_types()) {
-    std::vector<uint8_t> W = quant_matrix(t, 37, cols, 31);
-    for (int64_t ntok : {2, 3, 65}) {
+    std::vector<uint8_t> W = quant_matrix(t, 77, cols, 31);
+    for (int64_t ntok : {2, 3, 11, 65}) {
       std::vector<float> X = gauss((size_t)(ntok * cols), 32 + (uint32_t)ntok);
-      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 1}, {0, 17}, {3, 36}, {5, 37}}) {
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 1}, {0, 17}, {3, 36}, {5, 37}, {0, 77}, {9, 58}}) {
         const int64_t nr = r1 - r0;
         std::vector<float> Ys(ntok * nr), Yv(ntok * nr);
         matmul_rows(t, W.data(), r0, r1, cols, X.data(), ntok, Ys.data(), Kernel::Scalar);
