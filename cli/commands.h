@@ -2,6 +2,7 @@
 // (argv[0] = subcommand name) and returns the process exit code; errors are printed as
 // "knot: error: <message>" on stderr.
 #pragma once
+#include <nlohmann/json.hpp>
 
 int cmd_inspect(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
@@ -19,3 +20,8 @@ int cmd_station(int argc, char** argv);   // cli/station.cpp
 // Implemented in cli/generate.cpp; knot.cpp carries a weak fallback so the CLI links
 // without it.
 int cmd_generate(int argc, char** argv);
+// The command line of `knot NAME` parsed by its one option spec (core/infer/options.h).
+// -h/--help prints the usage on stdout and sets *exit_code = 0; a bad command line that asks
+// for the usage prints it on stderr and sets 2; both return null (the command returns
+// *exit_code). Otherwise the parse_command_line() result. Defined in cli/knot.cpp.
+nlohmann::json parse_cli_or_usage(const char* name, int argc, char** argv, int* exit_code);

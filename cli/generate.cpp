@@ -22,16 +22,9 @@ int cmd_generate(int argc, char** argv) {
   bool stdout_closed = false;
   try {
     // The one option spec (core/infer/options.h) that the node CLI reads through wasm.
-    const knot::CommandSpec& spec = knot::command_spec("generate");
-    const nlohmann::json cl = knot::parse_command_line(spec, std::vector<std::string>(argv + 1, argv + argc), "knot");
-    if (cl["action"] == "help") {
-      std::fputs(knot::usage_text(spec, "knot").c_str(), stdout);
-      return 0;
-    }
-    if (cl["action"] == "usage") {
-      std::fputs(knot::usage_text(spec, "knot").c_str(), stderr);
-      return 2;
-    }
+    int exit_code = 0;
+    const nlohmann::json cl = parse_cli_or_usage("generate", argc, argv, &exit_code);
+    if (cl.is_null()) return exit_code;
     const std::string path = cl["args"][0];
     const nlohmann::json& cli = cl["cli"];
     knot::RunOptions run;

@@ -40,16 +40,9 @@ std::pair<int, int> parse_slice(const std::string& s) {
 }  // namespace
 
 int cmd_station(int argc, char** argv) {
-  const knot::CommandSpec& spec = knot::command_spec("station");
-  const nlohmann::json cl = knot::parse_command_line(spec, std::vector<std::string>(argv + 1, argv + argc), "knot");
-  if (cl["action"] == "help") {
-    std::fputs(knot::usage_text(spec, "knot").c_str(), stdout);
-    return 0;
-  }
-  if (cl["action"] == "usage") {
-    std::fputs(knot::usage_text(spec, "knot").c_str(), stderr);
-    return 2;
-  }
+  int exit_code = 0;
+  const nlohmann::json cl = parse_cli_or_usage("station", argc, argv, &exit_code);
+  if (cl.is_null()) return exit_code;
   const nlohmann::json& cli = cl["cli"];
   if (!cli.contains("layers")) knot::usage_fail("station: --layers A..B is required");
   knot::net::FatStationConfig cfg;
