@@ -7,28 +7,19 @@
 // vocab 512, Q4_K_M), stations [A, B) of it (default 0..6). Each station gets the same frames by
 // HTTP POST: a prefill of N rows, then `decode` one-row frames; ms/token is the median decode
 // round trip (client to station and back: compute + one local HTTP hop), after one warm-up session.
-import {execFileSync, spawn} from "node:child_process";
-import {mkdtempSync, readFileSync, rmSync, existsSync} from "node:fs";
-import {tmpdir} from "node:os";
-import {join, resolve, dirname} from "node:path";
-import {fileURLToPath} from "node:url";
+import {spawn} from "node:child_process";
+import {rmSync} from "node:fs";
 import {startMesh} from "../deploy/miniflare.mjs";
 import {topologyFromCounts} from "../workers/lib/topology.mjs";
 import * as kw from "../bindings/knotwork.mjs";
 import {encodeFrame} from "../workers/lib/frame.mjs";
+import {synth85m} from "./lib/synth.mjs";
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const args = process.argv.slice(2);
 const opt = (name, def) => { const i = args.indexOf(name); return i >= 0 ? args.splice(i, 2)[1] : def; };
 const [l0, l1] = opt("--layers", "0..6").split("..").map(Number);
 const nPrompt = Number(opt("--prompt-tokens", 32)), nDecode = Number(opt("--decode", 32));
-const knot = process.env.KNOT_BIN ?? join(root, "build/bin/knot");
-if (!existsSync(knot)) { console.error(`${knot} missing: build the native CLI`); process.exit(2); }
-const dir = mkdtempSync(join(tmpdir(), "knot-bench-fat-"));
-const file = join(dir, "synth85m.knot");
-execFileSync(knot, ["synth", "--arch", "llama", "--hidden", "768", "--layers", "12", "--heads", "12", "--kv-heads", "4",
-  "--ffn", "2048", "--vocab", "512", "--type", "Q4_K_M", "--seed", "1", file], {stdio: "pipe"});
-const bytes = new Uint8Array(readFileSync(file));
+const {dir, file, bytes, knot} = synth85m("knot-bench-fat-");
 const config = (await kw.parseKnotHeader(kw.bytesSource(bytes, "model.knot"))).config;
 const E = config.n_embd, N_CTX = nPrompt + nDecode + 8;
 

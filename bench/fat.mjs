@@ -11,27 +11,21 @@
 //            every station a Worker, and with station --fat a native fat station (URL member,
 //            deploy/fat.mjs), greedy, the same prompt; each after a warm-up generation. Both
 //            meshes must produce the same ids (checked).
-import {execFileSync} from "node:child_process";
-import {mkdtempSync, readFileSync, rmSync, existsSync} from "node:fs";
-import {tmpdir, loadavg} from "node:os";
-import {join} from "node:path";
+import {rmSync} from "node:fs";
+import {loadavg} from "node:os";
 import {startMesh} from "../deploy/miniflare.mjs";
 import {rangeServer, startFatStations, KNOT_BIN} from "../deploy/fat.mjs";
 import {topologyFromCounts, withUrls} from "../workers/lib/topology.mjs";
 import * as kw from "../bindings/knotwork.mjs";
 import {encodeFrame} from "../workers/lib/frame.mjs";
+import {synth85m} from "./lib/synth.mjs";
 
 const args = process.argv.slice(2);
 const opt = (name, def) => { const i = args.indexOf(name); return i >= 0 ? args.splice(i, 2)[1] : def; };
 const stations = opt("--stations", "3,6,3").split(",").map(Number);
 const fatIndex = Number(opt("--fat", 1));
 const nPrompt = Number(opt("--prompt-tokens", 32)), nDecode = Number(opt("--decode", 32));
-if (!existsSync(KNOT_BIN)) { console.error(`${KNOT_BIN} missing: build the native CLI`); process.exit(2); }
-const dir = mkdtempSync(join(tmpdir(), "knot-bench-fatmesh-"));
-const file = join(dir, "synth85m.knot");
-execFileSync(KNOT_BIN, ["synth", "--arch", "llama", "--hidden", "768", "--layers", "12", "--heads", "12", "--kv-heads", "4",
-  "--ffn", "2048", "--vocab", "512", "--type", "Q4_K_M", "--seed", "1", file], {stdio: "pipe"});
-const bytes = new Uint8Array(readFileSync(file));
+const {dir, file, bytes} = synth85m("knot-bench-fatmesh-", KNOT_BIN);
 const config = (await kw.parseKnotHeader(kw.bytesSource(bytes, "model.knot"))).config;
 const E = config.n_embd, N_CTX = nPrompt + nDecode + 8;
 const base = topologyFromCounts(config, {knot: "model.knot", stations, shards: 1});

@@ -6,16 +6,12 @@
 // FFN 2048, vocab 512, Q4_K_M), 2 stations + 4 shards. Greedy decode with EOS ignored; one
 // warm-up run each, then the median of 3. per-hop overhead = (mesh decode ms/token - single
 // ms/token) / hops per token.
-import {execFileSync} from "node:child_process";
-import {mkdtempSync, readFileSync, rmSync, existsSync} from "node:fs";
-import {tmpdir} from "node:os";
-import {join, resolve, dirname} from "node:path";
-import {fileURLToPath} from "node:url";
+import {readFileSync, rmSync} from "node:fs";
 import * as kw from "../bindings/knotwork.mjs";
 import {startMesh} from "../deploy/miniflare.mjs";
 import {topologyFromCounts, checkLimits} from "../workers/lib/topology.mjs";
+import {synth85m} from "./lib/synth.mjs";
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const args = process.argv.slice(2);
 const opt = (name, def) => { const i = args.indexOf(name); return i >= 0 ? args.splice(i, 2)[1] : def; };
 const stations = opt("--stations", "6,6").split(",").map(Number), shards = Number(opt("--shards", 4));
@@ -23,14 +19,9 @@ const nPrompt = Number(opt("--prompt-tokens", 64)), nDecode = Number(opt("--deco
 let bytes, modelName = args[0];
 if (modelName) bytes = new Uint8Array(readFileSync(modelName));
 else {
-  const knot = process.env.KNOT_BIN ?? join(root, "build/bin/knot");
-  if (!existsSync(knot)) { console.error(`${knot} missing: build the native CLI`); process.exit(2); }
-  const dir = mkdtempSync(join(tmpdir(), "knot-bench-mesh-"));
-  const out = join(dir, "synth85m.knot");
-  execFileSync(knot, ["synth", "--arch", "llama", "--hidden", "768", "--layers", "12", "--heads", "12", "--kv-heads", "4",
-    "--ffn", "2048", "--vocab", "512", "--type", "Q4_K_M", "--seed", "1", out]);
-  bytes = new Uint8Array(readFileSync(out));
-  rmSync(dir, {recursive: true});
+  const s = synth85m("knot-bench-mesh-");
+  bytes = s.bytes;
+  rmSync(s.dir, {recursive: true});
   modelName = "synth 85M-shape llama Q4_K_M";
 }
 const ids = [1, ...Array.from({length: nPrompt - 1}, (_, i) => 3 + (i * 37) % 500)];
