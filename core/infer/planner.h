@@ -12,7 +12,11 @@
 //             rows [n_vocab, n_vocab_tensor) are padding owned by none. A shard holds its
 //             token_embd and lm_head rows resident.
 //   context   the largest context whose KV fits every station (or --context, checked);
-//   chunk     the prefill chunk (or --chunk, checked);
+//   chunk     the prefill chunk the memory holds (or --chunk, checked);
+//   prefill_chunk  the chunk the estimate prefills with: chunk (objective memory) or, for
+//             latency, the chunk <= chunk of the earliest pipelined first token (plan_cost.h's
+//             fastest_prefill_chunk: small chunks fill the pipeline sooner, large ones run at
+//             a higher measured rate and pay fewer round trips);
 //   memory    per isolate, itemised: resident weights, largest phase, KV at the context,
 //             activations (workspace + ABI buffers for one chunk), module, JS heap.
 //   per_token hops, subrequests and simultaneous connections per generated token, and
@@ -29,7 +33,8 @@
 // "isolates" counts the Worker isolates only. A fat station that holds no layer (the ones
 // before it took them all, or its memory holds not one layer) is an error naming it.
 // Objective: "memory" (default) takes the fewest isolates (ties: the faster), "latency"
-// the highest decode tok/s (ties: the fewer isolates).
+// the highest decode tok/s (ties: the fewer isolates), each plan weighed at its fastest
+// prefill chunk (alternatives too: their prefill_chunk and estimate).
 // A budget that cannot be met throws knot::Error with the reason (which isolate, which
 // item, how many bytes against how many).
 //
