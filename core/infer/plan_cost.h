@@ -47,12 +47,12 @@
 namespace knot {
 
 struct CostModel {
-  double decode_bytes_per_ms = 5.08e6;       // weight bytes a station's mat-vec streams per ms (one token)
-  double prefill_token_bytes_per_ms = 2.65e7;// weight bytes x tokens per ms of a prefill chunk (mat-mat),
+  double decode_bytes_per_ms = 4.39e6;       // weight bytes a station's mat-vec streams per ms (one token)
+  double prefill_token_bytes_per_ms = 2.61e7;// weight bytes x tokens per ms of a prefill chunk (mat-mat),
                                              // at the default chunk (64); used when prefill_by_chunk is empty
   // warm prefill rate per chunk size: (chunk, weight bytes x tokens per ms), chunks ascending
-  std::vector<std::pair<int, double>> prefill_by_chunk = {{2, 9.62e6}, {4, 1.44e7}, {8, 1.97e7}, {16, 2.32e7}, {32, 2.58e7}, {64, 2.65e7}};
-  double prefill_cold_token_bytes_per_ms = 1.08e7;// a fresh station's first chunk (0: not measured)
+  std::vector<std::pair<int, double>> prefill_by_chunk = {{2, 9.1e6}, {4, 1.42e7}, {8, 1.94e7}, {16, 2.29e7}, {32, 2.56e7}, {64, 2.61e7}};
+  double prefill_cold_token_bytes_per_ms = 9.45e6;// a fresh station's first chunk (0: not measured)
   int prefill_cold_tokens = 16;              // the tokens of that first chunk
   double hop_ms = 0.3;                       // one sequential round trip between isolates
   double fetch_bytes_per_ms = 2.0e5;         // fluid stations: weight bytes loaded per ms (warden / R2; assumed)
