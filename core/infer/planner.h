@@ -22,7 +22,10 @@
 //   per_token hops, subrequests and simultaneous connections per generated token, and
 //             what a 4096-token generation costs against the platform caps (§8).
 //   estimate  decode tok/s and time to first token of the plan (plan_cost.h's model, its
-//             constants in cost_model), and alternatives: the same figures for the plans
+//             constants in cost_model): ttft_s sequential, ttft_pipelined_s and its parts
+//             ttft_pipeline {chunks, fill_s, steady_s, bottleneck_chunk_ms}, ttft_cold_extra_s
+//             (a fresh mesh's cold first chunks, when measured), at prefill_chunk; and
+//             alternatives (with their chunk and prefill_chunk): the same figures for the plans
 //             the objective rejected (resident: every layer cut into at least s slices,
 //             s = 1 .. n_head_kv — more parallel compute per token, more isolates).
 // Fat stations (PlanOptions::fat, `--fat 8GiB,8GiB`; resident mode): native `knot station`
