@@ -34,8 +34,12 @@
 //                              [--out FILE.jsonl] [--cpu (compute in CPU time)]
 // --write-cost writes the planner's time model (core/infer/plan_cost.h) from the resident
 // stations measured here: decode weight bytes per ms (a station's weight bytes / its decode
-// compute), prefill weight bytes x tokens per ms (its first chunk), --hop-ms (measure it
-// with bench/mesh.mjs: hopMs) and --fetch-mbps, with the date, commit and load average.
+// compute), prefill weight bytes x tokens per ms per chunk size (--prefill-chunks, default
+// 2,4,...,64: the median of --timing warm chunks of each size, prefill_token_bytes_per_ms_by_chunk;
+// prefill_token_bytes_per_ms is the rate at the mesh's default chunk, 64, for older readers), the
+// cold first chunk's rate as a record (prefill_cold_first_chunk_token_bytes_per_ms: a fresh
+// station pays it once), --hop-ms (measure it with bench/mesh.mjs: hopMs) and --fetch-mbps,
+// with the date, commit, load average and host (CPU model, cores).
 import {join, resolve} from "node:path";
 import {mkdtempSync, rmSync, writeFileSync} from "node:fs";
 import os, {tmpdir} from "node:os";
@@ -60,7 +64,11 @@ const specModel = opt("--spec-model", join(process.env.KNOT_SHARED_MODELS ?? "/w
 const verifyRows = Array.from({length: K}, (_, i) => i + 2);
 const acceptanceFile = opt("--acceptance", null);
 const cpu = args.includes("--cpu");  // compute timed in CPU time (lib/isolate.mjs): for a loaded host
-const rates = {decode: [], prefill: []};  // per resident station: weight bytes per ms
+const PREFILL_CHUNKS = opt("--prefill-chunks", "2,4,8,16,32,64").split(",").map(Number);
+if (PREFILL_CHUNKS.some((t) => !Number.isInteger(t) || t < 2)) throw new Error("--prefill-chunks: integers >= 2, e.g. 2,4,8,16,32,64");
+const DEFAULT_CHUNK = 64;  // the mesh's default prefill chunk (workers/coordinator/mesh.mjs)
+// per resident station: weight bytes per ms (prefill: x tokens; byChunk: t -> [rates], cold: the first chunk)
+const rates = {decode: [], prefill: [], byChunk: {}};
 const LAYERS = 4, FULL = 28;
 const log = (o) => {
   const line = JSON.stringify({bench: "estimate-7b", ...o});
@@ -128,7 +136,8 @@ for (const [name, opts] of Object.entries(plans)) {
   const t = topologyFromPlan(full.model, full, {knot: "q7b.knot"});
   const b = linkBudget(t);
   const job = (kind, s) => ({model, kind, station: s, context: small.context, chunk: Math.min(small.chunk, 16), nEmbd: small.model.n_embd,
-                             nHead: small.model.n_head, nKv: small.model.n_head_kv, headDim: small.model.head_dim, nFf: small.model.n_ff, timing, verifyRows, cpu});
+                             nHead: small.model.n_head, nKv: small.model.n_head_kv, headDim: small.model.head_dim, nFf: small.model.n_ff, timing, verifyRows, cpu,
+                             prefillChunks: kind === "station" && s.mode === "resident" ? PREFILL_CHUNKS : undefined});
   // per layer: the slowest slice of the layer (slices run in parallel), compute and load
   const perLayer = new Map();
   for (const s of small.stations) {
@@ -136,8 +145,11 @@ for (const [name, opts] of Object.entries(plans)) {
     if (s.mode === "resident") {
       rates.decode.push(s.memory.resident_weights / m.decode_compute_ms);
       rates.prefill.push(s.memory.resident_weights * m.prefill_tokens / m.prefill_compute_ms);
+      rates.coldTokens = m.prefill_tokens;
+      for (const t of PREFILL_CHUNKS) (rates.byChunk[t] ??= []).push(s.memory.resident_weights * t / m.prefill_rows_ms[t]);
     }
     log({plan: name, id: s.id, mode: s.mode, layers: m.layers, prefill_compute_ms: m.prefill_compute_ms, prefill_tokens: m.prefill_tokens,
+         prefill_rows_ms: m.prefill_rows_ms,
          decode_compute_ms: m.decode_compute_ms, decode_load_ms: m.decode_load_ms,
          decode_load_bytes: m.decode_load_bytes, phase_ms: m.phase_ms, verify_compute_ms: m.verify_compute_ms, finite: m.finite});
     for (let l = s.layers[0]; l < s.layers[1]; l++) {
@@ -215,20 +227,42 @@ for (const [name, opts] of Object.entries(plans)) {
     out[name].what_if[a] = {drafts: best.k, tok_s: +best.tok_s.toPrecision(3)};
   }
   // time to first token: the planner's model with this run's rates
-  const est = (await plan(header, {...opts, cost: measuredCost()})).estimate;
-  out[name].planner = {decode_tok_s: est.decode_tok_s, ttft_s: est.ttft_s, ttft_pipelined_s: est.ttft_pipelined_s, prompt_tokens: est.prompt_tokens};
+  const figures = (p) => ({isolates: p.isolates, chunk: p.chunk, prefill_chunk: p.prefill_chunk, decode_tok_s: p.estimate.decode_tok_s,
+                            ttft_s: p.estimate.ttft_s, ttft_pipelined_s: p.estimate.ttft_pipelined_s,
+                            ttft_pipeline: p.estimate.ttft_pipeline, prompt_tokens: p.estimate.prompt_tokens});
+  out[name].planner = figures(await plan(header, {...opts, cost: measuredCost()}));
+  // the latency objective: the fastest decode plan and the chunk of the earliest first token
+  out[name].planner_latency = figures(await plan(header, {...opts, objective: "latency", cost: measuredCost()}));
 }
 rmSync(tmp, {recursive: true, force: true});
+// the host of the measurement: CPU model (and family / model numbers: /proc/cpuinfo), cores, Node
+function hostInfo() {
+  const h = {cpu: os.cpus()[0]?.model ?? "unknown", cores: os.cpus().length, platform: `${os.platform()} ${os.arch()}`, node: process.version};
+  if (existsSync("/proc/cpuinfo")) {
+    const info = readFileSync("/proc/cpuinfo", "utf8");
+    const field = (k) => info.match(new RegExp(`^${k}\\s*:\\s*(.*)$`, "m"))?.[1];
+    h.cpu_family = Number(field("cpu family")), h.cpu_model = Number(field("model"));
+    h.avx512 = / avx512f /.test(info.match(/^flags\s*:(.*)$/m)?.[1] + " ");
+  }
+  return h;
+}
 // the planner's time model from the resident stations measured so far
 function measuredCost() {
   const median = (v) => [...v].sort((a, b) => a - b)[v.length >> 1];
   const sig = (v) => Number(v.toPrecision(3));
   const commit = spawnSync("git", ["-C", ROOT, "rev-parse", "--short", "HEAD"], {encoding: "utf8"}).stdout.trim();
-  return {decode_bytes_per_ms: sig(median(rates.decode)), prefill_token_bytes_per_ms: sig(median(rates.prefill)),
+  const byChunk = Object.fromEntries(PREFILL_CHUNKS.map((t) => [t, sig(median(rates.byChunk[t]))]));
+  const dflt = byChunk[DEFAULT_CHUNK] ?? byChunk[PREFILL_CHUNKS.filter((t) => t <= DEFAULT_CHUNK).pop() ?? PREFILL_CHUNKS[0]];
+  return {decode_bytes_per_ms: sig(median(rates.decode)), prefill_token_bytes_per_ms: dflt,
+          prefill_token_bytes_per_ms_by_chunk: byChunk,
+          prefill_cold_first_chunk_token_bytes_per_ms: sig(median(rates.prefill)), prefill_cold_first_chunk_tokens: rates.coldTokens,
           hop_ms: hopMs, fetch_bytes_per_ms: fetchMBps * 1000, prompt_tokens: 2000,
-          measured: new Date().toISOString().slice(0, 10), commit, load_average: os.loadavg().map((x) => +x.toFixed(2)),
+          measured: new Date().toISOString().slice(0, 10), date: new Date().toISOString(), commit,
+          load_average: os.loadavg().map((x) => +x.toFixed(2)),
+          clock: cpu ? "cpu" : "wall", host: hostInfo(),
           command: `node bench/estimate-7b.mjs ${args.join(" ")}`,
           note: "rates of one wasm station isolate (Node) on the 4-layer qwen2.5-coder-7b-shaped synth, median over its resident stations; " +
+                "prefill by chunk: the median of --timing warm chunks of each size after the first (cold) chunk, whose rate is kept as a record; " +
                 "hop_ms is the given --hop-ms (bench/mesh.mjs measures it under local workerd); fetch is an assumption (--fetch-mbps)"};
 }
 if (costFile) {

@@ -13,6 +13,10 @@
 // first prefill chunk's compute ms is reported too (prefill_compute_ms, prefill_tokens).
 // With verifyRows [r, ...] (and timing N): per r, the median compute of N speculative verify
 // passes of r rows (verify_compute_ms[r]; a shard: its lm-head of r rows, verify_lmhead_ms[r]).
+// With prefillChunks [t, ...] (and timing N; a station): per t, the median compute of N warm
+// prefill chunks of t tokens at the next positions (prefill_rows_ms[t], prefillRows below),
+// after the first (cold) chunk and the decode steps: the first chunk pays the module's and
+// the weights' first touch, the later ones run at the steady rate a prompt of many chunks sees.
 // With cpu: true, compute and lm-head times are this process's CPU time, not wall time.
 import {spawnSync} from "node:child_process";
 import {existsSync, mkdirSync, statSync} from "node:fs";
@@ -46,6 +50,17 @@ export function spawnIsolate(job) {
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+
+/** Per chunk size t of sizes: the median of n runs of pass(t) (a pass returns its compute ms). */
+export async function prefillRows(pass, sizes, n) {
+  const out = {};
+  for (const t of sizes) {
+    const ms = [];
+    for (let i = 0; i < n; i++) ms.push(await pass(t));
+    out[t] = median(ms);
+  }
+  return out;
+}
 
 export async function runIsolate(job) {
   // job.cpu: compute timed in this process's CPU time (user + system), which a loaded host's
@@ -193,6 +208,14 @@ export async function runIsolate(job) {
           timing.verify_compute_ms[r] = median(ms);
         }
       }
+      // job.prefillChunks [t, ...]: warm prefill chunks of t tokens at the next positions
+      if (job.prefillChunks?.length)
+        timing.prefill_rows_ms = await prefillRows(async (t) => {
+          for (const k in computeMs) computeMs[k] = 0;
+          await run(positions, t);
+          positions += t;
+          return Object.values(computeMs).reduce((a, b) => a + b, 0);
+        }, job.prefillChunks, job.timing);
     }
   }
   await sample();

@@ -89,6 +89,7 @@ struct Candidate {
   std::vector<Station> stations;
   std::vector<Shard> shards;
   int chunk = 0, context = 0;
+  int prefill_chunk = 0;  // the chunk the estimate prefills with (latency: the earliest first token; <= chunk)
   PlanEstimate est;
   size_t isolates() const {  // Worker isolates (fat stations are processes of their own)
     size_t n = shards.size();
@@ -216,7 +217,12 @@ class Planner {
       if (s.fluid) s.prefetch = s.cost.total() + s.cost.phase <= o_.budget;  // room to load the next phase early
     }
     for (auto& s : c.shards) s.cost = shard_cost(s.v1 - s.v0, c.chunk);
-    c.est = estimate_plan(shape(c), o_.cost);
+    // the prefill chunk: the memory's (the largest that fits) or, for latency, the one of the
+    // earliest first token (a smaller chunk fits the same memory: fewer tokens per stage)
+    PlanShape sh = shape(c);
+    c.prefill_chunk = o_.objective == "latency" ? fastest_prefill_chunk(sh, o_.cost, c.chunk) : c.chunk;
+    sh.chunk = c.prefill_chunk;
+    c.est = estimate_plan(sh, o_.cost);
     return true;
   }
 
@@ -251,7 +257,10 @@ class Planner {
     PlanShape p;
     int range = -1, l0 = -1, l1 = -1;
     for (const Station& s : c.stations) {
-      if (s.l0 != l0 || s.l1 != l1) range++, l0 = s.l0, l1 = s.l1;
+      if (s.l0 != l0 || s.l1 != l1) {
+        range++, l0 = s.l0, l1 = s.l1;
+        p.range_hops.push_back(s.slice.count > 1 ? 2 : 1);  // a split layer: its attention round, then its FFN round
+      }
       CostMember m;
       m.range = range;
       bool aligned = true;
@@ -536,10 +545,14 @@ class Planner {
 
   static ojson estimate_json(const PlanEstimate& e, const CostModel& m) {
     auto r = [](double v, double q) { return std::round(v * q) / q; };
-    return ojson{{"decode_tok_s", r(e.decode_tok_s, 1000)}, {"decode_ms", r(e.decode_ms, 100)},
+    ojson j{{"decode_tok_s", r(e.decode_tok_s, 1000)}, {"decode_ms", r(e.decode_ms, 100)},
                  {"station_ms", r(e.station_ms, 100)}, {"shard_ms", r(e.shard_ms, 100)}, {"hop_ms", r(e.hop_ms, 100)},
                  {"ttft_s", r(e.ttft_s, 100)}, {"ttft_pipelined_s", r(e.ttft_pipelined_s, 100)},
+                 {"ttft_pipeline", {{"chunks", e.prefill_chunks}, {"fill_s", r(e.fill_ms / 1000, 100)},
+                                    {"steady_s", r(e.steady_ms / 1000, 100)}, {"bottleneck_chunk_ms", r(e.bottleneck_chunk_ms, 100)}}},
                  {"prompt_tokens", m.prompt_tokens}, {"prefill", "sequential"}};
+    if (m.prefill_cold_token_bytes_per_ms > 0) j["ttft_cold_extra_s"] = r(e.ttft_cold_extra_s, 100);
+    return j;
   }
 
   std::string to_json() const {
@@ -556,6 +569,7 @@ class Planner {
     j["mode"] = o_.mode;
     j["context"] = c.context;
     j["chunk"] = c.chunk;
+    j["prefill_chunk"] = c.prefill_chunk;
     // stations
     ojson st = ojson::array();
     int whole = 0, split_layers = 0, max_slices = 1, fluid = 0;
@@ -678,12 +692,21 @@ class Planner {
       for (const auto& s : a.shards) largest = std::max(largest, s.cost.total());
       alts.push_back({{"min_slices", a.min_slices}, {"isolates", a.isolates()}, {"stations", a.stations.size()},
                       {"largest_isolate", largest}, {"context", a.context}, {"chunk", a.chunk},
-                      {"estimate", estimate_json(a.est, o_.cost)}});
+                      {"prefill_chunk", a.prefill_chunk}, {"estimate", estimate_json(a.est, o_.cost)}});
     }
     j["alternatives"] = alts;
     j["cost_model"] = {{"decode_bytes_per_ms", o_.cost.decode_bytes_per_ms},
                        {"prefill_token_bytes_per_ms", o_.cost.prefill_token_bytes_per_ms},
                        {"hop_ms", o_.cost.hop_ms}, {"fetch_bytes_per_ms", o_.cost.fetch_bytes_per_ms}};
+    if (!o_.cost.prefill_by_chunk.empty()) {
+      ojson t = ojson::object();
+      for (const auto& [k, v] : o_.cost.prefill_by_chunk) t[std::to_string(k)] = v;
+      j["cost_model"]["prefill_token_bytes_per_ms_by_chunk"] = t;
+    }
+    if (o_.cost.prefill_cold_token_bytes_per_ms > 0) {
+      j["cost_model"]["prefill_cold_first_chunk_token_bytes_per_ms"] = o_.cost.prefill_cold_token_bytes_per_ms;
+      j["cost_model"]["prefill_cold_first_chunk_tokens"] = o_.cost.prefill_cold_tokens;
+    }
     if (!o_.fat.empty()) j["cost_model"]["native_speedup"] = o_.cost.native_speedup;
     j["min_slices"] = c.min_slices;
     return j.dump(2) + "\n";

@@ -12,13 +12,20 @@
 //             rows [n_vocab, n_vocab_tensor) are padding owned by none. A shard holds its
 //             token_embd and lm_head rows resident.
 //   context   the largest context whose KV fits every station (or --context, checked);
-//   chunk     the prefill chunk (or --chunk, checked);
+//   chunk     the prefill chunk the memory holds (or --chunk, checked);
+//   prefill_chunk  the chunk the estimate prefills with: chunk (objective memory) or, for
+//             latency, the chunk <= chunk of the earliest pipelined first token (plan_cost.h's
+//             fastest_prefill_chunk: small chunks fill the pipeline sooner, large ones run at
+//             a higher measured rate and pay fewer round trips);
 //   memory    per isolate, itemised: resident weights, largest phase, KV at the context,
 //             activations (workspace + ABI buffers for one chunk), module, JS heap.
 //   per_token hops, subrequests and simultaneous connections per generated token, and
 //             what a 4096-token generation costs against the platform caps (§8).
 //   estimate  decode tok/s and time to first token of the plan (plan_cost.h's model, its
-//             constants in cost_model), and alternatives: the same figures for the plans
+//             constants in cost_model): ttft_s sequential, ttft_pipelined_s and its parts
+//             ttft_pipeline {chunks, fill_s, steady_s, bottleneck_chunk_ms}, ttft_cold_extra_s
+//             (a fresh mesh's cold first chunks, when measured), at prefill_chunk; and
+//             alternatives (with their chunk and prefill_chunk): the same figures for the plans
 //             the objective rejected (resident: every layer cut into at least s slices,
 //             s = 1 .. n_head_kv — more parallel compute per token, more isolates).
 // Fat stations (PlanOptions::fat, `--fat 8GiB,8GiB`; resident mode): native `knot station`
@@ -29,7 +36,8 @@
 // "isolates" counts the Worker isolates only. A fat station that holds no layer (the ones
 // before it took them all, or its memory holds not one layer) is an error naming it.
 // Objective: "memory" (default) takes the fewest isolates (ties: the faster), "latency"
-// the highest decode tok/s (ties: the fewer isolates).
+// the highest decode tok/s (ties: the fewer isolates), each plan weighed at its fastest
+// prefill chunk (alternatives too: their prefill_chunk and estimate).
 // A budget that cannot be met throws knot::Error with the reason (which isolate, which
 // item, how many bytes against how many).
 //

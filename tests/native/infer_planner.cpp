@@ -244,27 +244,147 @@ TEST(PlanCost, EstimateFollowsTheModelOnAHandBuiltShape) {
   PlanShape s;
   s.members = {{0, 1000, 10, 0}, {1, 4000, 20, 0}, {1, 2000, 20, 0}};
   s.shard_lm_head_bytes = {500, 900};
-  s.hops = 4;
+  s.hops = 5;            // embed, range 0's one, range 1's two (attention, FFN), lm-head
+  s.range_hops = {1, 2};
   s.chunk = 2;
   CostModel c;
   c.decode_bytes_per_ms = 100, c.prefill_token_bytes_per_ms = 1000, c.hop_ms = 0.5, c.fetch_bytes_per_ms = 1;
+  c.prefill_by_chunk.clear();  // one rate at every chunk
   c.prompt_tokens = 4;
   const PlanEstimate e = estimate_plan(s, c);
   // decode at position 4: (1000 + 10*4*... ) member_ms = compute + t*kv*(pos + t/2)/rate, t = 1
   const double m0 = 1000.0 / 100 + 10 * 4.5 / 100, m1 = 4000.0 / 100 + 20 * 4.5 / 100;
   EXPECT_DOUBLE_EQ(e.station_ms, m0 + m1);
   EXPECT_DOUBLE_EQ(e.shard_ms, 9.0);
-  EXPECT_DOUBLE_EQ(e.hop_ms, 2.0);
-  EXPECT_DOUBLE_EQ(e.decode_ms, m0 + m1 + 9 + 2);
-  EXPECT_DOUBLE_EQ(e.decode_tok_s, 1000.0 / (m0 + m1 + 11));
+  EXPECT_DOUBLE_EQ(e.hop_ms, 2.5);
+  EXPECT_DOUBLE_EQ(e.decode_ms, m0 + m1 + 9 + 2.5);
+  EXPECT_DOUBLE_EQ(e.decode_tok_s, 1000.0 / (m0 + m1 + 11.5));
   // prefill: chunks at pos 0 and 2, 2 tokens each
   auto chunk = [](double bytes, double kv, double pos) { return bytes * 2 / 1000 + 2 * kv * (pos + 1) / 100; };
   const double a0 = chunk(1000, 10, 0), b0 = chunk(4000, 20, 0), a1 = chunk(1000, 10, 2), b1 = chunk(4000, 20, 2);
-  EXPECT_DOUBLE_EQ(e.ttft_s * 1000, (a0 + b0 + 2) + (a1 + b1 + 2) + 9);
-  EXPECT_DOUBLE_EQ(e.ttft_pipelined_s * 1000, (a0 + b0) + std::max(a1, b1) + 2 + 9);
+  // stages: range 0 + one round trip, range 1 + two; per chunk the embed's round trip; once
+  // at the end the lm-head's round trip and the slowest shard
+  const double s00 = a0 + 0.5, s10 = b0 + 1.0, s01 = a1 + 0.5, s11 = b1 + 1.0;
+  EXPECT_DOUBLE_EQ(e.ttft_s * 1000, (0.5 + s00 + s10) + (0.5 + s01 + s11) + 0.5 + 9);
+  EXPECT_DOUBLE_EQ(e.fill_ms, 0.5 + s00 + s10);
+  EXPECT_DOUBLE_EQ(e.steady_ms, std::max(s01, s11));
+  EXPECT_DOUBLE_EQ(e.bottleneck_chunk_ms, std::max(s01, s11));
+  EXPECT_EQ(e.prefill_chunks, 2);
+  EXPECT_DOUBLE_EQ(e.ttft_pipelined_s * 1000, e.fill_ms + e.steady_ms + 0.5 + 9);
+  EXPECT_EQ(e.ttft_cold_extra_s, 0);  // no cold rate measured
+  // without range hop counts every range is one round trip
+  PlanShape one = s;
+  one.range_hops.clear();
+  EXPECT_DOUBLE_EQ(estimate_plan(one, c).fill_ms, 0.5 + s00 + (s10 - 0.5));
+  one.range_hops = {1};
+  EXPECT_THROW(estimate_plan(one, c), Error);
+  // a fresh mesh: every range's first 2-token chunk at the cold rate (500 vs 1000 warm), the
+  // slower slice of range 1 counting
+  c.prefill_cold_token_bytes_per_ms = 500, c.prefill_cold_tokens = 2;
+  EXPECT_DOUBLE_EQ(estimate_plan(s, c).ttft_cold_extra_s * 1000, 1000.0 * 2 * (1 / 500.0 - 1 / 1000.0) + 4000.0 * 2 * (1 / 500.0 - 1 / 1000.0));
+  c.prefill_cold_token_bytes_per_ms = 0;
   // a fluid member adds its streamed bytes at the fetch rate, per token and per chunk
   s.members[0].streamed_bytes = 7;
   EXPECT_DOUBLE_EQ(estimate_plan(s, c).station_ms, m0 + 7 + m1);
+}
+
+TEST(PlanCost, PrefillRateInterpolatesTheMeasuredChunksInLog2AndClamps) {
+  CostModel c;
+  c.prefill_token_bytes_per_ms = 7;
+  c.prefill_by_chunk = {{4, 100}, {16, 300}, {64, 400}};
+  EXPECT_DOUBLE_EQ(prefill_rate(c, 1), 100);   // below the table: its first rate
+  EXPECT_DOUBLE_EQ(prefill_rate(c, 4), 100);
+  EXPECT_DOUBLE_EQ(prefill_rate(c, 8), 200);   // log2 8 is half way from 4 to 16
+  EXPECT_DOUBLE_EQ(prefill_rate(c, 16), 300);
+  EXPECT_DOUBLE_EQ(prefill_rate(c, 32), 350);
+  EXPECT_DOUBLE_EQ(prefill_rate(c, 24), 300 + 100 * (std::log2(24.0) - 4) / 2);
+  EXPECT_DOUBLE_EQ(prefill_rate(c, 64), 400);
+  EXPECT_DOUBLE_EQ(prefill_rate(c, 512), 400);  // above: its last rate
+  c.prefill_by_chunk.clear();
+  EXPECT_DOUBLE_EQ(prefill_rate(c, 8), 7);      // no table: the one rate
+  // the estimate prefills at the rate of its chunk
+  PlanShape s;
+  s.members = {{0, 1000, 0, 0}};
+  s.hops = 3, s.chunk = 8;
+  c.prefill_by_chunk = {{4, 100}, {16, 300}};
+  c.prompt_tokens = 8, c.hop_ms = 0;
+  EXPECT_DOUBLE_EQ(estimate_plan(s, c).fill_ms, 1000.0 * 8 / 200);
+}
+
+TEST(PlanCost, FastestPrefillChunkFollowsTheTable) {
+  // 8 ranges of equal compute, 1 ms round trips, 512 tokens
+  PlanShape s;
+  for (int r = 0; r < 8; r++) s.members.push_back({r, 1000000, 0, 0});
+  s.hops = 10;
+  CostModel c;
+  c.hop_ms = 1, c.prompt_tokens = 512, c.decode_bytes_per_ms = 1e5;
+  // one rate at every chunk: the smallest chunk that still hides the round trips wins over 256
+  c.prefill_by_chunk = {{2, 1e6}, {256, 1e6}};
+  const int flat = fastest_prefill_chunk(s, c, 256);
+  EXPECT_LT(flat, 256);
+  // chunks up to 128 slow (the mat-vec rate), 256 100x faster: the largest chunk wins
+  c.prefill_by_chunk = {{2, 1e5}, {128, 1e5}, {256, 1e7}};
+  EXPECT_EQ(fastest_prefill_chunk(s, c, 256), 256);
+  // every candidate is no faster than the one chosen
+  for (const auto& table : {std::vector<std::pair<int, double>>{{2, 1e6}, {256, 1e6}}, {{2, 1e5}, {4, 1e5}, {256, 1e7}},
+                            {{2, 3e6}, {16, 1e6}, {64, 2e6}}}) {
+    c.prefill_by_chunk = table;
+    PlanShape b = s;
+    b.chunk = fastest_prefill_chunk(s, c, 256);
+    const double best = estimate_plan(b, c).ttft_pipelined_s;
+    for (int k = 1; k <= 256; k *= 2) {
+      PlanShape o = s;
+      o.chunk = k;
+      EXPECT_LE(best, estimate_plan(o, c).ttft_pipelined_s) << "chunk " << k;
+    }
+  }
+  // max_chunk itself is a candidate, not only the powers of two
+  c.prefill_by_chunk = {{2, 1e5}, {64, 1e5}, {100, 1e7}};
+  EXPECT_EQ(fastest_prefill_chunk(s, c, 100), 100);
+}
+
+TEST(PlanCost, CostModelJsonReadsTheChunkTableAndNamesItsBadEntries) {
+  const CostModel c = cost_model_from_json(
+      R"({"prefill_token_bytes_per_ms_by_chunk": {"64": 3e6, "2": 1e6, "16": 2.5e6}, "prefill_cold_first_chunk_token_bytes_per_ms": 9e5,
+          "prefill_cold_first_chunk_tokens": 16})");
+  ASSERT_EQ(c.prefill_by_chunk.size(), 3u);
+  EXPECT_EQ(c.prefill_by_chunk[0], (std::pair<int, double>{2, 1e6}));  // sorted by chunk
+  EXPECT_EQ(c.prefill_by_chunk[1], (std::pair<int, double>{16, 2.5e6}));
+  EXPECT_EQ(c.prefill_by_chunk[2], (std::pair<int, double>{64, 3e6}));
+  EXPECT_EQ(c.prefill_cold_token_bytes_per_ms, 9e5);
+  EXPECT_EQ(c.prefill_cold_tokens, 16);
+  // an older file (one rate, no table) prefills at that rate; a file without either keeps the defaults
+  const CostModel old = cost_model_from_json(R"({"prefill_token_bytes_per_ms": 5e6})");
+  EXPECT_TRUE(old.prefill_by_chunk.empty());
+  EXPECT_EQ(prefill_rate(old, 2), 5e6);
+  EXPECT_EQ(prefill_rate(old, 512), 5e6);
+  EXPECT_EQ(old.prefill_cold_token_bytes_per_ms, 0);  // the compiled cold rate is not the file's
+  EXPECT_EQ(cost_model_from_json(R"({"hop_ms": 1})").prefill_by_chunk, CostModel{}.prefill_by_chunk);
+  auto err = [](const char* j) {
+    try {
+      cost_model_from_json(j);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string field = "prefill_token_bytes_per_ms_by_chunk";
+  for (const char* bad : {R"({"prefill_token_bytes_per_ms_by_chunk": {"x": 1}})", R"({"prefill_token_bytes_per_ms_by_chunk": {"0": 1}})",
+                          R"({"prefill_token_bytes_per_ms_by_chunk": {"1.5": 1}})", R"({"prefill_token_bytes_per_ms_by_chunk": {"08": 1}})",
+                          R"({"prefill_token_bytes_per_ms_by_chunk": {"-4": 1}})", R"({"prefill_token_bytes_per_ms_by_chunk": {"99999": 1}})"}) {
+    const std::string e = err(bad);
+    EXPECT_NE(e.find(field + ": key"), std::string::npos) << bad << ": " << e;
+    EXPECT_NE(e.find("is not a chunk size"), std::string::npos) << bad << ": " << e;
+  }
+  EXPECT_NE(err(R"({"prefill_token_bytes_per_ms_by_chunk": {"8": -1}})").find(field + "[\"8\"] must be a positive number, got -1"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"prefill_token_bytes_per_ms_by_chunk": {"8": "fast"}})").find(field + "[\"8\"] must be a positive number"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"prefill_token_bytes_per_ms_by_chunk": {}})").find(field + " must be an object"), std::string::npos);
+  EXPECT_NE(err(R"({"prefill_token_bytes_per_ms_by_chunk": [1, 2]})").find(field + " must be an object"), std::string::npos);
+  EXPECT_NE(err(R"({"prefill_cold_first_chunk_token_bytes_per_ms": 0})").find("prefill_cold_first_chunk_token_bytes_per_ms must be a positive"),
+            std::string::npos);
+  EXPECT_NE(err(R"({"prefill_cold_first_chunk_tokens": 2.5})").find("prefill_cold_first_chunk_tokens must be an integer"), std::string::npos);
 }
 
 TEST(PlanCost, CostModelJsonNamesTheBadField) {
@@ -293,6 +413,10 @@ TEST(PlanCost, CompiledDefaultsAreTheMeasuredFile) {
   const CostModel f = cost_model_from_json(read_file(path)), d;
   EXPECT_EQ(f.decode_bytes_per_ms, d.decode_bytes_per_ms) << path;
   EXPECT_EQ(f.prefill_token_bytes_per_ms, d.prefill_token_bytes_per_ms) << path;
+  EXPECT_EQ(f.prefill_by_chunk, d.prefill_by_chunk) << path;
+  EXPECT_FALSE(d.prefill_by_chunk.empty()) << "the measured file has a prefill rate per chunk size";
+  EXPECT_EQ(f.prefill_cold_token_bytes_per_ms, d.prefill_cold_token_bytes_per_ms) << path;
+  EXPECT_EQ(f.prefill_cold_tokens, d.prefill_cold_tokens) << path;
   EXPECT_EQ(f.hop_ms, d.hop_ms) << path;
   EXPECT_EQ(f.fetch_bytes_per_ms, d.fetch_bytes_per_ms) << path;
   EXPECT_EQ(f.prompt_tokens, d.prompt_tokens) << path;
@@ -322,12 +446,31 @@ TEST(Planner, Qwen7bLatencyObjectiveCutsFinerAndListsTheRejected) {
     EXPECT_GT(a["estimate"]["ttft_s"].get<double>(), 0);
     if (a["isolates"] == mem["isolates"] && a["min_slices"] == mem["min_slices"]) {
       mem_in_lat = true;
-      EXPECT_EQ(a["estimate"], mem["estimate"]);
+      EXPECT_EQ(a["estimate"]["decode_tok_s"], mem["estimate"]["decode_tok_s"]);  // its prefill chunk may differ
     }
   }
   EXPECT_TRUE(mem_in_lat);
   // pipelined prefill is never slower than sequential
   EXPECT_LE(lat["estimate"]["ttft_pipelined_s"].get<double>(), lat["estimate"]["ttft_s"].get<double>());
+  // the pipeline's parts add up (with the last round trip and the lm-head)
+  for (const json* p : {&mem, &lat}) {
+    const json& e = (*p)["estimate"];
+    const json& tp = e["ttft_pipeline"];
+    EXPECT_EQ(tp["chunks"], (2000 + (*p)["prefill_chunk"].get<int>() - 1) / (*p)["prefill_chunk"].get<int>());
+    EXPECT_NEAR(tp["fill_s"].get<double>() + tp["steady_s"].get<double>(), e["ttft_pipelined_s"].get<double>(), 0.05);
+    EXPECT_GT(tp["bottleneck_chunk_ms"].get<double>(), 0);
+    EXPECT_GT(e["ttft_cold_extra_s"].get<double>(), 0);  // the defaults carry the measured cold first chunk
+  }
+  // the memory plan prefills at its chunk; the latency plan (and its alternatives) at the
+  // chunk of the earliest first token, never later than at the memory's chunk
+  EXPECT_EQ(mem["prefill_chunk"], mem["chunk"]);
+  EXPECT_LE(lat["prefill_chunk"].get<int>(), lat["chunk"].get<int>());
+  for (const auto& a : mem["alternatives"]) EXPECT_EQ(a["prefill_chunk"], a["chunk"]);
+  for (const auto& a : lat["alternatives"]) {
+    EXPECT_LE(a["prefill_chunk"].get<int>(), a["chunk"].get<int>());
+    if (a["min_slices"] == mem["min_slices"])
+      EXPECT_LE(a["estimate"]["ttft_pipelined_s"].get<double>(), mem["estimate"]["ttft_pipelined_s"].get<double>());
+  }
   EXPECT_EQ(lat["estimate"]["prompt_tokens"], 2000);
 }
 
@@ -437,6 +580,28 @@ TEST(Planner, FatStationsThatHoldEverythingOrNothingAreRefused) {
     }
     EXPECT_NE(e.find("fat"), std::string::npos) << bad << ": " << e;
   }
+}
+
+TEST(Planner, Qwen7bLatencyObjectivePicksThePrefillChunkTheTableMakesFastest) {
+  const PlanModel m = table_of(qwen7b());
+  PlanOptions o;
+  o.objective = "latency";
+  // small chunks fast (a flat-out 100x at 2 tokens): the smallest chunks fill the 28 ranges soonest
+  o.cost.prefill_by_chunk = {{2, 1e8}, {512, 1e6}};
+  const json small = plan(m, o);
+  EXPECT_LE(small["prefill_chunk"].get<int>(), 4);
+  EXPECT_EQ(small["cost_model"]["prefill_token_bytes_per_ms_by_chunk"]["2"], 1e8);
+  // chunks up to 128 slow (a tenth of the decode rate), 256 25x decode: the largest chunk
+  o.cost.prefill_by_chunk = {{2, 2e5}, {128, 2e5}, {256, 5e7}};
+  const json large = plan(m, o);
+  EXPECT_EQ(large["prefill_chunk"], large["chunk"]);
+  EXPECT_LT(large["estimate"]["ttft_pipeline"]["chunks"].get<int>(), small["estimate"]["ttft_pipeline"]["chunks"].get<int>());
+  // the same topology either way: the chunk changes the time, not the isolates
+  EXPECT_EQ(small["isolates"], large["isolates"]);
+  EXPECT_EQ(small["chunk"], large["chunk"]);
+  // memory objective: the memory's chunk whatever the table
+  o.objective = "memory";
+  EXPECT_EQ(plan(m, o)["prefill_chunk"], plan(m, o)["chunk"]);
 }
 
 TEST(PlanCost, NativeMembersComputeAtTheNativeSpeedup) {

@@ -95,6 +95,51 @@ test("the time objective: the same choice natively, in wasm and through the node
   assert.match(badNode.stderr, /hop_ms must be a positive number, got -3/);
 });
 
+test("the prefill rate per chunk size: the latency plan's prefill chunk follows the table, the same natively and in wasm", async () => {
+  synth7b();
+  const file = join(dir, "cost-table.json");
+  const run = async (table) => {
+    const cost = {decode_bytes_per_ms: 2e6, hop_ms: 0.3, prefill_token_bytes_per_ms_by_chunk: table};
+    writeFileSync(file, JSON.stringify(cost));
+    const nat = knot(["plan", q7, "--objective", "latency", "--cost", file]);
+    assert.equal(nat.status, 0, nat.stderr);
+    assert.equal(await planText(q7, {objective: "latency", cost}), nat.stdout, "native and wasm differ");
+    const p = JSON.parse(nat.stdout);
+    assert.deepEqual(p.cost_model.prefill_token_bytes_per_ms_by_chunk, table);
+    // the pipeline's parts and every alternative's own prefill chunk
+    const tp = p.estimate.ttft_pipeline;
+    assert.equal(tp.chunks, Math.ceil(2000 / p.prefill_chunk));
+    assert.ok(Math.abs(tp.fill_s + tp.steady_s - p.estimate.ttft_pipelined_s) < 0.05, JSON.stringify(p.estimate));
+    for (const a of p.alternatives) {
+      assert.ok(a.prefill_chunk >= 1 && a.prefill_chunk <= a.chunk, JSON.stringify(a));
+      assert.ok(a.estimate.ttft_pipeline.chunks >= 1);
+    }
+    return p;
+  };
+  // small chunks fast: a small prefill chunk; only 256 fast: the largest
+  const small = await run({"2": 1e8, "512": 1e6});
+  const large = await run({"2": 2e5, "128": 2e5, "256": 5e7});
+  assert.ok(small.prefill_chunk <= 4, `small chunks fast: ${small.prefill_chunk}`);
+  assert.equal(large.prefill_chunk, large.chunk);
+  assert.equal(small.isolates, large.isolates);
+  // the memory objective keeps the memory's chunk
+  const mem = await plan(q7, {cost: {prefill_token_bytes_per_ms_by_chunk: {"2": 1e8, "512": 1e6}}});
+  assert.equal(mem.prefill_chunk, mem.chunk);
+  // a bad table is refused naming the field, by both CLIs and the JS API
+  for (const [table, re] of [[{"x": 1}, /prefill_token_bytes_per_ms_by_chunk: key 'x' is not a chunk size/],
+                             [{"8": -1}, /prefill_token_bytes_per_ms_by_chunk\["8"\] must be a positive number, got -1/],
+                             [{}, /prefill_token_bytes_per_ms_by_chunk must be an object/]]) {
+    writeFileSync(file, JSON.stringify({prefill_token_bytes_per_ms_by_chunk: table}));
+    const bad = knot(["plan", q7, "--cost", file]);
+    assert.equal(bad.status, 1);
+    assert.match(bad.stderr, re);
+    const badNode = spawnSync(process.execPath, ["bin/knotwork.mjs", "plan", q7, "--cost", file], {encoding: "utf8"});
+    assert.equal(badNode.status, 1);
+    assert.match(badNode.stderr, re);
+    await assert.rejects(plan(q7, {cost: {prefill_token_bytes_per_ms_by_chunk: table}}), re);
+  }
+});
+
 test("a shared model: one resident station, one shard, identical both ways", async (t) => {
   const p = sharedModel(t, "stories260K.gguf");
   if (!p) return;
