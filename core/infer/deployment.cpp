@@ -63,6 +63,12 @@ void fit_links(ojson& t) {
 // workers/lib/topology.mjs validateTopology
 void validate(const ojson& c, const ojson& t) {
   auto bad = [](const std::string& m) { fail("topology: " + m); };
+  // the plan's chunk (the stations' scratch is sized for it) and the latency objective's prefill chunk
+  const auto int_in = [](const ojson& v, int64_t hi) { return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= hi; };
+  if (t.contains("chunk") && !int_in(t["chunk"], 65536)) bad("chunk must be an integer in [1, 65536], got " + t["chunk"].dump());
+  const int64_t chunk_max = t.contains("chunk") ? t["chunk"].get<int64_t>() : 65536;
+  if (t.contains("prefill_chunk") && !int_in(t["prefill_chunk"], chunk_max))
+    bad("prefill_chunk must be an integer in [1, " + std::to_string(chunk_max) + "] (the chunk), got " + t["prefill_chunk"].dump());
   int64_t l = 0;
   for (const auto& s : t["stations"]) {
     const int64_t l0 = s["layers"][0], l1 = s["layers"][1];
@@ -411,6 +417,7 @@ ojson topology_from_plan(const ojson& plan, const std::string& knot) {
   ojson t = {{"knot", knot}, {"n_embd", c["n_embd"]}, {"n_vocab", c["n_vocab"]}, {"stations", stations}, {"shards", shards}};
   if (plan.value("context", 0) != 0) t["context"] = plan["context"];
   if (plan.value("chunk", 0) != 0) t["chunk"] = plan["chunk"];
+  if (plan.value("prefill_chunk", 0) != 0 && plan["prefill_chunk"] != plan.value("chunk", ojson(0))) t["prefill_chunk"] = plan["prefill_chunk"];
   if (plan.value("replicas", 1) > 1) t["replicas"] = plan["replicas"];
   fit_links(t);
   validate(c, t);

@@ -7,7 +7,7 @@
 // "chunk c + 1 entered station 0 while chunk c was held at the exit" are seen, not timed.
 import {test} from "node:test";
 import assert from "node:assert/strict";
-import {sharedKnot, synthKnot, single, meshFor, SYNTH_QWEN} from "./helpers.mjs";
+import {sharedKnot, synthKnot, single, meshFor, configOf, startMesh, topologyFromCounts, SYNTH_QWEN} from "./helpers.mjs";
 
 const STORY = "Once upon a time there was a little girl named Lily. She loved to play in the park with her dog";
 
@@ -168,5 +168,24 @@ test("prefill option: anything but pipelined / sequential is an error naming it"
     // refused where the request enters, before anything streams (tests/workers/requests.test.mjs)
     await assert.rejects(mesh.run({prompt: "Once", options: {prefill: "parallel"}}),
                          /HTTP 400: .*options\.prefill must be \\"pipelined\\" or \\"sequential\\", got \\"parallel\\"/);
+  } finally { await mesh.close(); }
+});
+
+test("the topology's prefill_chunk (the latency plan's choice) is the default chunk; a request's chunk wins", async (t) => {
+  const bytes = await sharedKnot(t, "stories260K-pad256-llama-q4_k_m.gguf");
+  if (!bytes) return;
+  const topology = {...topologyFromCounts(await configOf(bytes), {knot: "model.knot", stations: [2, 3], shards: 2}), chunk: 32, prefill_chunk: 7};
+  const mesh = await startMesh({knotBytes: bytes, topology, ...NO_REUSE});
+  try {
+    for (const [options, chunk] of [[{}, 7], [{chunk: 5}, 5]]) {
+      const seen = [];
+      let total = 0;
+      for await (const e of mesh.generate({prompt: STORY, options: {maxTokens: 2, temperature: 0, ...options}})) {
+        assert.notEqual(e.type, "error", e.error);
+        if (e.type === "telemetry" && e.event === "prefill_progress") { seen.push(e.done); total = e.total; }
+      }
+      assert.ok(total > 2 * chunk, `${total} prompt tokens`);
+      assert.deepEqual(seen, Array.from({length: Math.ceil(total / chunk)}, (_, i) => Math.min(total, chunk * (i + 1))), JSON.stringify(options));
+    }
   } finally { await mesh.close(); }
 });

@@ -111,8 +111,9 @@ test("wrangler.jsonc and Miniflare carry the same vars and bindings: the planner
   await assertSameRenderings(topology, {}, "7B, defaults");
   await assertSameRenderings(topology, ALL_OPTIONS, "7B, every option");
   // the core's topology of a plan (what `knot plan --wrangler` deploys) is the JS one
-  for (const opts of [{}, {budget: "1GB"}, {mode: "fluid", stations: 2}]) {
+  for (const opts of [{}, {budget: "1GB"}, {mode: "fluid", stations: 2}, {objective: "latency"}]) {
     const po = await plan(q7, opts);
+    assert.equal(topologyFromPlan(po.model, po, {knot: "qwen7b.knot"}).prefill_chunk, po.prefill_chunk !== po.chunk ? po.prefill_chunk : undefined);
     assert.deepEqual((await deploymentOf({plan: po, knot: "qwen7b.knot"})).topology, topologyFromPlan(po.model, po, {knot: "qwen7b.knot"}),
                      JSON.stringify(opts));
   }

@@ -27,6 +27,12 @@ test("a planner plan becomes stations with members (slices of one range) and sha
   assert.equal(t.stations[1].role, "exit");
   assert.equal(t.context, 512);
   assert.equal(t.shardGroups, undefined);  // 3 members + 2 shards <= 6 links
+  // the latency objective's prefill chunk rides along when it differs from the chunk
+  assert.equal(t.prefill_chunk, undefined);
+  assert.equal(topologyFromPlan(C, {...plan, prefill_chunk: 32}, {knot: "m.knot"}).prefill_chunk, undefined);
+  assert.equal(topologyFromPlan(C, {...plan, prefill_chunk: 8}, {knot: "m.knot"}).prefill_chunk, 8);
+  assert.throws(() => topologyFromPlan(C, {...plan, prefill_chunk: 48}, {knot: "m.knot"}), /prefill_chunk must be an integer in \[1, 32\] \(the chunk\), got 48/);
+  assert.throws(() => topologyFromPlan(C, {...plan, chunk: 0.5}, {knot: "m.knot"}), /chunk must be an integer in \[1, 65536\], got 0.5/);
 });
 
 test("topologies that do not cover the model are refused, naming the gap", () => {

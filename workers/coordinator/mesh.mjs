@@ -81,7 +81,8 @@ export class MeshCoordinator {
    * Stream a completion: {type: "telemetry", event, ...} events, {type: "token", token, text,
    * telemetry} per token, then {type: "summary", ...} (the schema of bindings/events.mjs).
    * prompt: token ids (use text.tokenize / applyChatTemplate first). opts: Model.generate's sampling options (logprobs: n adds each
-   * token's raw logprob and top n, from the merged top-k or the full logits) plus chunk, sid, nCtx,
+   * token's raw logprob and top n, from the merged top-k or the full logits) plus chunk (the prefill
+   * chunk; default the topology's prefill_chunk, else 64 capped at its chunk), sid, nCtx,
    * and for a session held across requests (session.mjs, prefixes.mjs): cached (the stations
    * of session `sid` hold prompt positions [0, cached): only the rest is fed, from position
    * cached, and the stations rewind to it first: docs/protocol.md) and keep (a generation that
@@ -120,7 +121,9 @@ export class MeshCoordinator {
                    nextRow: null, rowsPrefetched: 0, pipelined: prefill === "pipelined", inFlight: 0,
                    // drafting (lookup or the draft model): the rows seen so far, so a pass's drafts and pending token skip the embed fan-out
                    rows: (lookup || dm) && !first.full && gen.params.grammar !== true ? new EmbedRows(this.E) : null, rowsCached: 0};
-    const chunk = opts.chunk ?? 64;
+    // the request's chunk, else the plan's prefill chunk (the latency objective's choice), else 64
+    // (no more than the plan's chunk: the stations' scratch is sized for it)
+    const chunk = opts.chunk ?? t.prefill_chunk ?? Math.min(64, t.chunk ?? 64);
     const t0 = Date.now();
     const out = [];
     let text = "", reason = "", prefillMs = 0, decodeMs = 0, nDecoded = 0, kept = false;

@@ -152,6 +152,10 @@ export function validateTopology(c, t) {
   const names = [...t.stations.flatMap((s) => s.members.map((m) => m.name)), ...t.shards.map((s) => s.name)];
   if (t.replicas !== undefined && !(Number.isInteger(t.replicas) && t.replicas >= 1 && t.replicas <= 16))
     fail(`replicas must be an integer in [1, 16], got ${JSON.stringify(t.replicas)}`);
+  if (t.chunk !== undefined && !(Number.isInteger(t.chunk) && t.chunk >= 1 && t.chunk <= 65536))
+    fail(`chunk must be an integer in [1, 65536], got ${JSON.stringify(t.chunk)}`);
+  if (t.prefill_chunk !== undefined && !(Number.isInteger(t.prefill_chunk) && t.prefill_chunk >= 1 && t.prefill_chunk <= (t.chunk ?? 65536)))
+    fail(`prefill_chunk must be an integer in [1, ${t.chunk ?? 65536}] (the chunk), got ${JSON.stringify(t.prefill_chunk)}`);
   const all = names.flatMap((n) => Array.from({length: replicaCount(t)}, (_, r) => replicaName(n, r)));
   if (new Set(all).size !== all.length) fail(replicaCount(t) > 1 ? "names are not unique (replicas included)" : "names are not unique");
   if (t.chain)
@@ -239,7 +243,7 @@ export function checkLimits(t, {tokens, mode = "ws", perToken = linkBudget(t).pe
 /**
  * A topology from a planner plan (`knot plan` / bindings/planner.mjs JSON: stations
  * [{id, role, layers, slice?, heads?, ffn_cols?, mode}], shards [{id, vocab}], context,
- * chunk). Slices of one layer range become the members of one station; a fat station of the
+ * chunk, prefill_chunk). Slices of one layer range become the members of one station; a fat station of the
  * plan ("fat": true) a member {fat: true} whose url is set at deployment (withUrls). Script names are
  * short (st<i>[s<j>], sh<i>); the plan's ids are kept as `id`.
  */
@@ -258,6 +262,8 @@ export function topologyFromPlan(config, plan, {knot, maxLinks = LIMITS.connecti
   const shards = plan.shards.map((s, i) => ({name: `sh${i}`, id: s.id, vocab: [...s.vocab]}));
   const t = {knot, n_embd: config.n_embd, n_vocab: config.n_vocab, stations, shards,
              ...(plan.context ? {context: plan.context} : {}), ...(plan.chunk ? {chunk: plan.chunk} : {}),
+             // the latency objective's prefill chunk (the earliest first token), when it is not the chunk
+             ...(plan.prefill_chunk && plan.prefill_chunk !== plan.chunk ? {prefill_chunk: plan.prefill_chunk} : {}),
              ...(plan.replicas > 1 ? {replicas: plan.replicas} : {})};
   return validateTopology(config, fitLinks(t, maxLinks, chain));
 }
