@@ -3,7 +3,7 @@
 // (the browser wllama runs in: ../shared/peers/bench.sh), on the same model file, with
 // bench/generate.mjs's protocol. One JSON object.
 //
-//   node bench/chromium.mjs MODEL.gguf|.knot [--prompt-tokens 128] [--decode 128] [--runs 3]
+//   node bench/chromium.mjs MODEL.gguf|.knot [--prompt-tokens 128] [--decode 128] [--runs 3] [--wasm-dir DIR]
 import {existsSync} from "node:fs";
 import {execFileSync} from "node:child_process";
 import {basename, dirname, join, resolve} from "node:path";
@@ -19,17 +19,21 @@ const ri = args.indexOf("--relaxed");
 // --threads T: the threaded module (build/wasm/knotwork-mt.wasm) with T threads, on a page
 // served cross-origin isolated (COOP/COEP).
 const threads = flag("--threads", undefined);
+// --wasm-dir DIR: serve the module from DIR (e.g. a copy of an earlier build, for before/after
+// pairs) instead of this checkout's build/wasm.
+const wdi = args.indexOf("--wasm-dir");
+const wasmDir = wdi >= 0 ? resolve(args.splice(wdi, 2)[1]) : join(ROOT, "build/wasm");
 const wasmFile = threads !== undefined ? "knotwork-mt.wasm" : ri >= 0 ? (args.splice(ri, 1), "knotwork-relaxed.wasm") : "knotwork.wasm";
 const model = args[0];
 if (!model || !existsSync(model)) {
-  console.error("usage: node bench/chromium.mjs MODEL [--prompt-tokens N] [--decode N] [--runs R] [--relaxed | --threads T]");
+  console.error("usage: node bench/chromium.mjs MODEL [--prompt-tokens N] [--decode N] [--runs R] [--relaxed | --threads T] [--wasm-dir DIR]");
   process.exit(2);
 }
 const server = await serveFiles({
   "/bench/chromium-page.html": join(ROOT, "bench/chromium-page.html"),
   "/bench/prompt.txt": join(ROOT, "bench/prompt.txt"),
   ...bindingsRoutes(),
-  [`/build/wasm/${wasmFile}`]: join(ROOT, "build/wasm", wasmFile),
+  [`/build/wasm/${wasmFile}`]: join(wasmDir, wasmFile),
   "/model": resolve(model),
 }, {headers: threads !== undefined ? ISOLATED : {}});
 const ctx = await launchChromium();

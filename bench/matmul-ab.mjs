@@ -4,7 +4,10 @@
 // build/wasm copied before a change, against this checkout's build/wasm) in ONE headless
 // Chromium page, rounds interleaved; JSON line per type on stdout.
 //
-//   node bench/matmul-ab.mjs BEFORE_DIR [Q4_K,Q6_K,Q8_0] [ROUNDS]
+//   node bench/matmul-ab.mjs BEFORE_DIR [Q4_K,Q6_K,Q8_0] [ROUNDS] [NTOK] [ROWSxCOLS]
+//
+// NTOK (default 64) = 1 times the decode mat-vec (kw_bench_matvec_run) instead of kw_matmul.
+// ROWSxCOLS defaults to 4096x4096.
 //
 // Timing: the CPU time (utime + stime, 10 ms ticks) of the Chromium process tree this
 // script started, over runs of >= 0.4 CPU s; best of ROUNDS. On a loaded host this is far
@@ -20,6 +23,9 @@ if (!before || !existsSync(join(before, "knotwork.wasm")) || !existsSync(join(be
   process.exit(2);
 }
 const types = (process.argv[3] || "Q4_K,Q6_K,Q8_0").split(","), rounds = Number(process.argv[4] || 3), minS = 0.4;
+const ntok = Number(process.argv[5] || 64);
+const [rows, cols] = (process.argv[6] || "4096x4096").split("x").map(Number);
+if (!(ntok >= 1) || !(rows >= 1) || !(cols >= 1)) { console.error(`bad NTOK ${process.argv[5]} or shape ${process.argv[6]}`); process.exit(2); }
 const blank = join(tmpDir(), "blank.html");
 writeFileSync(blank, "<!doctype html><title>b</title>");
 const server = await serveFiles({"/blank.html": blank, ...bindingsRoutes(),
@@ -46,15 +52,15 @@ try {
     for (const pid of mine) if (pid !== process.pid) tot += m.get(pid).cpu; return tot; };
   for (const type of types) {
     const la = Number(readFileSync("/proc/loadavg", "utf8").split(" ")[0]);
-    const best = {}; const ntok = 64, rows = 4096, cols = 4096;
+    const best = {};
     for (let k = 0; k < rounds; k++) for (const v of ["bo", "bn", "ro", "rn"]) {
-      const key = await page.evaluate(async ({v, type}) => { const p = await window.bench.prepare(v, type, 4096, 4096); window.bench.run(p.key, 1, 64); return p.key; }, {v, type});
+      const key = await page.evaluate(async ({v, type, rows, cols, ntok}) => { const p = await window.bench.prepare(v, type, rows, cols); window.bench.run(p.key, 1, ntok); return p.key; }, {v, type, rows, cols, ntok});
       let iters = 1, s = 0;
-      for (;;) { const c0 = treeCpu(); await page.evaluate(({key, iters}) => window.bench.run(key, iters, 64), {key, iters}); s = treeCpu() - c0;
+      for (;;) { const c0 = treeCpu(); await page.evaluate(({key, iters, ntok}) => window.bench.run(key, iters, ntok), {key, iters, ntok}); s = treeCpu() - c0;
         if (s >= minS) break; iters = Math.ceil(iters * Math.min(8, Math.max(2, minS * 1.2 / Math.max(s, 0.01)))); }
       best[v] = Math.max(best[v] ?? 0, rows * cols * ntok * iters / s / 1e9);
     }
     const r = best, f = (x) => +x.toFixed(2);
-    console.log(JSON.stringify({bench: "wasm-matmul-ab", runtime: "chromium", type, shape: [4096, 4096], tokens: 64, unit: "G weights/s", timing: "chromium process-tree CPU", bo: f(r.bo), bn: f(r.bn), ro: f(r.ro), rn: f(r.rn), base_new_old: f(r.bn / r.bo), rel_new_old: f(r.rn / r.ro), rn_vs_bo: f(r.rn / r.bo), rn_vs_bn: f(r.rn / r.bn), rounds, loadavg: la}));
+    console.log(JSON.stringify({bench: "wasm-matmul-ab", runtime: "chromium", type, shape: [rows, cols], tokens: ntok, unit: "G weights/s", timing: "chromium process-tree CPU", bo: f(r.bo), bn: f(r.bn), ro: f(r.ro), rn: f(r.rn), base_new_old: f(r.bn / r.bo), rel_new_old: f(r.rn / r.ro), rn_vs_bo: f(r.rn / r.bo), rn_vs_bn: f(r.rn / r.bn), rounds, loadavg: la}));
   }
 } finally { await ctx.close(); await server.close(); }
