@@ -21,6 +21,7 @@
 // Weights: `rows` rows of `cols` elements, each row row_bytes(wtype, cols) bytes, contiguous.
 // All entry points throw knot::Error on an unsupported type or a misaligned cols.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/quant.h"
@@ -55,5 +56,9 @@ void matmul(DType wtype, const void* W, int64_t rows, int64_t cols, const float*
 // FFN/vocab shards); Y is [ntok, row_end-row_begin].
 void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end, int64_t cols,
                  const float* X, int64_t ntok, float* Y, Kernel k);
+
+// n IEEE halves -> f32, the same bits as half_to_float_row (fp16.h) for every input; F16C
+// natively where the CPU has it (the F16 KV cache read of every decode step).
+void f16_to_f32_row(const uint16_t* src, float* dst, size_t n);
 
 }  // namespace knot
