@@ -480,8 +480,8 @@ inline void panel_rows(const uint8_t* W, size_t rb, int64_t r0, int nr, const ui
 }
 
 inline void prefetch_slice(const uint8_t*& pf, size_t step, const uint8_t* end) {
-  for (size_t o = 0; o < step; o += 64)
-    if (pf + o < end) _mm_prefetch((const char*)(pf + o), _MM_HINT_T0);
+  const uint8_t* const stop = std::min(pf + step, end);
+  for (const uint8_t* p = pf; p < stop; p += 64) _mm_prefetch((const char*)p, _MM_HINT_T0);
   pf += step;
 }
 
