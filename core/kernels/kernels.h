@@ -15,7 +15,8 @@
 //                        AVX-512 VNNI, of 8 rows on AVX-VNNI and AVX2) and dotted
 //                        against every token; decode (one token) uses multi-row mat-vec
 //                        kernels where present (wasm Q8_0 / Q4_K: 4 rows share the
-//                        activations). Tested against
+//                        activations; AVX-512 VNNI Q4_0/Q8_0/Q4_K/Q6_K and AVX2 Q4_0/Q8_0:
+//                        16 or 8 rows per pass, block sums in lanes). Tested against
 //                        Scalar: bit-identical for quantized weights, within float
 //                        rounding of a different summation order for F32/F16/BF16.
 // Weights: `rows` rows of `cols` elements, each row row_bytes(wtype, cols) bytes, contiguous.

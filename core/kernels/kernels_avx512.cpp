@@ -16,6 +16,10 @@
 //   Q4_K / Q6_K x Q8_K: 512-bit dot kernels (NT <= 4 tokens share each weight decode):
 //     vpmaddubsw (u8 weights x s8 activations, pairs <= 2*63*128, no saturation) then
 //     vpdpwssd with the sub-block scales; integer block sums exact, block_accum* in scalar.
+//   Q4_K / Q6_K decode (one token, mm with nt == 1): 16 rows per pass, the rows' exact
+//     block sums reduced into the 16 lanes of one vector, so the scale / min unpacking,
+//     fp16 conversions and block_accum* run once per block for 16 rows (mv_q4_K_rows16,
+//     mv_q6_K_rows16 below).
 //   Q4_K / Q6_K prefill (2+ tokens): 16-row x 8-token vpdpbusd tiles (mm, see below).
 //   Q8_K and Q16_0 activations: 16-lane quantizers with the scalar ones' bytes.
 // Float weights, Q5_K and the Q8_0-activation vec_dot stay on the AVX2 kernels.
