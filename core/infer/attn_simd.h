@@ -14,7 +14,10 @@
 //     sign aside: the two zeros compare equal).
 //   - axpy_f32(p, x, y, n): y += p * x; weighted_values<NV>(s, inv, vf, n, hd, oh) sets
 //     oh[0..4 NV) to what oh = 0 then axpy_f32(s[j] * inv, v_j, oh, hd) for j < n gives,
-//     bit for bit (hd = 4 NV: the accumulators stay in registers).
+//     bit for bit (hd = 4 NV: the accumulators stay in registers); weighted_values_cols32
+//     gives the same for any hd that is a multiple of 32, 32 columns per pass over the values.
+//   - swiglu_fast_row(g, u, n): g[i] = g[i] / (1 + exp_fast(-g[i])) * u[i], four lanes at a
+//     time through exp_fast4, bit for bit the scalar expression.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -184,6 +187,24 @@ inline void weighted_values(const float* s, float inv, const float* vf, int n, i
     for (int c = 0; c < NV; c++) acc[c] = acc[c] + pv * load4(x + 4 * c);
   }
   std::memcpy(oh, acc, sizeof(acc));
+}
+
+// weighted_values for hd a multiple of 32: each 32-column strip in registers, one pass over
+// the n value rows per strip; per column the same products and the same j-order sums.
+inline void weighted_values_cols32(const float* s, float inv, const float* vf, int n, int hd, float* oh) {
+  for (int c0 = 0; c0 + 32 <= hd; c0 += 32) weighted_values<8>(s, inv, vf + c0, n, hd, oh + c0);
+}
+
+// SwiGLU of the fast kernels: g[i] = g[i] / (1 + exp_fast(-g[i])) * u[i].
+inline void swiglu_fast_row(float* g, const float* u, size_t n) {
+  size_t i = 0;
+  const v4f one = {1.f, 1.f, 1.f, 1.f};
+  for (; i + 4 <= n; i += 4) {
+    const v4f x = load4(g + i);
+    const v4f r = x / (one + exp_fast4(-x)) * load4(u + i);
+    std::memcpy(g + i, &r, 16);
+  }
+  for (; i < n; i++) g[i] = g[i] / (1.f + exp_fast(-g[i])) * u[i];
 }
 
 }  // namespace attn_simd

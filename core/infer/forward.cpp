@@ -197,9 +197,7 @@ void swiglu(float* g, const float* u, size_t n) {
 
 namespace {
 
-void swiglu_fast(float* g, const float* u, size_t n) {
-  for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.f + exp_fast(-g[i])) * u[i];
-}
+void swiglu_fast(float* g, const float* u, size_t n) { swiglu_fast_row(g, u, n); }
 
 // SwiGLU in the precision of kernel k.
 void swiglu_k(float* g, const float* u, size_t n, Kernel k) {
@@ -376,6 +374,10 @@ void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, 
           case 8: weighted_values<2>(s, inv, vf, n, hd, oh); break;
           case 16: weighted_values<4>(s, inv, vf, n, hd, oh); break;
           default:
+            if (hd % 32 == 0) {  // 32 columns at a time in registers
+              weighted_values_cols32(s, inv, vf, n, hd, oh);
+              break;
+            }
             std::fill(oh, oh + hd, 0.f);
             for (int j = 0; j < n; j++) axpy_f32(s[j] * inv, vf + (size_t)j * hd, oh, hd);
         }

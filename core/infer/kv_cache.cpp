@@ -6,6 +6,7 @@
 
 #include "kernels/common.h"
 #include "kernels/fp16.h"
+#include "kernels/kernels.h"
 #include "kernels/quant.h"
 
 namespace knot {
@@ -174,7 +175,7 @@ void KvCache::read(bool v, int layer, int kvh, int n, float* dst) const {
   if (type_ == KvType::F32) {
     std::memcpy(dst, reinterpret_cast<const float*>(data_.get()) + o, cnt * sizeof(float));
   } else {
-    half_to_float_row(reinterpret_cast<const fp16_t*>(data_.get()) + o, dst, cnt);
+    f16_to_f32_row(reinterpret_cast<const fp16_t*>(data_.get()) + o, dst, cnt);
   }
 }
 

@@ -85,6 +85,13 @@ bool simd_compiled() {
 #endif
 }
 
+void f16_to_f32_row(const uint16_t* src, float* dst, size_t n) {
+#if defined(KNOT_HAVE_AVX2_TU)
+  if (cpu_has_avx2()) return f16_to_f32_row_f16c(src, dst, n);
+#endif
+  half_to_float_row(src, dst, n);
+}
+
 const char* simd_kernels_name() { return dot_kernels(Kernel::Simd).name; }
 
 static const DotKernels* g_simd_override = nullptr;

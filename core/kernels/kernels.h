@@ -15,12 +15,14 @@
 //                        AVX-512 VNNI, of 8 rows on AVX-VNNI and AVX2) and dotted
 //                        against every token; decode (one token) uses multi-row mat-vec
 //                        kernels where present (wasm Q8_0 / Q4_K: 4 rows share the
-//                        activations). Tested against
+//                        activations; AVX-512 VNNI Q4_0/Q8_0/Q4_K/Q6_K and AVX2 Q4_0/Q8_0:
+//                        16 or 8 rows per pass, block sums in lanes). Tested against
 //                        Scalar: bit-identical for quantized weights, within float
 //                        rounding of a different summation order for F32/F16/BF16.
 // Weights: `rows` rows of `cols` elements, each row row_bytes(wtype, cols) bytes, contiguous.
 // All entry points throw knot::Error on an unsupported type or a misaligned cols.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/quant.h"
@@ -55,5 +57,9 @@ void matmul(DType wtype, const void* W, int64_t rows, int64_t cols, const float*
 // FFN/vocab shards); Y is [ntok, row_end-row_begin].
 void matmul_rows(DType wtype, const void* W, int64_t row_begin, int64_t row_end, int64_t cols,
                  const float* X, int64_t ntok, float* Y, Kernel k);
+
+// n IEEE halves -> f32, the same bits as half_to_float_row (fp16.h) for every input; F16C
+// natively where the CPU has it (the F16 KV cache read of every decode step).
+void f16_to_f32_row(const uint16_t* src, float* dst, size_t n);
 
 }  // namespace knot

@@ -8,6 +8,7 @@
 // Q4_K/Q6_K x Q8_K (8-row x 8-token maddubs tiles).
 // Q4_0/Q8_0 decode (one token) runs the 8-row lanes-as-rows kernel in mv[] (no per-row
 // horizontal sum per block).
+// f16_to_f32_row_f16c: the F16 KV cache read (kernels.h f16_to_f32_row) with F16C.
 #if defined(__x86_64__) || defined(__i386__)
 
 #include "kernels/no_fp_contract.h"  // first: no FMA contraction in this file
@@ -803,6 +804,22 @@ static void mm_q4_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, con
 }
 static void mm_q8_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
   mm_q0_8_avx2<block_q8_0>(n, W, rb, nr, a, ab, nt, Y, ldy);
+}
+
+// n halves -> f32 with F16C, 16 at a time: vcvtph2ps is exact for every non-NaN half; it
+// quiets a signalling NaN, so lanes holding a NaN take half_to_float (payload kept): the
+// same bits as half_to_float_row for every input.
+void f16_to_f32_row_f16c(const uint16_t* src, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {  // hot loop: attention reads of the F16 KV cache
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(src + i)));
+    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(src + i + 8)));
+    _mm256_storeu_ps(dst + i, a);
+    _mm256_storeu_ps(dst + i + 8, b);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)))
+      for (size_t j = i; j < i + 16; j++) dst[j] = half_to_float(src[j]);
+  }
+  for (; i < n; i++) dst[i] = half_to_float(src[i]);
 }
 
 // The Q8_K and Q16_0 activation quantizers above; the scalar Q8_0 one.

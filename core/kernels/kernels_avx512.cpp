@@ -16,6 +16,10 @@
 //   Q4_K / Q6_K x Q8_K: 512-bit dot kernels (NT <= 4 tokens share each weight decode):
 //     vpmaddubsw (u8 weights x s8 activations, pairs <= 2*63*128, no saturation) then
 //     vpdpwssd with the sub-block scales; integer block sums exact, block_accum* in scalar.
+//   Q4_K / Q6_K decode (one token, mm with nt == 1): 16 rows per pass, the rows' exact
+//     block sums reduced into the 16 lanes of one vector, so the scale / min unpacking,
+//     fp16 conversions and block_accum* run once per block for 16 rows (mv_q4_K_rows16,
+//     mv_q6_K_rows16 below).
 //   Q4_K / Q6_K prefill (2+ tokens): 16-row x 8-token vpdpbusd tiles (mm, see below).
 //   Q8_K and Q16_0 activations: 16-lane quantizers with the scalar ones' bytes.
 // Float weights, Q5_K and the Q8_0-activation vec_dot stay on the AVX2 kernels.
@@ -36,6 +40,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -437,6 +442,185 @@ void q6_K_avx512(int64_t n, const void* w, const void* const* act, float* out) {
   for (int t = 0; t < NT; t++) out[t] = acc[t];
 }
 
+// ---- K-quant decode (one token): 16 rows per pass, one row per 32-bit lane of the block
+// sums (as mv_rows16). Per row and block the integer work is the dot kernels' (vpmaddubsw
+// u8 weights x s8 activations, vpdpwssd with the row's sub-block scales) into one zmm per
+// row; reduce16 then puts the 16 rows' exact block sums into one vector, and everything
+// that was per row and block in the dot kernels — the two horizontal sums, the scale and
+// min unpacking, the fp16 conversions and the float combine — runs once for 16 rows:
+//   Q4_K: the rows' 16-byte block headers (d, dmin, 12 scale bytes) are transposed so that
+//     lane r holds row r's dwords; k4_scales16's 32-bit mask decode runs lanewise; the min
+//     sum sum_j m[j] * (bsums[2j] + bsums[2j+1]) is four vpdpwssd of (m[j], m[j+2]) i16
+//     pairs against broadcast activation pairs; block_accum_kmin lanewise.
+//   Q6_K: the -32 offset is folded into the row's own sum (vpdpwssd of -32*sc[j] against
+//     the 16 bsums, exact), d is gathered; block_accum lanewise.
+// All integer sums are exact and the float combine is the scalar one lanewise in block
+// order (contraction off), so every row equals the dot kernels bit for bit. The panel
+// PF_PANELS ahead is prefetched, a slice per block.
+
+inline uint32_t pair16(int a, int b) { return (uint32_t)(uint16_t)(int16_t)a | ((uint32_t)(uint16_t)(int16_t)b << 16); }
+
+// Transpose of 16 rows' 16-byte slices: out[k] lane r = dword k of the slice at row[r].
+inline void load_t16x4(const uint8_t* const* row, size_t off, __m512i out[4]) {
+  __m512i in[4];
+  KNOT_UNROLL
+  for (int q = 0; q < 4; q++) {  // 128-bit lane L of in[q]: row 4L+q
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(row[q] + off)));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(row[4 + q] + off)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(row[8 + q] + off)), 2);
+    in[q] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i*)(row[12 + q] + off)), 3);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(in[0], in[1]), t1 = _mm512_unpackhi_epi32(in[0], in[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(in[2], in[3]), t3 = _mm512_unpackhi_epi32(in[2], in[3]);
+  out[0] = _mm512_unpacklo_epi64(t0, t2);
+  out[1] = _mm512_unpackhi_epi64(t0, t2);
+  out[2] = _mm512_unpacklo_epi64(t1, t3);
+  out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// 16 row pointers of the panel at r0 (rows past nrows repeat the last one; not stored).
+inline void panel_rows(const uint8_t* W, size_t rb, int64_t r0, int nr, const uint8_t* row[16]) {
+  for (int r = 0; r < 16; r++) row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;
+}
+
+inline void prefetch_slice(const uint8_t*& pf, size_t step, const uint8_t* end) {
+  const uint8_t* const stop = std::min(pf + step, end);
+  for (const uint8_t* p = pf; p < stop; p += 64) _mm_prefetch((const char*)p, _MM_HINT_T0);
+  pf += step;
+}
+
+void mv_q4_K_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* Y) {
+  const int64_t nb = n / QK_K;
+  const block_q8_K* a = (const block_q8_K*)act;
+  const uint8_t* const end = W + (size_t)nrows * rb;
+  const size_t panel = 16 * rb;
+  const size_t pf_step = (panel + (size_t)nb - 1) / (size_t)nb;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);  // 0 low half, 4 high
+  __m512i sidx[4];  // vpshufb: i16 lanes of chunk c = sc[2c] (low half) / sc[2c+1] (high half), zero-extended
+  for (int c = 0; c < 4; c++)
+    sidx[c] = _mm512_inserti64x4(_mm512_set1_epi16((short)(0x8000 | (2 * c))), _mm256_set1_epi16((short)(0x8000 | (2 * c + 1))), 1);
+  const __m512i k3f = _mm512_set1_epi32(0x3F3F3F3F), k0f = _mm512_set1_epi32(0x0F0F0F0F);
+  const __m512i k30 = _mm512_set1_epi32(0x30303030), kff = _mm512_set1_epi32(0x00FF00FF);
+  // qword q of the two unpacked scale vectors (below) that holds row r's 8 scale bytes
+  int qsel[16];
+  for (int r = 0; r < 16; r++) qsel[r] = ((r & 3) < 2 ? 0 : 8) + 2 * (r >> 2) + (r & 1);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+    const int nr = (int)std::min<int64_t>(16, nrows - r0);
+    const uint8_t* row[16];
+    panel_rows(W, rb, r0, nr, row);
+    const uint8_t* pf = row[0] + PF_PANELS * panel;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+      prefetch_slice(pf, pf_step, end);
+      const size_t bo = (size_t)i * sizeof(block_q4_K);
+      __m512i h[4];  // lane r: row r's d|dmin, scale bytes 0..3, 4..7, 8..11
+      load_t16x4(row, bo, h);
+      const __m512i sc_lo = _mm512_and_si512(h[1], k3f), m_lo = _mm512_and_si512(h[2], k3f);
+      const __m512i sc_hi = _mm512_or_si512(_mm512_and_si512(h[3], k0f), _mm512_and_si512(_mm512_srli_epi32(h[1], 2), k30));
+      const __m512i m_hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(h[3], 4), k0f),
+                                           _mm512_and_si512(_mm512_srli_epi32(h[2], 2), k30));
+      alignas(64) uint64_t sc8[16];  // row r's sc[0..7] at qword qsel[r]
+      _mm512_store_si512((void*)sc8, _mm512_unpacklo_epi32(sc_lo, sc_hi));
+      _mm512_store_si512((void*)(sc8 + 8), _mm512_unpackhi_epi32(sc_lo, sc_hi));
+      const int8_t* aq = a[i].qs;
+      __m512i s[16];
+      KNOT_UNROLL
+      for (int r = 0; r < 16; r++) {  // hot loop: one block of one row
+        const block_q4_K* x = (const block_q4_K*)(row[r] + bo);
+        const __m512i bsc = _mm512_set1_epi64((long long)sc8[qsel[r]]);
+        __m512i sr = _mm512_setzero_si512();
+        KNOT_UNROLL
+        for (int c = 0; c < 4; c++) {
+          const __m512i q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(x->qs + 32 * c)));
+          const __m512i wv = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m4);
+          const __m512i p = _mm512_maddubs_epi16(wv, _mm512_loadu_si512((const void*)(aq + 64 * c)));
+          sr = _mm512_dpwssd_epi32(sr, p, _mm512_shuffle_epi8(bsc, sidx[c]));
+        }
+        s[r] = sr;
+      }
+      const __m512i sumi = reduce16(s);
+      // mins: lane r = sum_j m[j] * (bsums[2j] + bsums[2j+1]); i16 pairs (m[j], m[j+2])
+      int32_t bs[8];
+      for (int j = 0; j < 8; j++) bs[j] = a[i].bsums[2 * j] + a[i].bsums[2 * j + 1];
+      __m512i summs = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_and_si512(m_lo, kff),
+                                          _mm512_set1_epi32((int)pair16(bs[0], bs[2])));
+      summs = _mm512_dpwssd_epi32(summs, _mm512_and_si512(_mm512_srli_epi32(m_lo, 8), kff), _mm512_set1_epi32((int)pair16(bs[1], bs[3])));
+      summs = _mm512_dpwssd_epi32(summs, _mm512_and_si512(m_hi, kff), _mm512_set1_epi32((int)pair16(bs[4], bs[6])));
+      summs = _mm512_dpwssd_epi32(summs, _mm512_and_si512(_mm512_srli_epi32(m_hi, 8), kff), _mm512_set1_epi32((int)pair16(bs[5], bs[7])));
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h[0]));
+      const __m512 dminw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h[0], 16)));
+      const __m512 da = _mm512_set1_ps(a[i].d);
+      const __m512 d = _mm512_mul_ps(dw, da), dm = _mm512_mul_ps(dminw, da);  // block_accum_kmin, lanewise
+      const __m512 xs = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi));
+      const __m512 ys = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(summs));
+      acc = _mm512_add_ps(acc, _mm512_sub_ps(xs, ys));
+    }
+    _mm512_mask_storeu_ps(Y + r0, (__mmask16)((1u << nr) - 1), acc);
+  }
+}
+
+void mv_q6_K_rows16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* Y) {
+  const int64_t nb = n / QK_K;
+  const block_q8_K* a = (const block_q8_K*)act;
+  const uint8_t* const end = W + (size_t)nrows * rb;
+  const size_t panel = 16 * rb;
+  const size_t pf_step = (panel + (size_t)nb - 1) / (size_t)nb;
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  const __m512i sh_v01 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);  // left
+  const __m512i sh_v23 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);  // right
+  alignas(64) int16_t idx01[32], idx23[32];  // i16 lane l of v01/v23 -> sub-block l/8 (+4 for v23)
+  for (int l = 0; l < 32; l++) idx01[l] = (int16_t)(l / 8), idx23[l] = (int16_t)(4 + l / 8);
+  const __m512i i01[2] = {_mm512_load_si512(idx01), _mm512_add_epi16(_mm512_load_si512(idx01), _mm512_set1_epi16(8))};
+  const __m512i i23[2] = {_mm512_load_si512(idx23), _mm512_add_epi16(_mm512_load_si512(idx23), _mm512_set1_epi16(8))};
+  const __m256i km32 = _mm256_set1_epi16(-32);
+  constexpr size_t D_OFF = offsetof(block_q6_K, d) - 2;  // dword ending at d: scales[14..15], d
+  for (int64_t r0 = 0; r0 < nrows; r0 += 16) {
+    const int nr = (int)std::min<int64_t>(16, nrows - r0);
+    const uint8_t* row[16];
+    panel_rows(W, rb, r0, nr, row);
+    alignas(64) int32_t offs[16];
+    for (int r = 0; r < 16; r++) offs[r] = (int32_t)(row[r] - row[0]);
+    const __m512i voff = _mm512_load_si512(offs);
+    const uint8_t* pf = row[0] + PF_PANELS * panel;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+      prefetch_slice(pf, pf_step, end);
+      const size_t bo = (size_t)i * sizeof(block_q6_K);
+      const int8_t* aq = a[i].qs;
+      const __m512i bsums = _mm512_maskz_loadu_epi16((__mmask32)0xFFFF, (const void*)a[i].bsums);  // upper lanes 0
+      __m512i s[16];
+      KNOT_UNROLL
+      for (int r = 0; r < 16; r++) {  // hot loop: one block of one row
+        const block_q6_K* x = (const block_q6_K*)(row[r] + bo);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x->scales));
+        const __m512i sch = _mm512_castsi256_si512(sc16);
+        // -32 * sum_j sc[j] * bsums[j], exact (|-32 sc| <= 4096; bsums' upper lanes are 0)
+        __m512i sr = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_castsi256_si512(_mm256_mullo_epi16(sc16, km32)), bsums);
+        KNOT_UNROLL
+        for (int hh = 0; hh < 2; hh++) {
+          const __m512i q = _mm512_loadu_si512((const void*)(x->ql + 64 * hh));
+          const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(x->qh + 32 * hh)));
+          const __m512i v01 = _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(_mm512_sllv_epi16(hb, sh_v01), m30));
+          const __m512i v23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4),
+                                              _mm512_and_si512(_mm512_srlv_epi16(hb, sh_v23), m30));
+          const __m512i p01 = _mm512_maddubs_epi16(v01, _mm512_loadu_si512((const void*)(aq + 128 * hh)));
+          const __m512i p23 = _mm512_maddubs_epi16(v23, _mm512_loadu_si512((const void*)(aq + 128 * hh + 64)));
+          sr = _mm512_dpwssd_epi32(sr, p01, _mm512_permutexvar_epi16(i01[hh], sch));
+          sr = _mm512_dpwssd_epi32(sr, p23, _mm512_permutexvar_epi16(i23[hh], sch));
+        }
+        s[r] = sr;
+      }
+      const __m512i sumi = reduce16(s);
+      const __m512i d32 = _mm512_i32gather_epi32(voff, (const void*)(row[0] + bo + D_OFF), 1);
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(d32, 16)));
+      const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(a[i].d));         // block_accum, lanewise:
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)));  // acc + (dw*da)*sumi
+    }
+    _mm512_mask_storeu_ps(Y + r0, (__mmask16)((1u << nr) - 1), acc);
+  }
+}
+
 // ---- K-quant prefill (2+ tokens): 16 rows x 8 tokens register tiles, lanes = rows.
 // Each 16-row panel is unpacked once per call into unsigned 8-bit quants in element
 // order and transposed so that zmm g of a block holds elements 4g..4g+3 of all 16 rows
@@ -456,7 +640,6 @@ struct KPanelBlock {
 };
 thread_local std::vector<KPanelBlock> g_kpanel;
 
-inline uint32_t pair16(int a, int b) { return (uint32_t)(uint16_t)(int16_t)a | ((uint32_t)(uint16_t)(int16_t)b << 16); }
 
 // Q4_K row block -> 4 zmm of quants in element order (zmm c: elements 64c..64c+63).
 inline void unpack_q4_K(const block_q4_K& b, __m512i q[4]) {
@@ -569,21 +752,14 @@ void kgemm_tile(const KPanelBlock* pb, int64_t nb, const block_q8_K* const* a, _
   }
 }
 
-void dot_q4_K_avx512(int64_t n, const void* w, const void* const* act, int nt, float* out);
-void dot_q6_K_avx512(int64_t n, const void* w, const void* const* act, int nt, float* out);
-
 constexpr int KT = 8;  // token tile of the K-quant prefill kernel
 
 template <bool Q6>
 void mm_kquant16(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
                  int64_t nt, float* Y, int64_t ldy) {
   const int64_t nb = n / QK_K;
-  if (nt < 2) {  // decode: the 512-bit dot kernel per row
-    for (int64_t t = 0; t < nt; t++) {
-      const void* a[1] = {act + (size_t)t * ab};
-      for (int64_t r = 0; r < nrows; r++)
-        (Q6 ? dot_q6_K_avx512 : dot_q4_K_avx512)(n, W + (size_t)r * rb, a, 1, Y + t * ldy + r);
-    }
+  if (nt < 2) {  // decode: 16 rows per pass
+    for (int64_t t = 0; t < nt; t++) (Q6 ? mv_q6_K_rows16 : mv_q4_K_rows16)(n, W, rb, nrows, act + (size_t)t * ab, Y + t * ldy);
     return;
   }
   std::vector<KPanelBlock>& pb = g_kpanel;

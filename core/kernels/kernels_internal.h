@@ -114,6 +114,8 @@ extern const DotKernels kDotGeneric;
 #if defined(__x86_64__) || defined(__i386__)
 #define KNOT_HAVE_AVX2_TU 1
 extern const DotKernels kDotAvx2;
+// f16_to_f32_row with F16C (kernels_avx2.cpp); only valid when the CPU has AVX2+F16C.
+void f16_to_f32_row_f16c(const uint16_t* src, float* dst, size_t n);
 // AVX-512 F/BW/VL + AVX512-VNNI kernels (kernels_avx512.cpp); only valid when the CPU has them.
 extern const DotKernels kDotAvx512Vnni;
 // AVX-VNNI (256-bit VEX) kernels (kernels_avxvnni.cpp); only valid when the CPU has them.

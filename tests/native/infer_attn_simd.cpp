@@ -88,3 +88,37 @@ TEST(AttnSimd, WeightedValuesInRegistersAreTheAxpyLoopBitForBit) {
   check(std::integral_constant<int, 2>{}, 8);
   check(std::integral_constant<int, 4>{}, 16);
 }
+
+TEST(AttnSimd, WeightedValuesInStripsOf32AreTheAxpyLoopBitForBit) {
+  for (int hd : {32, 64, 96, 128})
+    for (int n : {1, 3, 64, 257}) {
+      const std::vector<float> s = randoms(n, 1.f, 50 + n), vf = randoms((size_t)n * hd, 1.f, 60 + n + hd);
+      const float inv = 1.f / 2.9f;
+      std::vector<float> ref(hd, 0.f), oh(hd + 1, -1.f);
+      for (int j = 0; j < n; j++) axpy_f32(s[j] * inv, vf.data() + (size_t)j * hd, ref.data(), hd);
+      weighted_values_cols32(s.data(), inv, vf.data(), n, hd, oh.data());
+      for (int d = 0; d < hd; d++) ASSERT_EQ(bits(oh[d]), bits(ref[d])) << "hd " << hd << " n " << n << " dim " << d;
+      EXPECT_EQ(oh[hd], -1.f) << "wrote past hd " << hd;
+    }
+}
+
+// swiglu_fast_row vs its scalar expression through exp_fast, every length 0..13 (the
+// four-lane body and its tail) and gate values that overflow exp (-100: g / inf = -0),
+// underflow it (+100), zero, NaN and infinities.
+TEST(AttnSimd, SwigluRowIsTheScalarExpressionBitForBit) {
+  std::vector<float> g0 = randoms(64, 6.f, 70), u = randoms(64, 2.f, 71);
+  const float sp[] = {-100.f, 100.f, 0.f, -0.f, std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY, 88.f, -88.f};
+  for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) g0[3 + 5 * i] = sp[i];
+  for (size_t n = 0; n <= 13; n++)
+    for (size_t off : {0, 1, 18, 40}) {
+      std::vector<float> g(g0.begin() + off, g0.begin() + off + n + 1);
+      const float sentinel = g[n];
+      swiglu_fast_row(g.data(), u.data() + off, n);
+      for (size_t i = 0; i < n; i++) {
+        const float x = g0[off + i];
+        const float want = x / (1.f + exp_fast(-x)) * u[off + i];
+        ASSERT_EQ(bits(g[i]), bits(want)) << "n " << n << " offset " << off << " at " << i << " g " << x;
+      }
+      EXPECT_EQ(bits(g[n]), bits(sentinel));
+    }
+}

@@ -583,3 +583,77 @@ TEST(KernelsDot, Q0PrefillTilesMatchScalarDotOnRaggedShapes) {
     }
   }
 }
+
+// Each usable table's Q4_K/Q6_K batched kernel (mm[]: on AVX-512 the 16-row decode
+// mat-vec for one token, 16-row x 8-token tiles for more; AVX2 / AVX-VNNI 8-row tiles)
+// called directly on Q8_K activation rows equals the scalar dot of each (row, token) bit
+// for bit: row counts off the 16-row panel (1, 7, 15, 16, 17, 33: tails repeat the last
+// row and must not be stored), token tails, rows and activation rows with padding between
+// them, a wider ldy whose other cells stay untouched, and extreme blocks: Q4_K with every
+// scale and min 63 and every quant 15, Q6_K with scales -128 / 127 and quants 0 / 63,
+// activations at +-127.
+TEST(KernelsDot, KQuantTilesMatchScalarDotOnRaggedShapes) {
+  NamedKernels tables[4];
+  const int nv = usable_simd_tables(tables);
+  const int64_t cols = 768;  // 3 blocks of 256
+  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+    const dot_fn scalar = pick_mm_dot(kDotGeneric, t);
+    ASSERT_NE(scalar, nullptr);
+    const int64_t max_rows = 33;
+    const size_t rb = row_bytes(t, cols), rpad = rb + 20;  // rows not packed back to back
+    std::vector<uint8_t> Wq = quant_matrix(t, max_rows, cols, 13);
+    std::vector<uint8_t> W(rpad * max_rows, 0xA5);
+    for (int64_t r = 0; r < max_rows; r++) std::memcpy(W.data() + r * rpad, Wq.data() + r * rb, rb);
+    if (t == DType::Q4_K) {  // row 2, block 1: all scales / mins 63, all quants 15
+      block_q4_K* b = (block_q4_K*)(W.data() + 2 * rpad) + 1;
+      std::memset(b->scales, 0xFF, sizeof b->scales);
+      std::memset(b->qs, 0xFF, sizeof b->qs);
+      block_q4_K* c = (block_q4_K*)(W.data() + 17 * rpad);  // row 17, block 0: distinct mins, zero scales
+      for (int j = 0; j < 12; j++) c->scales[j] = (uint8_t)(j < 4 ? 0xC0 | j : (j < 8 ? 0x40 + 5 * j : 0xF0 | j));
+    } else {  // row 2, block 1: scales -128 / 127 alternating, quants 63 then 0
+      block_q6_K* b = (block_q6_K*)(W.data() + 2 * rpad) + 1;
+      for (int j = 0; j < 16; j++) b->scales[j] = (int8_t)(j % 2 ? 127 : -128);
+      std::memset(b->ql, 0xFF, 64);
+      std::memset(b->ql + 64, 0x00, 64);
+      std::memset(b->qh, 0xFF, 32);
+      std::memset(b->qh + 32, 0x00, 32);
+    }
+    const int64_t max_tok = 17;
+    const size_t ab = act_row_bytes(ActFormat::Q8_K, cols), apad = ab + 12;
+    std::vector<uint8_t> A(apad * max_tok);
+    for (int64_t k = 0; k < max_tok; k++) {
+      std::vector<float> x = gauss((size_t)cols, 700 + (uint32_t)k, k == 3 ? 50.f : 1.f);
+      if (k == 0 || k == 4)
+        for (int64_t i = 256; i < 512; i++) x[(size_t)i] = i % 3 ? 1.f : -1.f;  // +-127 quants in block 1
+      quantize_act_row(ActFormat::Q8_K, x.data(), A.data() + k * apad, cols);
+    }
+    int checked = 0;
+    for (int v = 0; v < nv; v++) {
+      const mm_fn mm = pick_mm_batch(*tables[v].table, t);
+      if (!mm) continue;
+      for (int64_t nrows : {1, 7, 15, 16, 17, 33})
+        for (int64_t nt : {1, 2, 3, 8, 9, 17}) {
+          if (nt < tables[v].table->mm_min_tokens) continue;
+          const int64_t ldy = nrows + 5;
+          std::vector<float> Y((size_t)(ldy * nt), -7.f);
+          mm(cols, W.data(), rpad, nrows, A.data(), apad, nt, Y.data(), ldy);
+          for (int64_t k = 0; k < nt; k++)
+            for (int64_t r = 0; r < ldy; r++) {
+              const float got = Y[(size_t)(k * ldy + r)];
+              if (r >= nrows) {
+                ASSERT_EQ(got, -7.f) << tables[v].name << " wrote past row " << nrows;
+                continue;
+              }
+              const void* a[1] = {A.data() + k * apad};
+              float want = 0.f;
+              scalar(cols, W.data() + r * rpad, a, 1, &want);
+              ASSERT_TRUE(bit_equal(got, want)) << tables[v].name << " " << dtype_name(t) << " rows " << nrows
+                                                << " tokens " << nt << " at (" << k << "," << r << "): " << got
+                                                << " vs " << want;
+              checked++;
+            }
+        }
+    }
+    if (nv > 0) EXPECT_GT(checked, 0) << dtype_name(t);
+  }
+}

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "kernels/quant.h"
 
 using namespace knot;
@@ -444,4 +445,34 @@ TEST(KernelsQuant, FirstNonFiniteFindsBadScales) {
   float f[3] = {1.f, NAN, 2.f};
   EXPECT_EQ(first_nonfinite(DType::F32, f, 3), 1);
   EXPECT_THROW(first_nonfinite(DType::Q4_K, q.data(), 300), Error);
+}
+
+// f16_to_f32_row (F16C natively, the KV cache read) gives half_to_float's bits for every one
+// of the 65536 halves (signalling and quiet NaNs with their payloads, infinities,
+// subnormals, both zeros), as one long row and as short rows (every length 0..40) from
+// every start offset 0..16 — the 16-wide body, its tail, unaligned loads — with the
+// element after the row left untouched.
+TEST(Fp16, RowConversionMatchesScalarForEveryHalf) {
+  std::vector<uint16_t> h(65536);
+  for (uint32_t i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+  std::vector<float> got(65536 + 1, -3.f);
+  f16_to_f32_row(h.data(), got.data(), h.size());
+  for (uint32_t i = 0; i < 65536; i++) {
+    const float want = half_to_float((uint16_t)i);
+    ASSERT_EQ(std::memcmp(&got[i], &want, 4), 0) << "half 0x" << std::hex << i;
+  }
+  ASSERT_EQ(got[65536], -3.f);
+  // rows mixing NaNs (0x7C01 signalling, 0xFE00 quiet), subnormals and normals
+  std::vector<uint16_t> mix(64);
+  for (size_t i = 0; i < mix.size(); i++) mix[i] = (uint16_t)(i % 7 == 3 ? 0x7C01 : (i % 5 == 1 ? 0xFE00 : i * 977 + 1));
+  for (size_t off = 0; off <= 16; off++)
+    for (size_t n = 0; n + off <= 56 && n <= 40; n++) {
+      std::vector<float> out(n + 1, -3.f);
+      f16_to_f32_row(mix.data() + off, out.data(), n);
+      for (size_t i = 0; i < n; i++) {
+        const float want = half_to_float(mix[off + i]);
+        ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0) << "offset " << off << " length " << n << " at " << i;
+      }
+      ASSERT_EQ(out[n], -3.f) << "wrote past a row of " << n;
+    }
 }
