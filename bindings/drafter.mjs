@@ -35,7 +35,7 @@ export function kvBytesPerToken(c) {
 export function draftBufferBytes(c, {nCtx, chunk = 64, n = 4} = {}) {
   const T = Math.max(1, Math.min(chunk, nCtx)), hd = c.head_dim, E = c.n_embd, F = c.n_ff;
   const nh = c.n_head, nkv = c.n_head_kv, V = c.n_vocab;
-  const ws = T * E + 2 * T * nh * hd + 2 * T * nkv * hd + 2 * nCtx * hd + nCtx + 2 * T * F + Math.max(E, nh * hd) + T * E;
+  const ws = T * E + 2 * T * nh * hd + 2 * T * nkv * hd + 2 * nCtx * hd + 2 * nCtx + 2 * T * F + Math.max(E, nh * hd) + T * E;
   return 4 * (ws + T * E + E + V) + n * V * 12;
 }
 

@@ -178,6 +178,19 @@ void KvCache::read(bool v, int layer, int kvh, int n, float* dst) const {
   }
 }
 
+const float* KvCache::rows_f32(bool v, int layer, int kvh) const {
+  check_layer(layer, v ? "V rows" : "K rows");
+  if (type_ != KvType::F32)
+    fail(std::string("KV cache: in-place f32 rows need an F32 cache, this one holds ") + kv_type_name(type_));
+  if (kvh < kvh0_ || kvh >= kvh1_)
+    fail("KV cache: KV head " + std::to_string(kvh) + " outside this cache's range [" +
+         std::to_string(kvh0_) + "," + std::to_string(kvh1_) + ")");
+  return reinterpret_cast<const float*>(data_.get()) + offset(v, layer, kvh, 0);
+}
+
+const float* KvCache::k_rows_f32(int layer, int kvh) const { return rows_f32(false, layer, kvh); }
+const float* KvCache::v_rows_f32(int layer, int kvh) const { return rows_f32(true, layer, kvh); }
+
 void KvCache::read_k(int layer, int kvh, int n, float* dst) const { read(false, layer, kvh, n, dst); }
 void KvCache::read_v(int layer, int kvh, int n, float* dst) const { read(true, layer, kvh, n, dst); }
 

@@ -9,7 +9,9 @@
 // Element type:
 //   KvType::F16 (default, fast mode): half the memory and bandwidth; the rounding error
 //                (~1e-3 relative) is far below the weight quantization noise.
-//   KvType::F32 (reference mode): exact activations, for comparisons with a float pass.
+//   KvType::F32 (reference mode): exact activations, for comparisons with a float pass;
+//                also a small draft model's cache (attention reads it in place, no f16
+//                conversion of the history per step: kw_drafter_new).
 //
 // Memory: bytes per token = 2 (K and V) * n_layers * n_kv_heads * head_dim * sizeof(elem)
 //   e.g. qwen2.5-coder-7b, 14 layers, 4 KV heads, head_dim 128, F16: 28 KiB per token,
@@ -63,6 +65,12 @@ class KvCache {
   // dst: [n, head_dim]
   void read_k(int layer, int kvh, int n, float* dst) const;
   void read_v(int layer, int kvh, int n, float* dst) const;
+  // F32 caches only (throws naming the type otherwise): the rows of KV head `kvh` of
+  // `layer` in place, positions [0, n_pos(layer)) as [n_pos, head_dim] f32 — what read_k /
+  // read_v would copy, without the copy (attention reads an F32 cache this way). Valid until
+  // the cache is freed or reassigned; positions appended later appear in place.
+  const float* k_rows_f32(int layer, int kvh) const;
+  const float* v_rows_f32(int layer, int kvh) const;
 
   int n_pos(int layer) const;  // positions held by one layer
   int n_pos() const;           // positions held by every layer (min over layers)
@@ -81,6 +89,7 @@ class KvCache {
   size_t offset(bool v, int layer, int kvh, int pos) const;  // element offset
   void check_layer(int layer, const char* what) const;
   void read(bool v, int layer, int kvh, int n, float* dst) const;
+  const float* rows_f32(bool v, int layer, int kvh) const;
 
   KvType type_ = KvType::F16;
   int l0_ = 0, l1_ = 0, kvh0_ = 0, kvh1_ = 0, head_dim_ = 0, n_ctx_ = 0;

@@ -3,6 +3,7 @@
 // them per chunk — computes bit-identical attention to the original at the next positions;
 // the layout is position-major (a prefix of positions is a prefix of bytes); misuse is
 // refused naming positions and bytes.
+#include <cstring>
 #include <random>
 
 #include "infer/station.h"
@@ -101,4 +102,34 @@ TEST(KvSnapshot, MisuseIsRefusedNamingPositions) {
   a.truncate(1);
   EXPECT_NO_THROW(a.import_kv(1, 2, buf.data()));
   EXPECT_EQ(a.n_pos(), 3);
+}
+
+// KvCache::k_rows_f32 / v_rows_f32: an F32 cache's rows in place are what read_k / read_v
+// copy (attention reads an F32 cache, a draft model's, this way); an F16 cache refuses.
+TEST(KvRows, F32RowsInPlaceAreWhatReadCopies) {
+  const Model& m = synth(llama_gqa("Q8_0", 2));
+  const ModelConfig& c = m.config;
+  const int hd = c.head_dim, nkv = c.n_head_kv;
+  ASSERT_GE(nkv, 2);
+  KvCache kv(c, 0, 2, 16, KvType::F32, SIZE_MAX, 1, nkv);  // a head slice: heads [1, nkv)
+  const int nh = nkv - 1;
+  const std::vector<float> k = noise((size_t)5 * nh * hd, 7), v = noise((size_t)5 * nh * hd, 8);
+  kv.append(1, 0, 3, k.data(), v.data());
+  const float* kr = kv.k_rows_f32(1, nkv - 1);
+  kv.append(1, 3, 2, k.data() + (size_t)3 * nh * hd, v.data() + (size_t)3 * nh * hd);  // later rows appear in place
+  for (int h = 1; h < nkv; h++) {
+    std::vector<float> kc((size_t)5 * hd), vc((size_t)5 * hd);
+    kv.read_k(1, h, 5, kc.data());
+    kv.read_v(1, h, 5, vc.data());
+    EXPECT_EQ(std::memcmp(kv.k_rows_f32(1, h), kc.data(), kc.size() * 4), 0) << "K head " << h;
+    EXPECT_EQ(std::memcmp(kv.v_rows_f32(1, h), vc.data(), vc.size() * 4), 0) << "V head " << h;
+    for (int t = 0; t < 5; t++)  // the appended rows themselves: [t][head h][hd]
+      EXPECT_EQ(std::memcmp(kc.data() + (size_t)t * hd, k.data() + ((size_t)t * nh + (h - 1)) * hd, hd * 4), 0);
+  }
+  EXPECT_EQ(kr, kv.k_rows_f32(1, nkv - 1));
+  EXPECT_NE(error_of([&] { kv.k_rows_f32(1, 0); }).find("KV head 0 outside this cache's range [1,"), std::string::npos);
+  EXPECT_NE(error_of([&] { kv.v_rows_f32(2, 1); }).find("layer 2"), std::string::npos);
+  KvCache h16(c, 0, 2, 16, KvType::F16);
+  EXPECT_NE(error_of([&] { h16.k_rows_f32(0, 0); }).find("in-place f32 rows need an F32 cache, this one holds F16"),
+            std::string::npos);
 }
