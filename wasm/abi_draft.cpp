@@ -9,9 +9,10 @@
 //       vocabularies are the same (check_same_vocab); refused, naming the draft, when its KV
 //       cache for n_ctx, its activation buffers and its proposals' distributions do not fit
 //       what is left of the 128 MB linear memory.
-//       The fast mode's draft keeps its KV in F32 (read in place by attention, no per-step
-//       f16 conversion) when that engine fits with 16 MB to spare, else in F16.
-//       result {"n_ctx", "draft_n", "kv_bytes", "engine_bytes", "kv_type" ("F16" | "F32")}
+//       The fast mode's draft keeps its KV as F16InF32 (F16's values held as f32: read in
+//       place by attention, no per-step f16 conversion, the same drafts) when that engine
+//       fits with 16 MB to spare, else as F16.
+//       result {"n_ctx", "draft_n", "kv_bytes", "engine_bytes", "kv_type" ("F16" | "F16InF32")}
 //   kw_drafter_prime(d, hist, n)           feed hist but its last token (during the prefill)
 //   kw_drafter_propose(d, hist, n, room)   up to min(draft_n, room) greedy tokens after hist:
 //       result = i32 ids (the draft is greedy: its distribution q is one-hot at each id)
@@ -94,13 +95,14 @@ int kw_drafter_new(int32_t draft_model, int32_t target_model, const char* opts, 
     const int n_ctx = knot::context_of(c, eo.n_ctx);
     const uint64_t room = kLinearCap - std::min<uint64_t>(kLinearCap, heap_in_use());
     const uint64_t dists = (uint64_t)draft_n * std::max(0, c.n_vocab) * 12;
-    // The fast mode's draft keeps an F32 KV cache when that fits with kDraftF32Spare bytes
-    // to spare: attention then reads its rows in place, where an F16 cache is converted
-    // whole per KV head and step (most of a small draft's step at a few hundred positions).
-    // Otherwise the mode's F16 (what the check below and draftFits count at least).
+    // The fast mode's draft keeps its KV as F16InF32 (the F16 values held as f32: the same
+    // drafts as on F16) when that fits with kDraftF32Spare bytes to spare: attention then
+    // reads its rows in place, where an F16 cache is converted whole per KV head and step
+    // (most of a small draft's step at a few hundred positions). Otherwise the mode's F16
+    // (what the check below and draftFits count at least).
     if (eo.mode == knot::Mode::Fast && !eo.forward) {
       knot::EngineOptions e32 = eo;
-      e32.forward = knot::ForwardOptions{knot::forward_options_for(eo.mode).kernel, knot::KvType::F32};
+      e32.forward = knot::ForwardOptions{knot::forward_options_for(eo.mode).kernel, knot::KvType::F16InF32};
       if (knot::engine_bytes(c, e32) + dists + kDraftF32Spare <= room) eo = e32;
     }
     const knot::KvType kvt = eo.forward ? eo.forward->kv_type : knot::forward_options_for(eo.mode).kv_type;

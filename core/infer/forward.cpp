@@ -132,7 +132,7 @@ void Workspace::reserve(const ModelConfig& c, int max_tok, int n_ctx) {
   grow(att, T * c.n_head * hd);
   grow(kf, (size_t)n_ctx * hd);
   grow(vf, (size_t)n_ctx * hd);
-  grow(scores, 2 * (size_t)n_ctx);  // two rows at a time (attn)
+  grow(scores, (size_t)n_ctx);
   grow(up, T * c.n_ff);
   grow(tmp, std::max(c.n_embd, c.n_head * c.head_dim));
   grow(delta, T * c.n_embd);
@@ -341,13 +341,20 @@ void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, 
   kv.append(L, pos0, ntok, k, v);
 
   // Causal grouped-query attention, one KV head at a time: its keys/values are read once
-  // (an F16 cache converted into the workspace, an F32 one in place) and shared by the g
+  // (an F16 cache converted into the workspace, f32 rows in place) and shared by the g
   // query heads and the ntok tokens.
   const int n_all = pos0 + ntok;
-  const bool in_place = kv.type() == KvType::F32;
+  const bool in_place = kv.type() != KvType::F16;  // F32, F16InF32: f32 rows
   float* kbuf = in_place ? nullptr : grow(ws.kf, (size_t)n_all * hd);  // [n_all, hd]
   float* vbuf = in_place ? nullptr : grow(ws.vf, (size_t)n_all * hd);  // [n_all, hd]
-  float* s2 = grow(ws.scores, 2 * (size_t)n_all);                      // [2, n_all]
+  float* srow[2] = {grow(ws.scores, n_all), nullptr};                  // [n_all] per row
+  // Rows two at a time where the head size keeps the values in registers and the rows are
+  // read in place (the second row's scores then go in ws.kf, which holds no keys: no memory
+  // beyond an F16 cache's workspace): the softmax sum and the weighted values of one row are
+  // add chains (one add per key), so two rows' chains interleave (sum_rows2,
+  // weighted_values2: each row's sums as on its own, bit for bit).
+  const bool pairs = in_place && (hd == 4 || hd == 8 || hd == 16);
+  if (pairs) srow[1] = grow(ws.kf, n_all);
   const float scale = 1.f / std::sqrt((float)hd);
   const int rows = g * ntok;  // per KV head: row r is query head kvh*g + r/ntok at token r%ntok
   for (int kvh = kv0; kvh < kv1; kvh++) {
@@ -360,10 +367,6 @@ void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, 
       kv.read_k(L, kvh, n_all, kbuf);
       kv.read_v(L, kvh, n_all, vbuf);
     }
-    // Rows two at a time where the head size keeps the values in registers: the softmax sum
-    // and the weighted values of one row are add chains (one add per key), so two rows' chains
-    // interleave (sum_rows2, weighted_values2: each row's sums as on its own, bit for bit).
-    const bool pairs = hd == 4 || hd == 8 || hd == 16;
     for (int r = 0; r < rows; r += pairs ? 2 : 1) {
       const int nr = pairs && r + 1 < rows ? 2 : 1;
       int n[2];
@@ -373,7 +376,7 @@ void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, 
         const float* qh = q + t * qrow + (size_t)(h - h0) * hd;
         oh[i] = att + t * qrow + (size_t)(h - h0) * hd;
         n[i] = pos0 + t + 1;
-        float* s = s2 + (size_t)i * n_all;
+        float* s = srow[i];
         float mx = -INFINITY;
         if (hd % 8 == 0)
           mx = scores_hd8(qh, kf, n[i], hd, scale, s);
@@ -387,8 +390,8 @@ void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, 
         else
           exp_shifted(s, n[i], mx);
       }
-      const float* sa = s2;
-      const float* sb = s2 + n_all;
+      const float* sa = srow[0];
+      const float* sb = srow[1];
       float sum[2] = {0, 0};
       if (nr == 2) {
         sum_rows2(sa, n[0], sb, n[1], &sum[0], &sum[1]);

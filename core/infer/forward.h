@@ -85,7 +85,7 @@ struct Workspace {
   std::vector<float> v;       // [ntok, nkv*head_dim]
   std::vector<float> att;     // [ntok, nh*head_dim]  attention output before projection
   std::vector<float> kf, vf;  // [n_ctx, head_dim]    one KV head as f32
-  std::vector<float> scores;  // [2, n_ctx]: two rows of attention scores
+  std::vector<float> scores;  // [n_ctx]
   std::vector<float> up;      // [ntok, n_ff slice]
   std::vector<float> tmp;     // small: dequantized norm/bias vectors
   std::vector<float> ytile;   // [ntok, kColTileRows]

@@ -72,7 +72,7 @@ uint64_t engine_bytes(const ModelConfig& c, const EngineOptions& o, int verify_r
   const uint64_t nh = (uint64_t)std::max(0, c.n_head), nkv = (uint64_t)std::max(0, c.n_head_kv), V = (uint64_t)std::max(0, c.n_vocab);
   const uint64_t kv = n_ctx * 2 * (uint64_t)std::max(0, c.n_layer) * nkv * hd * kv_elem_bytes(kvt);
   // Workspace::reserve's buffers (floats), then x_, xl_, logits_, and the verify rows
-  const uint64_t ws = T * E + 2 * T * nh * hd + 2 * T * nkv * hd + 2 * n_ctx * hd + 2 * n_ctx + 2 * T * F +
+  const uint64_t ws = T * E + 2 * T * nh * hd + 2 * T * nkv * hd + 2 * n_ctx * hd + n_ctx + 2 * T * F +
                       std::max(E, nh * hd) + T * E;
   const uint64_t fixed = T * E + E + V;
   const uint64_t rows = (uint64_t)std::max(0, verify_rows) * (E + V);

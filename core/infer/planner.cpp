@@ -323,7 +323,7 @@ class Planner {
                 + K * fs * 2                        // up, hidden
                 + std::max<int64_t>(E, (int64_t)H * D) + K * 32 + std::max<int64_t>(E, F)  // tmp, ytile, rowf
                 + 32 * std::max<int64_t>(E, F)      // wtile (f32 bound)
-                + ctx * D * 2 + 2 * ctx;            // kf, vf, scores (two rows)
+                + ctx * D * 2 + ctx;                // kf, vf, scores
     f += K * E * 2 + K * fs * 2;                  // ABI x/out and h buffers (wasm)
     uint64_t bytes = (uint64_t)f * 4;
     bytes += (uint64_t)(kQ8KPerElem * (double)(K * std::max<int64_t>({E, fs, hs * D})));
