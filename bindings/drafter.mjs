@@ -16,6 +16,10 @@
 // (memoryStats) under its 128 MB cap; draftFits refuses a draft whose tensors, KV cache,
 // activation buffers and proposal distributions would not fit before a byte of it is loaded,
 // and the core (kw_drafter_new) refuses an engine (KV, buffers, distributions) that does not.
+// draftFits counts an F16 KV cache, the least a draft needs; kw_drafter_new keeps F16's values
+// as f32 instead (F16InF32: twice the bytes, read in place by attention, no f16 conversion per
+// step, the same drafts) when that still leaves 16 MB free, and reports which in
+// info.kv_type ("F16" | "F16InF32").
 import {init, memoryStats, Model} from "./knotwork.mjs";
 import {readProposal} from "./generator.mjs";
 
@@ -81,7 +85,7 @@ export class Drafter {
   constructor(w, handle, info, model) {
     this.w = w;
     this.handle = handle;
-    /** {n_ctx, draft_n, kv_bytes, engine_bytes} */
+    /** {n_ctx, draft_n, kv_bytes, engine_bytes, kv_type} */
     this.info = info;
     this.n = info.draft_n;
     this.model = model;

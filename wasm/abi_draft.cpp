@@ -9,7 +9,10 @@
 //       vocabularies are the same (check_same_vocab); refused, naming the draft, when its KV
 //       cache for n_ctx, its activation buffers and its proposals' distributions do not fit
 //       what is left of the 128 MB linear memory.
-//       result {"n_ctx", "draft_n", "kv_bytes", "engine_bytes"}
+//       The fast mode's draft keeps its KV as F16InF32 (F16's values held as f32: read in
+//       place by attention, no per-step f16 conversion, the same drafts) when that engine
+//       fits with 16 MB to spare, else as F16.
+//       result {"n_ctx", "draft_n", "kv_bytes", "engine_bytes", "kv_type" ("F16" | "F16InF32")}
 //   kw_drafter_prime(d, hist, n)           feed hist but its last token (during the prefill)
 //   kw_drafter_propose(d, hist, n, room)   up to min(draft_n, room) greedy tokens after hist:
 //       result = i32 ids (the draft is greedy: its distribution q is one-hot at each id)
@@ -41,6 +44,10 @@ struct Drafter {
 };
 
 Table<Drafter> g_drafters;
+
+// What an F32 draft KV must leave free of the linear memory (the coordinator's temporaries,
+// draftFits' margin twice over); below it the draft falls back to F16.
+constexpr uint64_t kDraftF32Spare = 16ull << 20;
 
 Drafter& drafter(int h, const char* fn) { return g_drafters.get(h, fn); }
 
@@ -86,10 +93,21 @@ int kw_drafter_new(int32_t draft_model, int32_t target_model, const char* opts, 
     // a session's draft (64-bit arithmetic: size_t is 32 bits in wasm32)
     const auto& c = dm.model.config;
     const int n_ctx = knot::context_of(c, eo.n_ctx);
-    const knot::KvType kvt = knot::forward_options_for(eo.mode).kv_type;
-    const uint64_t kv = 2ull * c.n_layer * c.n_head_kv * c.head_dim * knot::kv_elem_bytes(kvt) * (uint64_t)n_ctx;
-    const uint64_t all = knot::engine_bytes(c, eo) + (uint64_t)draft_n * std::max(0, c.n_vocab) * 12;
     const uint64_t room = kLinearCap - std::min<uint64_t>(kLinearCap, heap_in_use());
+    const uint64_t dists = (uint64_t)draft_n * std::max(0, c.n_vocab) * 12;
+    // The fast mode's draft keeps its KV as F16InF32 (the F16 values held as f32: the same
+    // drafts as on F16) when that fits with kDraftF32Spare bytes to spare: attention then
+    // reads its rows in place, where an F16 cache is converted whole per KV head and step
+    // (most of a small draft's step at a few hundred positions). Otherwise the mode's F16
+    // (what the check below and draftFits count at least).
+    if (eo.mode == knot::Mode::Fast && !eo.forward) {
+      knot::EngineOptions e32 = eo;
+      e32.forward = knot::ForwardOptions{knot::forward_options_for(eo.mode).kernel, knot::KvType::F16InF32};
+      if (knot::engine_bytes(c, e32) + dists + kDraftF32Spare <= room) eo = e32;
+    }
+    const knot::KvType kvt = eo.forward ? eo.forward->kv_type : knot::forward_options_for(eo.mode).kv_type;
+    const uint64_t kv = 2ull * c.n_layer * c.n_head_kv * c.head_dim * knot::kv_elem_bytes(kvt) * (uint64_t)n_ctx;
+    const uint64_t all = knot::engine_bytes(c, eo) + dists;
     if (all > room)
       knot::fail("kw_drafter_new: draft model " + dm.what + " does not fit: a context of " + std::to_string(n_ctx) +
                  " tokens needs " + std::to_string(kv) + " bytes of " + knot::kv_type_name(kvt) + " KV cache + " +
@@ -102,7 +120,8 @@ int kw_drafter_new(int32_t draft_model, int32_t target_model, const char* opts, 
     d->draft.emplace(*d->engine, draft_n);
     const knot::Engine& e = *d->engine;
     *out_handle = g_drafters.add(std::move(d));
-    set_result(json{{"n_ctx", e.n_ctx()}, {"draft_n", draft_n}, {"kv_bytes", e.kv().bytes()}, {"engine_bytes", e.bytes()}}.dump());
+    set_result(json{{"n_ctx", e.n_ctx()}, {"draft_n", draft_n}, {"kv_bytes", e.kv().bytes()}, {"engine_bytes", e.bytes()},
+                    {"kv_type", knot::kv_type_name(e.kv().type())}}.dump());
   });
 }
 

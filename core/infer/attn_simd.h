@@ -18,6 +18,11 @@
 //     gives the same for any hd that is a multiple of 32, 32 columns per pass over the values.
 //   - swiglu_fast_row(g, u, n): g[i] = g[i] / (1 + exp_fast(-g[i])) * u[i], four lanes at a
 //     time through exp_fast4, bit for bit the scalar expression.
+//   - Two rows at once (a GQA group's query heads, a verify pass's tokens: the same keys and
+//     values, each row its own scores): sum_rows2 gives each row's sum as the plain loop
+//     sum += s[j] from 0 in j order gives it, and weighted_values2<NV> each row's
+//     weighted_values<NV>, bit for bit — the two rows' add chains (one add per key each,
+//     latency-bound on one row) interleaved, and each value row loaded once for both.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -205,6 +210,55 @@ inline void swiglu_fast_row(float* g, const float* u, size_t n) {
     std::memcpy(g + i, &r, 16);
   }
   for (; i < n; i++) g[i] = g[i] / (1.f + exp_fast(-g[i])) * u[i];
+}
+
+// *sa = sa_[0] + ... + sa_[na-1] and *sb likewise, each from 0 in j order (the plain loop's
+// sums, bit for bit), the two chains interleaved.
+inline void sum_rows2(const float* a, int na, const float* b, int nb, float* sa, float* sb) {
+  float x = 0, y = 0;
+  const int n = std::min(na, nb);
+  int j = 0;
+  for (; j < n; j++) {
+    x += a[j];
+    y += b[j];
+  }
+  for (int i = j; i < na; i++) x += a[i];
+  for (int i = j; i < nb; i++) y += b[i];
+  *sa = x;
+  *sb = y;
+}
+
+// weighted_values<NV>(sa, inva, vf, na, hd, oa) and weighted_values<NV>(sb, invb, vf, nb,
+// hd, ob), bit for bit, in one pass over the value rows they share.
+template <int NV>
+inline void weighted_values2(const float* sa, float inva, const float* sb, float invb, const float* vf, int na,
+                             int nb, int hd, float* oa, float* ob) {
+  v4f a[NV], b[NV];
+  for (int c = 0; c < NV; c++) a[c] = b[c] = (v4f){0, 0, 0, 0};
+  const int n = std::min(na, nb);
+  int j = 0;
+  for (; j < n; j++) {
+    const float pa = sa[j] * inva, pb = sb[j] * invb;
+    const v4f pav = {pa, pa, pa, pa}, pbv = {pb, pb, pb, pb};
+    const float* x = vf + (size_t)j * hd;
+    for (int c = 0; c < NV; c++) {
+      const v4f xv = load4(x + 4 * c);
+      a[c] = a[c] + pav * xv;
+      b[c] = b[c] + pbv * xv;
+    }
+  }
+  for (int i = j; i < na; i++) {
+    const float p = sa[i] * inva;
+    const v4f pv = {p, p, p, p};
+    for (int c = 0; c < NV; c++) a[c] = a[c] + pv * load4(vf + (size_t)i * hd + 4 * c);
+  }
+  for (int i = j; i < nb; i++) {
+    const float p = sb[i] * invb;
+    const v4f pv = {p, p, p, p};
+    for (int c = 0; c < NV; c++) b[c] = b[c] + pv * load4(vf + (size_t)i * hd + 4 * c);
+  }
+  std::memcpy(oa, a, sizeof(a));
+  std::memcpy(ob, b, sizeof(b));
 }
 
 }  // namespace attn_simd

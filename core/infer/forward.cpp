@@ -339,48 +339,84 @@ void attn(const ModelConfig& cfg, const LayerWeights& w, KvCache& kv, int pos0, 
   kv.append(L, pos0, ntok, k, v);
 
   // Causal grouped-query attention, one KV head at a time: its keys/values are read once
-  // (converted from F16) and shared by the g query heads and the ntok tokens.
+  // (an F16 cache converted into the workspace, f32 rows in place) and shared by the g
+  // query heads and the ntok tokens.
   const int n_all = pos0 + ntok;
-  float* kf = grow(ws.kf, (size_t)n_all * hd);  // [n_all, hd]
-  float* vf = grow(ws.vf, (size_t)n_all * hd);  // [n_all, hd]
-  float* s = grow(ws.scores, n_all);            // [n_all]
+  const bool in_place = kv.type() != KvType::F16;  // F32, F16InF32: f32 rows
+  float* kbuf = in_place ? nullptr : grow(ws.kf, (size_t)n_all * hd);  // [n_all, hd]
+  float* vbuf = in_place ? nullptr : grow(ws.vf, (size_t)n_all * hd);  // [n_all, hd]
+  float* srow[2] = {grow(ws.scores, n_all), nullptr};                  // [n_all] per row
+  // Rows two at a time where the head size keeps the values in registers and the rows are
+  // read in place (the second row's scores then go in ws.kf, which holds no keys: no memory
+  // beyond an F16 cache's workspace): the softmax sum and the weighted values of one row are
+  // add chains (one add per key), so two rows' chains interleave (sum_rows2,
+  // weighted_values2: each row's sums as on its own, bit for bit).
+  const bool pairs = in_place && (hd == 4 || hd == 8 || hd == 16);
+  if (pairs) srow[1] = grow(ws.kf, n_all);
   const float scale = 1.f / std::sqrt((float)hd);
+  const int rows = g * ntok;  // per KV head: row r is query head kvh*g + r/ntok at token r%ntok
   for (int kvh = kv0; kvh < kv1; kvh++) {
-    kv.read_k(L, kvh, n_all, kf);
-    kv.read_v(L, kvh, n_all, vf);
-    for (int h = kvh * g; h < (kvh + 1) * g; h++) {
-      for (int t = 0; t < ntok; t++) {
+    const float* kf = kbuf;
+    const float* vf = vbuf;
+    if (in_place) {
+      kf = kv.k_rows_f32(L, kvh);
+      vf = kv.v_rows_f32(L, kvh);
+    } else {
+      kv.read_k(L, kvh, n_all, kbuf);
+      kv.read_v(L, kvh, n_all, vbuf);
+    }
+    for (int r = 0; r < rows; r += pairs ? 2 : 1) {
+      const int nr = pairs && r + 1 < rows ? 2 : 1;
+      int n[2];
+      float* oh[2];
+      for (int i = 0; i < nr; i++) {
+        const int h = kvh * g + (r + i) / ntok, t = (r + i) % ntok;
         const float* qh = q + t * qrow + (size_t)(h - h0) * hd;
-        float* oh = att + t * qrow + (size_t)(h - h0) * hd;
-        const int n = pos0 + t + 1;
+        oh[i] = att + t * qrow + (size_t)(h - h0) * hd;
+        n[i] = pos0 + t + 1;
+        float* s = srow[i];
         float mx = -INFINITY;
         if (hd % 8 == 0)
-          mx = scores_hd8(qh, kf, n, hd, scale, s);
+          mx = scores_hd8(qh, kf, n[i], hd, scale, s);
         else
-          for (int j = 0; j < n; j++) {  // hot loop: scores
+          for (int j = 0; j < n[i]; j++) {  // hot loop: scores
             s[j] = dot_f32(qh, kf + (size_t)j * hd, hd) * scale;
             mx = std::max(mx, s[j]);
           }
         if (o.kernel == Kernel::Reference)
-          for (int j = 0; j < n; j++) s[j] = std::exp(s[j] - mx);
+          for (int j = 0; j < n[i]; j++) s[j] = std::exp(s[j] - mx);
         else
-          exp_shifted(s, n, mx);
-        float sum = 0;
-        for (int j = 0; j < n; j++) sum += s[j];
-        const float inv = 1.f / sum;
-        // hot loop: weighted values (small heads: accumulators in registers, same sums)
+          exp_shifted(s, n[i], mx);
+      }
+      const float* sa = srow[0];
+      const float* sb = srow[1];
+      float sum[2] = {0, 0};
+      if (nr == 2) {
+        sum_rows2(sa, n[0], sb, n[1], &sum[0], &sum[1]);
+      } else {
+        for (int j = 0; j < n[0]; j++) sum[0] += sa[j];
+      }
+      const float inv[2] = {1.f / sum[0], nr == 2 ? 1.f / sum[1] : 0.f};
+      // hot loop: weighted values (small heads: accumulators in registers, same sums)
+      if (nr == 2) {
         switch (hd) {
-          case 4: weighted_values<1>(s, inv, vf, n, hd, oh); break;
-          case 8: weighted_values<2>(s, inv, vf, n, hd, oh); break;
-          case 16: weighted_values<4>(s, inv, vf, n, hd, oh); break;
-          default:
-            if (hd % 32 == 0) {  // 32 columns at a time in registers
-              weighted_values_cols32(s, inv, vf, n, hd, oh);
-              break;
-            }
-            std::fill(oh, oh + hd, 0.f);
-            for (int j = 0; j < n; j++) axpy_f32(s[j] * inv, vf + (size_t)j * hd, oh, hd);
+          case 4: weighted_values2<1>(sa, inv[0], sb, inv[1], vf, n[0], n[1], hd, oh[0], oh[1]); break;
+          case 8: weighted_values2<2>(sa, inv[0], sb, inv[1], vf, n[0], n[1], hd, oh[0], oh[1]); break;
+          default: weighted_values2<4>(sa, inv[0], sb, inv[1], vf, n[0], n[1], hd, oh[0], oh[1]); break;
         }
+        continue;
+      }
+      switch (hd) {
+        case 4: weighted_values<1>(sa, inv[0], vf, n[0], hd, oh[0]); break;
+        case 8: weighted_values<2>(sa, inv[0], vf, n[0], hd, oh[0]); break;
+        case 16: weighted_values<4>(sa, inv[0], vf, n[0], hd, oh[0]); break;
+        default:
+          if (hd % 32 == 0) {  // 32 columns at a time in registers
+            weighted_values_cols32(sa, inv[0], vf, n[0], hd, oh[0]);
+            break;
+          }
+          std::fill(oh[0], oh[0] + hd, 0.f);
+          for (int j = 0; j < n[0]; j++) axpy_f32(sa[j] * inv[0], vf + (size_t)j * hd, oh[0], hd);
       }
     }
   }

@@ -11,7 +11,9 @@
 
 namespace knot {
 
-const char* kv_type_name(KvType t) { return t == KvType::F16 ? "F16" : "F32"; }
+const char* kv_type_name(KvType t) {
+  return t == KvType::F16 ? "F16" : t == KvType::F32 ? "F32" : "F16InF32";
+}
 size_t kv_elem_bytes(KvType t) { return t == KvType::F16 ? 2 : 4; }
 
 size_t kv_bytes_per_token(int head_dim, int n_layers, int n_kv_heads, KvType t) {
@@ -86,6 +88,12 @@ void KvCache::append(int layer, int pos0, int ntok, const float* k, const float*
         float* base = reinterpret_cast<float*>(data_.get());
         std::memcpy(base + ok, ks, head_dim_ * sizeof(float));
         std::memcpy(base + ov, vs, head_dim_ * sizeof(float));
+      } else if (type_ == KvType::F16InF32) {  // what an F16 cache reads back, stored wide
+        float* base = reinterpret_cast<float*>(data_.get());
+        for (int d = 0; d < head_dim_; d++) {
+          base[ok + d] = half_to_float(fp32_to_fp16(ks[d]));
+          base[ov + d] = half_to_float(fp32_to_fp16(vs[d]));
+        }
       } else {
         fp16_t* base = reinterpret_cast<fp16_t*>(data_.get());
         for (int d = 0; d < head_dim_; d++) {
@@ -172,12 +180,25 @@ void KvCache::read(bool v, int layer, int kvh, int n, float* dst) const {
          " which holds " + std::to_string(n_pos_[layer - l0_]));
   const size_t o = offset(v, layer, kvh, 0);
   const size_t cnt = (size_t)n * head_dim_;
-  if (type_ == KvType::F32) {
+  if (type_ != KvType::F16) {
     std::memcpy(dst, reinterpret_cast<const float*>(data_.get()) + o, cnt * sizeof(float));
   } else {
     f16_to_f32_row(reinterpret_cast<const fp16_t*>(data_.get()) + o, dst, cnt);
   }
 }
+
+const float* KvCache::rows_f32(bool v, int layer, int kvh) const {
+  check_layer(layer, v ? "V rows" : "K rows");
+  if (type_ == KvType::F16)
+    fail(std::string("KV cache: in-place f32 rows need an F32 or F16InF32 cache, this one holds ") + kv_type_name(type_));
+  if (kvh < kvh0_ || kvh >= kvh1_)
+    fail("KV cache: KV head " + std::to_string(kvh) + " outside this cache's range [" +
+         std::to_string(kvh0_) + "," + std::to_string(kvh1_) + ")");
+  return reinterpret_cast<const float*>(data_.get()) + offset(v, layer, kvh, 0);
+}
+
+const float* KvCache::k_rows_f32(int layer, int kvh) const { return rows_f32(false, layer, kvh); }
+const float* KvCache::v_rows_f32(int layer, int kvh) const { return rows_f32(true, layer, kvh); }
 
 void KvCache::read_k(int layer, int kvh, int n, float* dst) const { read(false, layer, kvh, n, dst); }
 void KvCache::read_v(int layer, int kvh, int n, float* dst) const { read(true, layer, kvh, n, dst); }

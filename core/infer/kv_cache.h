@@ -9,7 +9,12 @@
 // Element type:
 //   KvType::F16 (default, fast mode): half the memory and bandwidth; the rounding error
 //                (~1e-3 relative) is far below the weight quantization noise.
-//   KvType::F32 (reference mode): exact activations, for comparisons with a float pass.
+//   KvType::F32 (reference mode): exact activations, for comparisons with a float pass;
+//   KvType::F16InF32: the F16 mode's values (each element rounded to f16 on append) held as
+//                f32, so attention reads the rows in place with no f16 -> f32 conversion of
+//                the history per step, and computes what it computes on an F16 cache bit for
+//                bit, at twice its bytes: a small draft model's cache (kw_drafter_new), where
+//                the conversion was most of a step at a few hundred positions.
 //
 // Memory: bytes per token = 2 (K and V) * n_layers * n_kv_heads * head_dim * sizeof(elem)
 //   e.g. qwen2.5-coder-7b, 14 layers, 4 KV heads, head_dim 128, F16: 28 KiB per token,
@@ -24,7 +29,7 @@
 
 namespace knot {
 
-enum class KvType { F16, F32 };
+enum class KvType { F16, F32, F16InF32 };
 const char* kv_type_name(KvType t);
 size_t kv_elem_bytes(KvType t);
 
@@ -63,6 +68,12 @@ class KvCache {
   // dst: [n, head_dim]
   void read_k(int layer, int kvh, int n, float* dst) const;
   void read_v(int layer, int kvh, int n, float* dst) const;
+  // F32 and F16InF32 caches only (throws naming the type otherwise): the rows of KV head `kvh` of
+  // `layer` in place, positions [0, n_pos(layer)) as [n_pos, head_dim] f32 — what read_k /
+  // read_v would copy, without the copy (attention reads an F32 cache this way). Valid until
+  // the cache is freed or reassigned; positions appended later appear in place.
+  const float* k_rows_f32(int layer, int kvh) const;
+  const float* v_rows_f32(int layer, int kvh) const;
 
   int n_pos(int layer) const;  // positions held by one layer
   int n_pos() const;           // positions held by every layer (min over layers)
@@ -81,6 +92,7 @@ class KvCache {
   size_t offset(bool v, int layer, int kvh, int pos) const;  // element offset
   void check_layer(int layer, const char* what) const;
   void read(bool v, int layer, int kvh, int n, float* dst) const;
+  const float* rows_f32(bool v, int layer, int kvh) const;
 
   KvType type_ = KvType::F16;
   int l0_ = 0, l1_ = 0, kvh0_ = 0, kvh1_ = 0, head_dim_ = 0, n_ctx_ = 0;

@@ -1,13 +1,16 @@
 // The attention loops' four-lane kernels (infer/attn_simd.h) against their scalar forms, bit
 // for bit: exp_fast4 / exp_shifted vs exp_fast (specials included), scores_hd8 vs the
 // dot_f32 loop (head sizes 8, 16, 64, 128; key counts not a multiple of 4), weighted_values
-// vs the axpy_f32 loop (head sizes 4, 8, 16).
+// vs the axpy_f32 loop (head sizes 4, 8, 16); sum_rows2 / weighted_values2 vs each row on
+// its own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "infer/attn_simd.h"
@@ -121,4 +124,41 @@ TEST(AttnSimd, SwigluRowIsTheScalarExpressionBitForBit) {
       }
       EXPECT_EQ(bits(g[n]), bits(sentinel));
     }
+}
+
+// Two rows at once: each row's sum and weighted values are its one-row form's, bit for bit,
+// whichever row is longer (a verify pass's tokens see 1 more key each), and the pair kernels
+// do not write past their rows' outputs.
+TEST(AttnSimd, TwoRowsAtOnceAreEachRowOnItsOwnBitForBit) {
+  const std::pair<int, int> lens[] = {{1, 1}, {1, 2}, {2, 1}, {5, 5}, {64, 67}, {403, 399}, {300, 1}, {1, 300}};
+  for (auto [na, nb] : lens) {
+    const std::vector<float> a = randoms(na, 1.f, 50 + na), b = randoms(nb, 1.f, 60 + nb);
+    float sa = -1, sb = -1, ra = 0, rb = 0;
+    sum_rows2(a.data(), na, b.data(), nb, &sa, &sb);
+    for (int j = 0; j < na; j++) ra += a[j];
+    for (int j = 0; j < nb; j++) rb += b[j];
+    EXPECT_EQ(bits(sa), bits(ra)) << "sum of row a, na " << na << " nb " << nb;
+    EXPECT_EQ(bits(sb), bits(rb)) << "sum of row b, na " << na << " nb " << nb;
+  }
+  auto check = [&](auto nv, int hd) {
+    constexpr int NV = decltype(nv)::value;
+    for (auto [na, nb] : lens) {
+      const int n = std::max(na, nb);
+      const std::vector<float> a = randoms(na, 1.f, 70 + na), b = randoms(nb, 1.f, 80 + nb);
+      const std::vector<float> vf = randoms((size_t)n * hd, 1.f, 90 + n + hd);
+      const float inva = 1.f / 3.7f, invb = 1.f / 0.61f;
+      std::vector<float> ra(hd), rb(hd), out(3 * hd, -7.f);  // oa, ob, then a guard row
+      weighted_values<NV>(a.data(), inva, vf.data(), na, hd, ra.data());
+      weighted_values<NV>(b.data(), invb, vf.data(), nb, hd, rb.data());
+      weighted_values2<NV>(a.data(), inva, b.data(), invb, vf.data(), na, nb, hd, out.data(), out.data() + hd);
+      for (int d = 0; d < hd; d++) {
+        ASSERT_EQ(bits(out[d]), bits(ra[d])) << "row a, hd " << hd << " na " << na << " nb " << nb << " dim " << d;
+        ASSERT_EQ(bits(out[hd + d]), bits(rb[d])) << "row b, hd " << hd << " na " << na << " nb " << nb << " dim " << d;
+        ASSERT_EQ(out[2 * hd + d], -7.f) << "wrote past row b";
+      }
+    }
+  };
+  check(std::integral_constant<int, 1>{}, 4);
+  check(std::integral_constant<int, 2>{}, 8);
+  check(std::integral_constant<int, 4>{}, 16);
 }
