@@ -242,23 +242,27 @@ static void mv_q4_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrow
   }
 }
 
-// ---- Batched prefill (mm_fn, see kernels_internal.h): the native AVX-512 K-quant tile's
-// shape in 128 bits. Per 256-weight super-block, RD weight rows are decoded once into
-// unsigned bytes in activation order (wq: Q4_K 0..15, Q6_K 0..63 — the i7 operand) with
-// their scale per 16 weights as a splatted i16x8 (wscv), and reused by every token of the
-// chunk; the Q8_K activation quants are read in place (no widening). Register tile: 2 rows
-// x 3 tokens per hot loop (rsums2 / rsums2_k4), twice per 4 rows. Q6_K, per 16 weights and
-// (row, token): i16x8.relaxed_dot_i8x16_i7x16 (pmaddubsw: pair sums, |.| <= 2*63*128 <
-// 2^15, no saturation), then i32x4.dot_i16x8 with the scale (exact in i32), then an add.
-// Q4_K, per 32-weight sub-block: the two halves' pair sums added in i16 (|.| <= 7680)
-// before one dot_i16x8 with the sub-block scale: 5 ops per 32 weights instead of 6 (2026-12-04:
-// +16% on the kernel; i32x4.relaxed_dot_i8x16_i7x16_add per half + i32x4.mul by the scale
-// measured 5% slower in Chromium 156, 2 rows x 2 tokens the same as 2 x 3). Its mins
-// against bsums pair-summed once per token and super-block (g_bp: one dot per row). At the
-// block end the 4 rows' sums are reduced by one 4x4 transpose and combined on f32x4
-// lanes = 4 rows with the operations and order of block_accum_kmin / block_accum
-// (lanewise IEEE, no FMA), so every output equals the scalar dot's bit for bit. Q6_K's
-// -32 offset: sumi - 32 * sum_j sc_j * bsums_j (exact).
+// ---- Batched prefill (mm_fn, see kernels_internal.h). Per 256-weight super-block, RD
+// weight rows are decoded once into unsigned bytes in activation order (wq: Q4_K 0..15,
+// Q6_K 0..63 — the i7 operand) and reused by every token of the chunk; the Q8_K activation
+// quants are read in place (no widening). Every integer sum is exact; the float combine runs
+// on f32x4 lanes = 4 rows with the operations and order of block_accum_kmin / block_accum
+// (lanewise IEEE, no FMA), so every output equals the scalar dot's bit for bit.
+//
+// Q6_K (mm_relaxed / rtile / rsums2): scale per 16 weights as a splatted i16x8 (wscv).
+// Register tile 2 rows x 3 tokens per hot loop, twice per 4 rows. Per 16 weights and (row,
+// token): i16x8.relaxed_dot_i8x16_i7x16 (pmaddubsw: pair sums, |.| <= 2*63*128 < 2^15, no
+// saturation), i32x4.dot_i16x8 with the scale, an add. At the block end the 4 rows' sums are
+// reduced by one 4x4 transpose. -32 offset: sumi - 32 * sum_j sc_j * bsums_j.
+//
+// Q4_K (mm_q4K_rows / rltile_q4K, 2026-12-04): 4 rows' quants interleaved per 4 weights
+// (wqi) against each token's 4 activations splatted (v128.load32_splat), so accumulator
+// lanes are rows (no 4x4 reduce). Per 32-weight sub-block and (4 rows, token): 8 relaxed
+// pair-sum dots summed in i16 (|.| <= 8 * 2*15*128 = 30720), one dot_i16x8 with the rows'
+// scales, one add: 9 multiply-pipe ops per 128 MACs where the 2-row tile needed 12; 4 rows
+// x 4 tokens (6 tokens measured slower). Mins against the bsums pair-summed once per token
+// and super-block (g_bp), lanes = rows the same way. Measured and dropped on the way
+// (bench/RESULTS.md): i32x4.relaxed_dot_i8x16_i7x16_add + i32x4.mul by the scale.
 
 namespace {
 
@@ -290,8 +294,6 @@ void zero_row(int r) {
 }
 
 struct RQ4K {
-  static constexpr bool KMIN = true;
-  static constexpr int TT = 3;  // tokens per register tile (2 measured the same)
   static constexpr size_t BYTES = sizeof(block_q4_K);
   static void decode(const uint8_t* p, int r) {
     const block_q4_K* x = (const block_q4_K*)p;
@@ -307,7 +309,6 @@ struct RQ4K {
     }
     for (int j = 0; j < 8; j++) {
       wsc[r][j] = sc[j];
-      wscv[r][2 * j] = wscv[r][2 * j + 1] = wasm_i16x8_splat(sc[j]);
       wm8[r][j] = m[j];
     }
     wd[r] = half_to_float(x->d);
@@ -316,7 +317,6 @@ struct RQ4K {
 };
 
 struct RQ6K {
-  static constexpr bool KMIN = false;
   static constexpr int TT = 3;  // tokens per register tile
   static constexpr size_t BYTES = sizeof(block_q6_K);
   static void decode(const uint8_t* p, int r) {
@@ -368,62 +368,22 @@ inline void rsums2(const uint8_t* wp, const v128_t* sp, const int8_t* const* a, 
   for (int t = 0; t < NT; t++) s[0][t] = s0[t], s[1][t] = s1[t];
 }
 
-// Q4_K's rsums2: one step per 32-weight sub-block (scale sp[0] = sp[1], see RQ4K). The two
-// 16-weight halves' i16 pair sums are added in i16 (|.| <= 2 * 2*15*128 = 7680, exact) before
-// one i32x4.dot_i16x8 with the scale: 5 ops per 32 weights and (row, token) instead of 6.
-template <int NT>
-inline void rsums2_k4(const uint8_t* wp, const v128_t* sp, const int8_t* const* a, v128_t (*s)[NT]) {
-  v128_t s0[NT], s1[NT];
-  const int8_t* ap[NT];
-  for (int t = 0; t < NT; t++) s0[t] = s1[t] = wasm_i32x4_splat(0), ap[t] = a[t];
-#pragma clang loop unroll(disable)
-  for (int j = 0; j < 8; j++) {  // hot loop: 32 weights x 2 rows x NT tokens
-    const v128_t w0a = wasm_v128_load(wp), w0b = wasm_v128_load(wp + 16);
-    const v128_t w1a = wasm_v128_load(wp + SB), w1b = wasm_v128_load(wp + SB + 16);
-    const v128_t c0 = sp[0], c1 = sp[16];
-    for (int t = 0; t < NT; t++) {
-      const v128_t aa = wasm_v128_load(ap[t]), ab = wasm_v128_load(ap[t] + 16);
-      const v128_t p0 = wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(aa, w0a), wasm_i16x8_relaxed_dot_i8x16_i7x16(ab, w0b));
-      const v128_t p1 = wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(aa, w1a), wasm_i16x8_relaxed_dot_i8x16_i7x16(ab, w1b));
-      s0[t] = wasm_i32x4_add(s0[t], wasm_i32x4_dot_i16x8(p0, c0));
-      s1[t] = wasm_i32x4_add(s1[t], wasm_i32x4_dot_i16x8(p1, c1));
-      ap[t] += 32;
-    }
-    wp += 32, sp += 2;
-  }
-  for (int t = 0; t < NT; t++) s[0][t] = s0[t], s[1][t] = s1[t];
-}
-
-// 4 decoded rows (from row 4*sub) x NT tokens over one super-block; acc[t] += the block.
+// 4 decoded rows (from row 4*sub) x NT tokens over one super-block; acc[t] += the block (Q6_K).
 template <class F, int NT>
-inline void rtile(const block_q8_K* const* a, const v128_t* bp, int sub, v128_t* acc) {
+inline void rtile(const block_q8_K* const* a, int sub, v128_t* acc) {
   v128_t s[4][NT];
   const int r0 = 4 * sub;
   const int8_t* aq[NT];
   for (int t = 0; t < NT; t++) aq[t] = a[t]->qs;
-  if (F::KMIN) {
-    rsums2_k4<NT>(wq[r0], wscv[r0], aq, s);
-    rsums2_k4<NT>(wq[r0 + 2], wscv[r0 + 2], aq, s + 2);
-  } else {
-    rsums2<NT>(wq[r0], wscv[r0], aq, s);
-    rsums2<NT>(wq[r0 + 2], wscv[r0 + 2], aq, s + 2);
-  }
+  rsums2<NT>(wq[r0], wscv[r0], aq, s);
+  rsums2<NT>(wq[r0 + 2], wscv[r0 + 2], aq, s + 2);
   const v128_t dw = wasm_v128_load(&wd[r0]);
   for (int t = 0; t < NT; t++) {
     v128_t sumi = reduce4(s[0][t], s[1][t], s[2][t], s[3][t]);
     const v128_t b0 = wasm_v128_load(a[t]->bsums), b1 = wasm_v128_load(a[t]->bsums + 8);
     const v128_t da = wasm_f32x4_splat(a[t]->d);
     const v128_t d = wasm_f32x4_mul(dw, da);
-    if (F::KMIN) {  // block_accum_kmin, lanewise
-      v128_t m[4];
-      for (int r = 0; r < 4; r++)
-        m[r] = wasm_i32x4_dot_i16x8(wasm_v128_load(wm8[r0 + r]), bp[t]);
-      const v128_t ms = reduce4(m[0], m[1], m[2], m[3]);
-      const v128_t dm = wasm_f32x4_mul(wasm_v128_load(&wdm[r0]), da);
-      const v128_t x1 = wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi));
-      const v128_t x2 = wasm_f32x4_mul(dm, wasm_f32x4_convert_i32x4(ms));
-      acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_sub(x1, x2));
-    } else {  // block_accum with sumi - 32 * sum_j sc_j * bsums_j, lanewise
+    {  // block_accum with sumi - 32 * sum_j sc_j * bsums_j, lanewise
       v128_t o[4];
       for (int r = 0; r < 4; r++)
         o[r] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(wsc[r0 + r]), b0),
@@ -439,7 +399,6 @@ void mm_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uin
                 int64_t nt, float* Y, int64_t ldy) {
   const int64_t ns = n / SB;
   g_acc.resize((size_t)(RD / 4 * nt));
-  if (F::KMIN) g_bp.resize((size_t)nt);
   auto ablk = [&](int64_t t, int64_t s) { return (const block_q8_K*)(act + (size_t)t * ab) + s; };
   for (int64_t r0 = 0; r0 < nrows; r0 += RD) {
     const int nr = (int)std::min<int64_t>(RD, nrows - r0), nsub = (nr + 3) / 4;
@@ -449,25 +408,132 @@ void mm_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uin
         if (r < nr) F::decode(W + (size_t)(r0 + r) * rb + (size_t)s * F::BYTES, r);
         else zero_row(r);
       }
-      if (F::KMIN)  // pair sums of the 16 bsums, |.| <= 32 * 128: exact in i16
-        for (int64_t u = 0; u < nt; u++) {
-          const v128_t one = wasm_i16x8_splat(1);
-          const int16_t* bs = ablk(u, s)->bsums;
-          g_bp[(size_t)u] = wasm_i16x8_narrow_i32x4(wasm_i32x4_dot_i16x8(wasm_v128_load(bs), one),
-                                                   wasm_i32x4_dot_i16x8(wasm_v128_load(bs + 8), one));
-        }
       int64_t t = 0;
       for (; t + F::TT <= nt; t += F::TT) {
         const block_q8_K* a[F::TT];
         for (int u = 0; u < F::TT; u++) a[u] = ablk(t + u, s);
-        for (int sub = 0; sub < nsub; sub++) rtile<F, F::TT>(a, &g_bp[(size_t)t], sub, &g_acc[(size_t)(sub * nt + t)]);
+        for (int sub = 0; sub < nsub; sub++) rtile<F, F::TT>(a, sub, &g_acc[(size_t)(sub * nt + t)]);
       }
       if (nt - t == 2) {  // token tail (< F::TT)
         const block_q8_K* a[2] = {ablk(t, s), ablk(t + 1, s)};
-        for (int sub = 0; sub < nsub; sub++) rtile<F, 2>(a, &g_bp[(size_t)t], sub, &g_acc[(size_t)(sub * nt + t)]);
+        for (int sub = 0; sub < nsub; sub++) rtile<F, 2>(a, sub, &g_acc[(size_t)(sub * nt + t)]);
       } else if (nt - t == 1) {
         const block_q8_K* a[1] = {ablk(t, s)};
-        for (int sub = 0; sub < nsub; sub++) rtile<F, 1>(a, &g_bp[(size_t)t], sub, &g_acc[(size_t)(sub * nt + t)]);
+        for (int sub = 0; sub < nsub; sub++) rtile<F, 1>(a, sub, &g_acc[(size_t)(sub * nt + t)]);
+      }
+    }
+    for (int sub = 0; sub < nsub; sub++)
+      for (int64_t t = 0; t < nt; t++) {
+        alignas(16) float o[4];
+        wasm_v128_store(o, g_acc[(size_t)(sub * nt + t)]);
+        for (int r = 0; r < 4 && 4 * sub + r < nr; r++) Y[t * ldy + r0 + 4 * sub + r] = o[r];
+      }
+  }
+}
+
+// Q4_K row-lane layout (see the section comment): wqi[g] = [64 groups of 4 weights][4 rows][4 bytes].
+alignas(16) KNOT_KERNEL_TLS uint8_t wqi[RD / 4][SB * 4];
+alignas(16) KNOT_KERNEL_TLS v128_t wsci[RD / 4][8];  // [group][sub-block] i16 [sc_r0, sc_r0, .., sc_r3, sc_r3]
+alignas(16) KNOT_KERNEL_TLS v128_t wmi[RD / 4][4];   // [group][pair k] i16 [m_r0(2k), m_r0(2k+1), .., m_r3(2k+1)]
+
+void interleave4(int g) {
+  const int r0 = 4 * g;
+  for (int c = 0; c < SB / 16; c++) {
+    const v128_t x0 = wasm_v128_load(wq[r0] + 16 * c), x1 = wasm_v128_load(wq[r0 + 1] + 16 * c);
+    const v128_t x2 = wasm_v128_load(wq[r0 + 2] + 16 * c), x3 = wasm_v128_load(wq[r0 + 3] + 16 * c);
+    const v128_t a = wasm_i32x4_shuffle(x0, x1, 0, 4, 1, 5), b = wasm_i32x4_shuffle(x0, x1, 2, 6, 3, 7);
+    const v128_t e = wasm_i32x4_shuffle(x2, x3, 0, 4, 1, 5), f = wasm_i32x4_shuffle(x2, x3, 2, 6, 3, 7);
+    uint8_t* o = wqi[g] + 64 * c;
+    wasm_v128_store(o, wasm_i32x4_shuffle(a, e, 0, 1, 4, 5));
+    wasm_v128_store(o + 16, wasm_i32x4_shuffle(a, e, 2, 3, 6, 7));
+    wasm_v128_store(o + 32, wasm_i32x4_shuffle(b, f, 0, 1, 4, 5));
+    wasm_v128_store(o + 48, wasm_i32x4_shuffle(b, f, 2, 3, 6, 7));
+  }
+  for (int j = 0; j < 8; j++) {
+    alignas(16) int16_t v[8];
+    for (int r = 0; r < 4; r++) v[2 * r] = v[2 * r + 1] = wsc[r0 + r][j];
+    wsci[g][j] = wasm_v128_load(v);
+  }
+  for (int k = 0; k < 4; k++) {
+    alignas(16) int16_t v[8];
+    for (int r = 0; r < 4; r++) v[2 * r] = wm8[r0 + r][2 * k], v[2 * r + 1] = wm8[r0 + r][2 * k + 1];
+    wmi[g][k] = wasm_v128_load(v);
+  }
+}
+
+template <int NT>
+inline void rltile_q4K(const block_q8_K* const* a, const v128_t* bp, int g, v128_t* acc) {
+  v128_t s[NT];
+  const int8_t* ap[NT];
+  for (int t = 0; t < NT; t++) s[t] = wasm_i32x4_splat(0), ap[t] = a[t]->qs;
+  const uint8_t* wp = wqi[g];
+  const v128_t* sp = wsci[g];
+#pragma clang loop unroll(disable)
+  for (int j = 0; j < 8; j++) {  // hot loop: one 32-weight sub-block x 4 rows x NT tokens
+    v128_t p[NT];
+    for (int t = 0; t < NT; t++) p[t] = wasm_i16x8_splat(0);
+    for (int q = 0; q < 8; q++) {
+      const v128_t w = wasm_v128_load(wp + 16 * q);
+      for (int t = 0; t < NT; t++)
+        p[t] = wasm_i16x8_add(p[t], wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load32_splat(ap[t] + 4 * q), w));
+    }
+    const v128_t c = sp[0];
+    for (int t = 0; t < NT; t++) s[t] = wasm_i32x4_add(s[t], wasm_i32x4_dot_i16x8(p[t], c)), ap[t] += 32;
+    wp += 128, sp += 1;
+  }
+  const int r0 = 4 * g;
+  const v128_t dw = wasm_v128_load(&wd[r0]), dmw = wasm_v128_load(&wdm[r0]);
+  for (int t = 0; t < NT; t++) {
+    const v128_t b = bp[t];
+    v128_t ms = wasm_i32x4_dot_i16x8(wmi[g][0], wasm_i32x4_shuffle(b, b, 0, 0, 0, 0));
+    ms = wasm_i32x4_add(ms, wasm_i32x4_dot_i16x8(wmi[g][1], wasm_i32x4_shuffle(b, b, 1, 1, 1, 1)));
+    ms = wasm_i32x4_add(ms, wasm_i32x4_dot_i16x8(wmi[g][2], wasm_i32x4_shuffle(b, b, 2, 2, 2, 2)));
+    ms = wasm_i32x4_add(ms, wasm_i32x4_dot_i16x8(wmi[g][3], wasm_i32x4_shuffle(b, b, 3, 3, 3, 3)));
+    const v128_t da = wasm_f32x4_splat(a[t]->d);
+    const v128_t d = wasm_f32x4_mul(dw, da);
+    const v128_t dm = wasm_f32x4_mul(dmw, da);  // block_accum_kmin, lanewise
+    const v128_t x1 = wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(s[t]));
+    const v128_t x2 = wasm_f32x4_mul(dm, wasm_f32x4_convert_i32x4(ms));
+    acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_sub(x1, x2));
+  }
+}
+
+void mm_q4K_rows(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+                 int64_t nt, float* Y, int64_t ldy) {
+  constexpr int TT = 4;
+  const int64_t ns = n / SB;
+  g_acc.resize((size_t)(RD / 4 * nt));
+  g_bp.resize((size_t)nt);
+  auto ablk = [&](int64_t t, int64_t s) { return (const block_q8_K*)(act + (size_t)t * ab) + s; };
+  for (int64_t r0 = 0; r0 < nrows; r0 += RD) {
+    const int nr = (int)std::min<int64_t>(RD, nrows - r0), nsub = (nr + 3) / 4;
+    for (int64_t k = 0; k < nsub * nt; k++) g_acc[(size_t)k] = wasm_f32x4_splat(0.f);
+    for (int64_t s = 0; s < ns; s++) {
+      for (int r = 0; r < 4 * nsub; r++) {
+        if (r < nr) RQ4K::decode(W + (size_t)(r0 + r) * rb + (size_t)s * RQ4K::BYTES, r);
+        else zero_row(r);
+      }
+      for (int g = 0; g < nsub; g++) interleave4(g);
+      for (int64_t u = 0; u < nt; u++) {
+        const v128_t one = wasm_i16x8_splat(1);
+        const int16_t* bs = ablk(u, s)->bsums;
+        g_bp[(size_t)u] = wasm_i16x8_narrow_i32x4(wasm_i32x4_dot_i16x8(wasm_v128_load(bs), one),
+                                                 wasm_i32x4_dot_i16x8(wasm_v128_load(bs + 8), one));
+      }
+      int64_t t = 0;
+      for (; t + TT <= nt; t += TT) {
+        const block_q8_K* a[TT];
+        for (int u = 0; u < TT; u++) a[u] = ablk(t + u, s);
+        for (int g = 0; g < nsub; g++) rltile_q4K<TT>(a, &g_bp[(size_t)t], g, &g_acc[(size_t)(g * nt + t)]);
+      }
+      const block_q8_K* a[TT - 1];
+      for (int u = 0; u < nt - t; u++) a[u] = ablk(t + u, s);
+      for (int g = 0; g < nsub; g++) {  // token tail (< TT)
+        v128_t* acc = &g_acc[(size_t)(g * nt + t)];
+        const v128_t* bp = &g_bp[(size_t)t];
+        if (nt - t == 3) rltile_q4K<3>(a, bp, g, acc);
+        else if (nt - t == 2) rltile_q4K<2>(a, bp, g, acc);
+        else if (nt - t == 1) rltile_q4K<1>(a, bp, g, acc);
       }
     }
     for (int sub = 0; sub < nsub; sub++)
@@ -482,7 +548,7 @@ void mm_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uin
 }  // namespace
 
 static void mm_q4_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
-  mm_relaxed<RQ4K>(n, W, rb, nr, a, ab, nt, Y, ldy);
+  mm_q4K_rows(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 static void mm_q6_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
   mm_relaxed<RQ6K>(n, W, rb, nr, a, ab, nt, Y, ldy);
