@@ -242,19 +242,29 @@ static void mv_q4_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrow
   }
 }
 
-// ---- Batched prefill (mm_fn, see kernels_internal.h): the native AVX-512 K-quant tile's
-// shape in 128 bits. Per 256-weight super-block, RD weight rows are decoded once into
-// unsigned bytes in activation order (wq: Q4_K 0..15, Q6_K 0..63 — the i7 operand) with
-// their scale per 16 weights as a splatted i16x8 (wscv), and reused by every token of the
-// chunk; the Q8_K activation quants are read in place (no widening). Register tile: 2 rows
-// x 3 tokens per hot loop (rsums2), twice per 4 rows. Per 16 weights and (row, token):
-// i16x8.relaxed_dot_i8x16_i7x16 (pmaddubsw: pair sums, |.| <= 2*63*128 < 2^15, no
-// saturation), then i32x4.dot_i16x8 with the sub-block scale (exact in i32; Q4_K's two
-// 16-weight halves of a 32-weight sub-block are summed in i32, the same integer). At the
-// block end the 4 rows' sums are reduced by one 4x4 transpose and combined on f32x4
-// lanes = 4 rows with the operations and order of block_accum_kmin / block_accum
-// (lanewise IEEE, no FMA), so every output equals the scalar dot's bit for bit. Q6_K's
-// -32 offset: sumi - 32 * sum_j sc_j * bsums_j (exact).
+// ---- Batched prefill (mm_fn, see kernels_internal.h). Per 256-weight super-block, RD
+// weight rows are decoded once into unsigned bytes in activation order (wq: Q4_K 0..15,
+// Q6_K 0..63 — the i7 operand) and reused by every token of the chunk; the Q8_K activation
+// quants are read in place (no widening). Every integer sum is exact; the float combine runs
+// on f32x4 lanes = 4 rows with the operations and order of block_accum_kmin / block_accum
+// (lanewise IEEE, no FMA), so every output equals the scalar dot's bit for bit.
+//
+// Both formats (2026-12-04): 4 rows' quants interleaved per 4 weights (wqi) against each
+// token's 4 activations splatted (v128.load32_splat), so i16 lane pairs (2r, 2r+1) and the
+// i32 accumulator lanes are rows (no 4x4 reduce at the block end); 4 rows x 4 tokens per
+// register tile (6 tokens measured slower). Relaxed pair sums (i16x8.relaxed_dot_i8x16_i7x16,
+// pmaddubsw: |pair| <= 2*63*128 < 2^15, no saturation) are summed in i16 while they fit,
+// then one i32x4.dot_i16x8 with [sc_r0 x2, .., sc_r3 x2]. The 2-row x 3-token tile before
+// (one scale dot per 16 weights and row) needed 12 multiply-pipe ops per 128 MACs.
+//
+// Q6_K (mm_q6K_rows / rltile_q6K): per 16-weight sub-block two groups' pair sums per i16
+// sum (|.| <= 2 * 2*63*128 = 32256): 2 scale dots, 6 multiply ops per 64 MACs (was 8).
+// -32 offset: sumi - 32 * sum_j sc_j * bsums_j, lanes = rows the same way.
+//
+// Q4_K (mm_q4K_rows / rltile_q4K): per 32-weight sub-block 8 pair-sum dots summed in i16
+// (|.| <= 8 * 2*15*128 = 30720), one scale dot: 9 multiply ops per 128 MACs. Mins against
+// the bsums pair-summed once per token and super-block (g_bp), lanes = rows. Measured and dropped on the way
+// (bench/RESULTS.md): i32x4.relaxed_dot_i8x16_i7x16_add + i32x4.mul by the scale.
 
 namespace {
 
@@ -263,29 +273,21 @@ constexpr int SB = 256;  // weights per decoded super-block
 
 alignas(16) KNOT_KERNEL_TLS uint8_t wq[RD][SB];   // decoded unsigned quants of one super-block, activation order
 alignas(16) KNOT_KERNEL_TLS int16_t wsc[RD][16];  // [row] sub-block scales (Q4_K: 8 of 32 weights; Q6_K: 16 of 16)
-alignas(16) KNOT_KERNEL_TLS v128_t wscv[RD][16];  // [row] scale of weights 16j..16j+15 splatted to 8 x i16 (a plain load in the hot loop)
-alignas(16) KNOT_KERNEL_TLS int16_t wm2[RD][16];  // [row] Q4_K mins, each twice (m0,m0,m1,m1,..: against bsums)
+alignas(16) KNOT_KERNEL_TLS int16_t wm8[RD][8];   // [row] Q4_K mins m0..m7 (against the pair-summed bsums)
 alignas(16) KNOT_KERNEL_TLS float wd[RD];         // [row] d
 alignas(16) KNOT_KERNEL_TLS float wdm[RD];        // [row] dmin (Q4_K)
 std::vector<v128_t> g_acc;        // [RD/4][nt] f32x4 accumulators (lanes = 4 rows)
-
-inline v128_t reduce4(v128_t a, v128_t b, v128_t c, v128_t d) {  // -> [sum a, sum b, sum c, sum d]
-  const v128_t ab = wasm_i32x4_add(wasm_i32x4_shuffle(a, b, 0, 4, 1, 5), wasm_i32x4_shuffle(a, b, 2, 6, 3, 7));
-  const v128_t cd = wasm_i32x4_add(wasm_i32x4_shuffle(c, d, 0, 4, 1, 5), wasm_i32x4_shuffle(c, d, 2, 6, 3, 7));
-  return wasm_i32x4_add(wasm_i32x4_shuffle(ab, cd, 0, 1, 4, 5), wasm_i32x4_shuffle(ab, cd, 2, 3, 6, 7));
-}
+std::vector<v128_t> g_bp;         // [nt] Q4_K: the current super-block's bsums[2j] + bsums[2j+1], j = 0..7 (i16)
 
 void zero_row(int r) {
   std::memset(wq[r], 0, sizeof wq[r]);
   std::memset(wsc[r], 0, sizeof wsc[r]);
-  std::memset(wscv[r], 0, sizeof wscv[r]);
-  std::memset(wm2[r], 0, sizeof wm2[r]);
+  std::memset(wm8[r], 0, sizeof wm8[r]);
   wd[r] = 0.f;
   wdm[r] = 0.f;
 }
 
 struct RQ4K {
-  static constexpr bool KMIN = true;
   static constexpr size_t BYTES = sizeof(block_q4_K);
   static void decode(const uint8_t* p, int r) {
     const block_q4_K* x = (const block_q4_K*)p;
@@ -301,8 +303,7 @@ struct RQ4K {
     }
     for (int j = 0; j < 8; j++) {
       wsc[r][j] = sc[j];
-      wscv[r][2 * j] = wscv[r][2 * j + 1] = wasm_i16x8_splat(sc[j]);
-      wm2[r][2 * j] = wm2[r][2 * j + 1] = m[j];
+      wm8[r][j] = m[j];
     }
     wd[r] = half_to_float(x->d);
     wdm[r] = half_to_float(x->dmin);
@@ -310,7 +311,6 @@ struct RQ4K {
 };
 
 struct RQ6K {
-  static constexpr bool KMIN = false;
   static constexpr size_t BYTES = sizeof(block_q6_K);
   static void decode(const uint8_t* p, int r) {
     const block_q6_K* x = (const block_q6_K*)p;
@@ -329,77 +329,186 @@ struct RQ6K {
                                              wasm_v128_and(wasm_u16x8_shr(hb, 2), m30)));
       }
     }
-    for (int j = 0; j < 16; j++) wsc[r][j] = x->scales[j], wscv[r][j] = wasm_i16x8_splat(x->scales[j]);
+    for (int j = 0; j < 16; j++) wsc[r][j] = x->scales[j];
     wd[r] = half_to_float(x->d);
   }
 };
 
-// Integer sums of 2 decoded rows (wp: the first row's quants, sp: its scales; the second
-// row SB bytes / 16 vectors on) x NT tokens over one super-block, 16 weights per step.
-// Both formats step by 16 weights (Q4_K's 32-weight sub-block scale is stored twice).
-// Register budget: V8 issues all of a step's loads first, so acc 2*NT + activations NT +
-// weights and scales 4 must fit in x64's 15 free xmm registers; 4 rows x 2 tokens did
-// not (half the accumulators spilled: a load + store each per step, --print-wasm-code).
-// Pointer bumps, rows at constant load offsets (V8 folds them into the address).
-template <int NT>
-inline void rsums2(const uint8_t* wp, const v128_t* sp, const int8_t* const* a, v128_t (*s)[NT]) {
-  v128_t s0[NT], s1[NT];
-  const int8_t* ap[NT];
-  for (int t = 0; t < NT; t++) s0[t] = s1[t] = wasm_i32x4_splat(0), ap[t] = a[t];
-#pragma clang loop unroll(disable)
-  for (int j = 0; j < 16; j++) {  // hot loop: 16 weights x 2 rows x NT tokens
-    const v128_t w0 = wasm_v128_load(wp), w1 = wasm_v128_load(wp + SB);
-    const v128_t c0 = sp[0], c1 = sp[16];
-    for (int t = 0; t < NT; t++) {
-      const v128_t av = wasm_v128_load(ap[t]);
-      s0[t] = wasm_i32x4_add(s0[t], wasm_i32x4_dot_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(av, w0), c0));
-      s1[t] = wasm_i32x4_add(s1[t], wasm_i32x4_dot_i16x8(wasm_i16x8_relaxed_dot_i8x16_i7x16(av, w1), c1));
-      ap[t] += 16;
-    }
-    wp += 16, sp += 1;
+// Q4_K row-lane layout (see the section comment): wqi[g] = [64 groups of 4 weights][4 rows][4 bytes].
+alignas(16) KNOT_KERNEL_TLS uint8_t wqi[RD / 4][SB * 4];
+alignas(16) KNOT_KERNEL_TLS v128_t wsci[RD / 4][8];  // [group][sub-block] i16 [sc_r0, sc_r0, .., sc_r3, sc_r3]
+alignas(16) KNOT_KERNEL_TLS v128_t wmi[RD / 4][4];   // [group][pair k] i16 [m_r0(2k), m_r0(2k+1), .., m_r3(2k+1)]
+
+void interleave4_q(int g) {  // wq rows 4g..4g+3 -> wqi[g]
+  const int r0 = 4 * g;
+  for (int c = 0; c < SB / 16; c++) {
+    const v128_t x0 = wasm_v128_load(wq[r0] + 16 * c), x1 = wasm_v128_load(wq[r0 + 1] + 16 * c);
+    const v128_t x2 = wasm_v128_load(wq[r0 + 2] + 16 * c), x3 = wasm_v128_load(wq[r0 + 3] + 16 * c);
+    const v128_t a = wasm_i32x4_shuffle(x0, x1, 0, 4, 1, 5), b = wasm_i32x4_shuffle(x0, x1, 2, 6, 3, 7);
+    const v128_t e = wasm_i32x4_shuffle(x2, x3, 0, 4, 1, 5), f = wasm_i32x4_shuffle(x2, x3, 2, 6, 3, 7);
+    uint8_t* o = wqi[g] + 64 * c;
+    wasm_v128_store(o, wasm_i32x4_shuffle(a, e, 0, 1, 4, 5));
+    wasm_v128_store(o + 16, wasm_i32x4_shuffle(a, e, 2, 3, 6, 7));
+    wasm_v128_store(o + 32, wasm_i32x4_shuffle(b, f, 0, 1, 4, 5));
+    wasm_v128_store(o + 48, wasm_i32x4_shuffle(b, f, 2, 3, 6, 7));
   }
-  for (int t = 0; t < NT; t++) s[0][t] = s0[t], s[1][t] = s1[t];
 }
 
-// 4 decoded rows (from row 4*sub) x NT tokens over one super-block; acc[t] += the block.
-template <class F, int NT>
-inline void rtile(const block_q8_K* const* a, int sub, v128_t* acc) {
-  v128_t s[4][NT];
-  const int r0 = 4 * sub;
-  const int8_t* aq[NT];
-  for (int t = 0; t < NT; t++) aq[t] = a[t]->qs;
-  rsums2<NT>(wq[r0], wscv[r0], aq, s);
-  rsums2<NT>(wq[r0 + 2], wscv[r0 + 2], aq, s + 2);
-  const v128_t dw = wasm_v128_load(&wd[r0]);
+void interleave4(int g) {  // Q4_K: quants, scales and mins of rows 4g..4g+3
+  const int r0 = 4 * g;
+  interleave4_q(g);
+  for (int j = 0; j < 8; j++) {
+    alignas(16) int16_t v[8];
+    for (int r = 0; r < 4; r++) v[2 * r] = v[2 * r + 1] = wsc[r0 + r][j];
+    wsci[g][j] = wasm_v128_load(v);
+  }
+  for (int k = 0; k < 4; k++) {
+    alignas(16) int16_t v[8];
+    for (int r = 0; r < 4; r++) v[2 * r] = wm8[r0 + r][2 * k], v[2 * r + 1] = wm8[r0 + r][2 * k + 1];
+    wmi[g][k] = wasm_v128_load(v);
+  }
+}
+
+template <int NT>
+inline void rltile_q4K(const block_q8_K* const* a, const v128_t* bp, int g, v128_t* acc) {
+  v128_t s[NT];
+  const int8_t* ap[NT];
+  for (int t = 0; t < NT; t++) s[t] = wasm_i32x4_splat(0), ap[t] = a[t]->qs;
+  const uint8_t* wp = wqi[g];
+  const v128_t* sp = wsci[g];
+#pragma clang loop unroll(disable)
+  for (int j = 0; j < 8; j++) {  // hot loop: one 32-weight sub-block x 4 rows x NT tokens
+    v128_t p[NT];
+    for (int t = 0; t < NT; t++) p[t] = wasm_i16x8_splat(0);
+    for (int q = 0; q < 8; q++) {
+      const v128_t w = wasm_v128_load(wp + 16 * q);
+      for (int t = 0; t < NT; t++)
+        p[t] = wasm_i16x8_add(p[t], wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load32_splat(ap[t] + 4 * q), w));
+    }
+    const v128_t c = sp[0];
+    for (int t = 0; t < NT; t++) s[t] = wasm_i32x4_add(s[t], wasm_i32x4_dot_i16x8(p[t], c)), ap[t] += 32;
+    wp += 128, sp += 1;
+  }
+  const int r0 = 4 * g;
+  const v128_t dw = wasm_v128_load(&wd[r0]), dmw = wasm_v128_load(&wdm[r0]);
   for (int t = 0; t < NT; t++) {
-    v128_t sumi = reduce4(s[0][t], s[1][t], s[2][t], s[3][t]);
-    const v128_t b0 = wasm_v128_load(a[t]->bsums), b1 = wasm_v128_load(a[t]->bsums + 8);
+    const v128_t b = bp[t];
+    v128_t ms = wasm_i32x4_dot_i16x8(wmi[g][0], wasm_i32x4_shuffle(b, b, 0, 0, 0, 0));
+    ms = wasm_i32x4_add(ms, wasm_i32x4_dot_i16x8(wmi[g][1], wasm_i32x4_shuffle(b, b, 1, 1, 1, 1)));
+    ms = wasm_i32x4_add(ms, wasm_i32x4_dot_i16x8(wmi[g][2], wasm_i32x4_shuffle(b, b, 2, 2, 2, 2)));
+    ms = wasm_i32x4_add(ms, wasm_i32x4_dot_i16x8(wmi[g][3], wasm_i32x4_shuffle(b, b, 3, 3, 3, 3)));
     const v128_t da = wasm_f32x4_splat(a[t]->d);
     const v128_t d = wasm_f32x4_mul(dw, da);
-    if (F::KMIN) {  // block_accum_kmin, lanewise
-      v128_t m[4];
-      for (int r = 0; r < 4; r++)
-        m[r] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(wm2[r0 + r]), b0),
-                              wasm_i32x4_dot_i16x8(wasm_v128_load(wm2[r0 + r] + 8), b1));
-      const v128_t ms = reduce4(m[0], m[1], m[2], m[3]);
-      const v128_t dm = wasm_f32x4_mul(wasm_v128_load(&wdm[r0]), da);
-      const v128_t x1 = wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi));
-      const v128_t x2 = wasm_f32x4_mul(dm, wasm_f32x4_convert_i32x4(ms));
-      acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_sub(x1, x2));
-    } else {  // block_accum with sumi - 32 * sum_j sc_j * bsums_j, lanewise
-      v128_t o[4];
-      for (int r = 0; r < 4; r++)
-        o[r] = wasm_i32x4_add(wasm_i32x4_dot_i16x8(wasm_v128_load(wsc[r0 + r]), b0),
-                              wasm_i32x4_dot_i16x8(wasm_v128_load(wsc[r0 + r] + 8), b1));
-      sumi = wasm_i32x4_sub(sumi, wasm_i32x4_shl(reduce4(o[0], o[1], o[2], o[3]), 5));
-      acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi)));
-    }
+    const v128_t dm = wasm_f32x4_mul(dmw, da);  // block_accum_kmin, lanewise
+    const v128_t x1 = wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(s[t]));
+    const v128_t x2 = wasm_f32x4_mul(dm, wasm_f32x4_convert_i32x4(ms));
+    acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_sub(x1, x2));
   }
 }
 
-template <class F>
-void mm_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
-                int64_t nt, float* Y, int64_t ldy) {
+void mm_q4K_rows(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+                 int64_t nt, float* Y, int64_t ldy) {
+  constexpr int TT = 4;
+  const int64_t ns = n / SB;
+  g_acc.resize((size_t)(RD / 4 * nt));
+  g_bp.resize((size_t)nt);
+  auto ablk = [&](int64_t t, int64_t s) { return (const block_q8_K*)(act + (size_t)t * ab) + s; };
+  for (int64_t r0 = 0; r0 < nrows; r0 += RD) {
+    const int nr = (int)std::min<int64_t>(RD, nrows - r0), nsub = (nr + 3) / 4;
+    for (int64_t k = 0; k < nsub * nt; k++) g_acc[(size_t)k] = wasm_f32x4_splat(0.f);
+    for (int64_t s = 0; s < ns; s++) {
+      for (int r = 0; r < 4 * nsub; r++) {
+        if (r < nr) RQ4K::decode(W + (size_t)(r0 + r) * rb + (size_t)s * RQ4K::BYTES, r);
+        else zero_row(r);
+      }
+      for (int g = 0; g < nsub; g++) interleave4(g);
+      for (int64_t u = 0; u < nt; u++) {
+        const v128_t one = wasm_i16x8_splat(1);
+        const int16_t* bs = ablk(u, s)->bsums;
+        g_bp[(size_t)u] = wasm_i16x8_narrow_i32x4(wasm_i32x4_dot_i16x8(wasm_v128_load(bs), one),
+                                                 wasm_i32x4_dot_i16x8(wasm_v128_load(bs + 8), one));
+      }
+      int64_t t = 0;
+      for (; t + TT <= nt; t += TT) {
+        const block_q8_K* a[TT];
+        for (int u = 0; u < TT; u++) a[u] = ablk(t + u, s);
+        for (int g = 0; g < nsub; g++) rltile_q4K<TT>(a, &g_bp[(size_t)t], g, &g_acc[(size_t)(g * nt + t)]);
+      }
+      const block_q8_K* a[TT - 1];
+      for (int u = 0; u < nt - t; u++) a[u] = ablk(t + u, s);
+      for (int g = 0; g < nsub; g++) {  // token tail (< TT)
+        v128_t* acc = &g_acc[(size_t)(g * nt + t)];
+        const v128_t* bp = &g_bp[(size_t)t];
+        if (nt - t == 3) rltile_q4K<3>(a, bp, g, acc);
+        else if (nt - t == 2) rltile_q4K<2>(a, bp, g, acc);
+        else if (nt - t == 1) rltile_q4K<1>(a, bp, g, acc);
+      }
+    }
+    for (int sub = 0; sub < nsub; sub++)
+      for (int64_t t = 0; t < nt; t++) {
+        alignas(16) float o[4];
+        wasm_v128_store(o, g_acc[(size_t)(sub * nt + t)]);
+        for (int r = 0; r < 4 && 4 * sub + r < nr; r++) Y[t * ldy + r0 + 4 * sub + r] = o[r];
+      }
+  }
+}
+
+// Q6_K row-lane tile: as Q4_K's, per 16-weight sub-block (4 groups of 4): two groups' pair
+// sums summed in i16 (|.| <= 2 * 2*63*128 = 32256, exact), each pair of groups one
+// dot_i16x8 with [sc_r0 x2, .., sc_r3 x2]: 6 multiply-pipe ops per 64 MACs (2-row tile: 8).
+alignas(16) KNOT_KERNEL_TLS v128_t wsci6[RD / 4][16];  // [group][sub-block] i16 [sc_r0, sc_r0, .., sc_r3, sc_r3]
+alignas(16) KNOT_KERNEL_TLS v128_t wsco6[RD / 4][8];   // [group][pair k] i16 [sc_r0(2k), sc_r0(2k+1), .., sc_r3(2k+1)]
+
+void interleave4_q6(int g) {
+  const int r0 = 4 * g;
+  interleave4_q(g);
+  for (int j = 0; j < 16; j++) {
+    alignas(16) int16_t v[8];
+    for (int r = 0; r < 4; r++) v[2 * r] = v[2 * r + 1] = wsc[r0 + r][j];
+    wsci6[g][j] = wasm_v128_load(v);
+  }
+  for (int k = 0; k < 8; k++) {
+    alignas(16) int16_t v[8];
+    for (int r = 0; r < 4; r++) v[2 * r] = wsc[r0 + r][2 * k], v[2 * r + 1] = wsc[r0 + r][2 * k + 1];
+    wsco6[g][k] = wasm_v128_load(v);
+  }
+}
+
+template <int NT>
+inline void rltile_q6K(const block_q8_K* const* a, int g, v128_t* acc) {
+  v128_t s[NT];
+  const int8_t* ap[NT];
+  for (int t = 0; t < NT; t++) s[t] = wasm_i32x4_splat(0), ap[t] = a[t]->qs;
+  const uint8_t* wp = wqi[g];
+  const v128_t* sp = wsci6[g];
+#pragma clang loop unroll(disable)
+  for (int j = 0; j < 16; j++) {  // hot loop: one 16-weight sub-block x 4 rows x NT tokens
+    const v128_t w0 = wasm_v128_load(wp), w1 = wasm_v128_load(wp + 16);
+    const v128_t w2 = wasm_v128_load(wp + 32), w3 = wasm_v128_load(wp + 48);
+    const v128_t c = sp[0];
+    for (int t = 0; t < NT; t++) {
+      const v128_t p0 = wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load32_splat(ap[t]), w0),
+                                       wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load32_splat(ap[t] + 4), w1));
+      const v128_t p1 = wasm_i16x8_add(wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load32_splat(ap[t] + 8), w2),
+                                       wasm_i16x8_relaxed_dot_i8x16_i7x16(wasm_v128_load32_splat(ap[t] + 12), w3));
+      s[t] = wasm_i32x4_add(s[t], wasm_i32x4_add(wasm_i32x4_dot_i16x8(p0, c), wasm_i32x4_dot_i16x8(p1, c)));
+      ap[t] += 16;
+    }
+    wp += 64, sp += 1;
+  }
+  const v128_t dw = wasm_v128_load(&wd[4 * g]);
+  for (int t = 0; t < NT; t++) {  // block_accum with sumi - 32 * sum_j sc_j * bsums_j, lanewise
+    v128_t o = wasm_i32x4_splat(0);
+    for (int k = 0; k < 8; k++) o = wasm_i32x4_add(o, wasm_i32x4_dot_i16x8(wsco6[g][k], wasm_v128_load32_splat(a[t]->bsums + 2 * k)));
+    const v128_t sumi = wasm_i32x4_sub(s[t], wasm_i32x4_shl(o, 5));
+    const v128_t d = wasm_f32x4_mul(dw, wasm_f32x4_splat(a[t]->d));
+    acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi)));
+  }
+}
+
+void mm_q6K_rows(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
+                 int64_t nt, float* Y, int64_t ldy) {
+  constexpr int TT = 4;
   const int64_t ns = n / SB;
   g_acc.resize((size_t)(RD / 4 * nt));
   auto ablk = [&](int64_t t, int64_t s) { return (const block_q8_K*)(act + (size_t)t * ab) + s; };
@@ -408,20 +517,23 @@ void mm_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uin
     for (int64_t k = 0; k < nsub * nt; k++) g_acc[(size_t)k] = wasm_f32x4_splat(0.f);
     for (int64_t s = 0; s < ns; s++) {
       for (int r = 0; r < 4 * nsub; r++) {
-        if (r < nr) F::decode(W + (size_t)(r0 + r) * rb + (size_t)s * F::BYTES, r);
+        if (r < nr) RQ6K::decode(W + (size_t)(r0 + r) * rb + (size_t)s * RQ6K::BYTES, r);
         else zero_row(r);
       }
+      for (int g = 0; g < nsub; g++) interleave4_q6(g);
       int64_t t = 0;
-      for (; t + 3 <= nt; t += 3) {
-        const block_q8_K* a[3] = {ablk(t, s), ablk(t + 1, s), ablk(t + 2, s)};
-        for (int sub = 0; sub < nsub; sub++) rtile<F, 3>(a, sub, &g_acc[(size_t)(sub * nt + t)]);
+      for (; t + TT <= nt; t += TT) {
+        const block_q8_K* a[TT];
+        for (int u = 0; u < TT; u++) a[u] = ablk(t + u, s);
+        for (int g = 0; g < nsub; g++) rltile_q6K<TT>(a, g, &g_acc[(size_t)(g * nt + t)]);
       }
-      if (nt - t == 2) {
-        const block_q8_K* a[2] = {ablk(t, s), ablk(t + 1, s)};
-        for (int sub = 0; sub < nsub; sub++) rtile<F, 2>(a, sub, &g_acc[(size_t)(sub * nt + t)]);
-      } else if (nt - t == 1) {
-        const block_q8_K* a[1] = {ablk(t, s)};
-        for (int sub = 0; sub < nsub; sub++) rtile<F, 1>(a, sub, &g_acc[(size_t)(sub * nt + t)]);
+      const block_q8_K* a[TT - 1];
+      for (int u = 0; u < nt - t; u++) a[u] = ablk(t + u, s);
+      for (int g = 0; g < nsub; g++) {  // token tail (< TT)
+        v128_t* acc = &g_acc[(size_t)(g * nt + t)];
+        if (nt - t == 3) rltile_q6K<3>(a, g, acc);
+        else if (nt - t == 2) rltile_q6K<2>(a, g, acc);
+        else if (nt - t == 1) rltile_q6K<1>(a, g, acc);
       }
     }
     for (int sub = 0; sub < nsub; sub++)
@@ -436,10 +548,10 @@ void mm_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uin
 }  // namespace
 
 static void mm_q4_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
-  mm_relaxed<RQ4K>(n, W, rb, nr, a, ab, nt, Y, ldy);
+  mm_q4K_rows(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 static void mm_q6_K_relaxed(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
-  mm_relaxed<RQ6K>(n, W, rb, nr, a, ab, nt, Y, ldy);
+  mm_q6K_rows(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 
 #define KNOT_NT_DISPATCH(name, tmpl)                                                     \

@@ -35,7 +35,7 @@ export async function relaxedCheck(loadWasm, {baseline, relaxed}, seed = 1) {
     const w = B.u8().slice(pw, pw + wBytes);
     B.free(pf);
     const rw = R.copyIn(w);
-    for (const ntok of [1, 3, 8]) {
+    for (const ntok of [1, 3, 6, 7, 8, 10]) {
       const X = new Float32Array(ntok * cols).map(() => rand());
       const run = (M, pwM, kernel) => {
         const px = M.copyIn(new Uint8Array(X.buffer)), py = M.malloc(ntok * rows * 4);
