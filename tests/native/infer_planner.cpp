@@ -343,6 +343,16 @@ TEST(PlanCost, FastestPrefillChunkFollowsTheTable) {
   EXPECT_EQ(fastest_prefill_chunk(s, c, 100), 100);
 }
 
+// The message cost_model_from_json throws for json ("" when it accepts it).
+static std::string cost_model_error(const char* json) {
+  try {
+    cost_model_from_json(json);
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::string();
+}
+
 TEST(PlanCost, CostModelJsonReadsTheChunkTableAndNamesItsBadEntries) {
   const CostModel c = cost_model_from_json(
       R"({"prefill_token_bytes_per_ms_by_chunk": {"64": 3e6, "2": 1e6, "16": 2.5e6}, "prefill_cold_first_chunk_token_bytes_per_ms": 9e5,
@@ -360,31 +370,23 @@ TEST(PlanCost, CostModelJsonReadsTheChunkTableAndNamesItsBadEntries) {
   EXPECT_EQ(prefill_rate(old, 512), 5e6);
   EXPECT_EQ(old.prefill_cold_token_bytes_per_ms, 0);  // the compiled cold rate is not the file's
   EXPECT_EQ(cost_model_from_json(R"({"hop_ms": 1})").prefill_by_chunk, CostModel{}.prefill_by_chunk);
-  auto err = [](const char* j) {
-    try {
-      cost_model_from_json(j);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   const std::string field = "prefill_token_bytes_per_ms_by_chunk";
   for (const char* bad : {R"({"prefill_token_bytes_per_ms_by_chunk": {"x": 1}})", R"({"prefill_token_bytes_per_ms_by_chunk": {"0": 1}})",
                           R"({"prefill_token_bytes_per_ms_by_chunk": {"1.5": 1}})", R"({"prefill_token_bytes_per_ms_by_chunk": {"08": 1}})",
                           R"({"prefill_token_bytes_per_ms_by_chunk": {"-4": 1}})", R"({"prefill_token_bytes_per_ms_by_chunk": {"99999": 1}})"}) {
-    const std::string e = err(bad);
+    const std::string e = cost_model_error(bad);
     EXPECT_NE(e.find(field + ": key"), std::string::npos) << bad << ": " << e;
     EXPECT_NE(e.find("is not a chunk size"), std::string::npos) << bad << ": " << e;
   }
-  EXPECT_NE(err(R"({"prefill_token_bytes_per_ms_by_chunk": {"8": -1}})").find(field + "[\"8\"] must be a positive number, got -1"),
+  EXPECT_NE(cost_model_error(R"({"prefill_token_bytes_per_ms_by_chunk": {"8": -1}})").find(field + "[\"8\"] must be a positive number, got -1"),
             std::string::npos);
-  EXPECT_NE(err(R"({"prefill_token_bytes_per_ms_by_chunk": {"8": "fast"}})").find(field + "[\"8\"] must be a positive number"),
+  EXPECT_NE(cost_model_error(R"({"prefill_token_bytes_per_ms_by_chunk": {"8": "fast"}})").find(field + "[\"8\"] must be a positive number"),
             std::string::npos);
-  EXPECT_NE(err(R"({"prefill_token_bytes_per_ms_by_chunk": {}})").find(field + " must be an object"), std::string::npos);
-  EXPECT_NE(err(R"({"prefill_token_bytes_per_ms_by_chunk": [1, 2]})").find(field + " must be an object"), std::string::npos);
-  EXPECT_NE(err(R"({"prefill_cold_first_chunk_token_bytes_per_ms": 0})").find("prefill_cold_first_chunk_token_bytes_per_ms must be a positive"),
+  EXPECT_NE(cost_model_error(R"({"prefill_token_bytes_per_ms_by_chunk": {}})").find(field + " must be an object"), std::string::npos);
+  EXPECT_NE(cost_model_error(R"({"prefill_token_bytes_per_ms_by_chunk": [1, 2]})").find(field + " must be an object"), std::string::npos);
+  EXPECT_NE(cost_model_error(R"({"prefill_cold_first_chunk_token_bytes_per_ms": 0})").find("prefill_cold_first_chunk_token_bytes_per_ms must be a positive"),
             std::string::npos);
-  EXPECT_NE(err(R"({"prefill_cold_first_chunk_tokens": 2.5})").find("prefill_cold_first_chunk_tokens must be an integer"), std::string::npos);
+  EXPECT_NE(cost_model_error(R"({"prefill_cold_first_chunk_tokens": 2.5})").find("prefill_cold_first_chunk_tokens must be an integer"), std::string::npos);
 }
 
 TEST(PlanCost, CostModelJsonNamesTheBadField) {
@@ -392,18 +394,10 @@ TEST(PlanCost, CostModelJsonNamesTheBadField) {
   EXPECT_EQ(c.decode_bytes_per_ms, 5);
   EXPECT_EQ(c.hop_ms, 2.5);
   EXPECT_EQ(c.prefill_token_bytes_per_ms, CostModel{}.prefill_token_bytes_per_ms);
-  auto err = [](const char* j) {
-    try {
-      cost_model_from_json(j);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  EXPECT_NE(err(R"({"hop_ms": -1})").find("hop_ms must be a positive number"), std::string::npos);
-  EXPECT_NE(err(R"({"decode_bytes_per_ms": "fast"})").find("decode_bytes_per_ms"), std::string::npos);
-  EXPECT_NE(err(R"({"prompt_tokens": 0})").find("prompt_tokens"), std::string::npos);
-  EXPECT_NE(err("[1]").find("not a JSON object"), std::string::npos);
+  EXPECT_NE(cost_model_error(R"({"hop_ms": -1})").find("hop_ms must be a positive number"), std::string::npos);
+  EXPECT_NE(cost_model_error(R"({"decode_bytes_per_ms": "fast"})").find("decode_bytes_per_ms"), std::string::npos);
+  EXPECT_NE(cost_model_error(R"({"prompt_tokens": 0})").find("prompt_tokens"), std::string::npos);
+  EXPECT_NE(cost_model_error("[1]").find("not a JSON object"), std::string::npos);
 }
 
 TEST(PlanCost, CompiledDefaultsAreTheMeasuredFile) {
