@@ -462,8 +462,9 @@ TEST(Planner, Qwen7bLatencyObjectiveCutsFinerAndListsTheRejected) {
   for (const auto& a : mem["alternatives"]) EXPECT_EQ(a["prefill_chunk"], a["chunk"]);
   for (const auto& a : lat["alternatives"]) {
     EXPECT_LE(a["prefill_chunk"].get<int>(), a["chunk"].get<int>());
-    if (a["min_slices"] == mem["min_slices"])
+    if (a["min_slices"] == mem["min_slices"]) {
       EXPECT_LE(a["estimate"]["ttft_pipelined_s"].get<double>(), mem["estimate"]["ttft_pipelined_s"].get<double>());
+    }
   }
   EXPECT_EQ(lat["estimate"]["prompt_tokens"], 2000);
 }
