@@ -23,5 +23,5 @@ int cmd_generate(int argc, char** argv);
 // The command line of `knot NAME` parsed by its one option spec (core/infer/options.h).
 // -h/--help prints the usage on stdout and sets *exit_code = 0; a bad command line that asks
 // for the usage prints it on stderr and sets 2; both return null (the command returns
-// *exit_code). Otherwise the parse_command_line() result. Defined in cli/knot.cpp.
+// *exit_code). Otherwise the parse_command_line() result. Defined in cli/args.cpp.
 nlohmann::json parse_cli_or_usage(const char* name, int argc, char** argv, int* exit_code);

@@ -73,18 +73,6 @@ static const char* USAGE =
     "                                 WebSocket (see `knot station --help`)\n"
     "  help                           this text\n";
 
-nlohmann::json parse_cli_or_usage(const char* name, int argc, char** argv, int* exit_code) {
-  const knot::CommandSpec& spec = knot::command_spec(name);
-  nlohmann::json cl = knot::parse_command_line(spec, std::vector<std::string>(argv + 1, argv + argc), "knot");
-  if (cl["action"] == "help" || cl["action"] == "usage") {
-    const bool help = cl["action"] == "help";
-    std::fputs(knot::usage_text(spec, "knot").c_str(), help ? stdout : stderr);
-    *exit_code = help ? 0 : 2;
-    return nullptr;
-  }
-  return cl;
-}
-
 static std::string human(uint64_t b) {
   char buf[32];
   if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
