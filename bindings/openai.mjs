@@ -86,20 +86,13 @@
 import {CHAT_PAGE_HTML} from "./chat-page.mjs";
 import {Metrics} from "./metrics.mjs";
 import {ToolStream, openaiToolCalls, parseToolCalls, parseTools, toolMessage} from "./tools.mjs";
+import {ApiError} from "./api-error.mjs";
+
+export {ApiError};
 
 /** The build /props and /metrics report (package.json's version; a test keeps them equal). */
 export const VERSION = "0.1.0";
 
-export class ApiError extends Error {
-  /** @param {number} status @param {string} message @param {{type?: string, code?: string|null, param?: string|null}} [o] */
-  constructor(status, message, {type, code = null, param = null} = {}) {
-    super(message);
-    this.status = status;
-    this.type = type ?? (status === 401 ? "invalid_request_error" : status >= 500 ? "server_error" : "invalid_request_error");
-    this.code = code;
-    this.param = param;
-  }
-}
 
 const te = new TextEncoder();
 

@@ -31,7 +31,7 @@
 //       so the streamed content and calls equal parseToolCalls of prefix + the whole text
 //       (plain content: the text without the prefix, as the non-streamed message).
 //   * openaiToolCalls(calls, id) -> message.tool_calls [{id, type: "function", function}].
-import {ApiError} from "./openai.mjs";
+import {ApiError} from "./api-error.mjs";
 
 const bad = (message, param, code = null) => new ApiError(400, message, {param, code});
 const isObject = (x) => x !== null && typeof x === "object" && !Array.isArray(x);
