@@ -6,8 +6,8 @@
 // with every token's activation block. Prefill (matmul, 2+ tokens) has batched kernels:
 // Q4_0/Q8_0 x Q16_0 (8-row x 4-token vpmaddwd tiles on pair-major int16 panels) and
 // Q4_K/Q6_K x Q8_K (8-row x 8-token maddubs tiles).
-// Q4_0/Q8_0 decode (one token) runs the 8-row lanes-as-rows kernel in mv[] (no per-row
-// horizontal sum per block).
+// Q4_0/Q8_0 and Q4_K/Q6_K decode (one token) run 8-row lanes-as-rows kernels in mv[] (no
+// per-row horizontal sum or scalar combine per block; mv_q4_K_rows8_avx2 below).
 // f16_to_f32_row_f16c: the F16 KV cache read (kernels.h f16_to_f32_row) with F16C.
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
 #include "kernels/kernels_internal.h"
@@ -353,6 +354,207 @@ static void mv_q8_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, con
   mv_rows8<block_q8_0>(n, W, rb, nr, a, Y);
 }
 
+// ---- K-quant decode (one token, mv[]): 8 rows per pass, one row per 32-bit lane of the
+// block sums (the 256-bit form of kernels_avx512.cpp's mv_q4_K_rows16 / mv_q6_K_rows16).
+// Per row and block the integer work is the dot kernels' (vpmaddubsw u8 weights x s8
+// activations, vpmaddwd with the row's sub-block scales) into one ymm per row; reduce8
+// puts the 8 rows' exact block sums into one vector, and what was per row and block in
+// the dot kernels — the horizontal sums, the scale / min unpacking, the fp16 conversions
+// and the float combine — runs once for 8 rows:
+//   Q4_K: the rows' 16-byte block headers (d, dmin, 12 scale bytes) are transposed so that
+//     lane r holds row r's dwords; k4_scales_avx2's 32-bit mask decode runs lanewise; the
+//     min sum sum_j m[j] * (bsums[2j] + bsums[2j+1]) is four vpmaddwd of (m[j], m[j+2]) i16
+//     pairs against broadcast activation pairs; block_accum_kmin lanewise.
+//   Q6_K: the -32 offset is folded into the row's own sum (vpmaddwd of -32*sc[j] against
+//     the 16 bsums, exact: |-32 sc| <= 4096, |bsums| <= 2032); block_accum lanewise.
+// All integer sums are exact and the float combine is the scalar one lanewise in block
+// order (contraction off), so every row equals the dot kernels (and kernels_generic.cpp)
+// bit for bit. The panel PF_PANELS ahead is prefetched, a slice per block.
+namespace {
+
+inline uint32_t pair16(int a, int b) { return (uint32_t)(uint16_t)(int16_t)a | ((uint32_t)(uint16_t)(int16_t)b << 16); }
+
+// 8 row pointers of the panel at r0 (rows past nrows repeat the last one; not stored).
+inline void panel_rows8(const uint8_t* W, size_t rb, int64_t r0, int nr, const uint8_t* row[8]) {
+  for (int r = 0; r < 8; r++) row[r] = W + (size_t)(r0 + std::min(r, nr - 1)) * rb;
+}
+
+// Transpose of 8 rows' 16-byte slices: out[k] lane r = dword k of the slice at row[r].
+inline void load_t8x4(const uint8_t* const* row, size_t off, __m256i out[4]) {
+  __m256i in[4];
+  for (int q = 0; q < 4; q++)  // 128-bit half L of in[q]: row 4L+q
+    in[q] = _mm256_setr_m128i(_mm_loadu_si128((const __m128i*)(row[q] + off)), _mm_loadu_si128((const __m128i*)(row[4 + q] + off)));
+  const __m256i t0 = _mm256_unpacklo_epi32(in[0], in[1]), t1 = _mm256_unpackhi_epi32(in[0], in[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(in[2], in[3]), t3 = _mm256_unpackhi_epi32(in[2], in[3]);
+  out[0] = _mm256_unpacklo_epi64(t0, t2);
+  out[1] = _mm256_unpackhi_epi64(t0, t2);
+  out[2] = _mm256_unpacklo_epi64(t1, t3);
+  out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+inline void prefetch_slice8(const uint8_t*& pf, size_t step, const uint8_t* end) {
+  const uint8_t* const stop = std::min(pf + step, end);
+  for (const uint8_t* p = pf; p < stop; p += 64) _mm_prefetch((const char*)p, _MM_HINT_T0);
+  pf += step;
+}
+
+// Lanes 0..nr-1 of v to y.
+inline void store_rows8(float* y, int nr, __m256 v) {
+  if (nr == 8) {
+    _mm256_storeu_ps(y, v);
+    return;
+  }
+  alignas(32) float o[8];
+  _mm256_store_ps(o, v);
+  for (int r = 0; r < nr; r++) y[r] = o[r];
+}
+
+// fp16 low halves of the 8 dword lanes of v -> f32.
+inline __m256 low_halves_to_f32(__m256i v) {
+  const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(lo, lo), 0x08)));
+}
+
+}  // namespace
+
+void mv_q4_K_rows8_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* Y) {
+  const int64_t nb = n / QK_K;
+  const block_q8_K* a = (const block_q8_K*)act;
+  const uint8_t* const end = W + (size_t)nrows * rb;
+  const size_t panel = 8 * rb;
+  const size_t pf_step = (panel + (size_t)nb - 1) / (size_t)nb;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i sidx[8];  // vpshufb on [sc0..sc7] as i16 (both halves): splat i16 lane j
+  for (int j = 0; j < 8; j++) sidx[j] = _mm256_set1_epi16((short)(((2 * j + 1) << 8) | (2 * j)));
+  const __m256i k3f = _mm256_set1_epi32(0x3F3F3F3F), k0f = _mm256_set1_epi32(0x0F0F0F0F);
+  const __m256i k30 = _mm256_set1_epi32(0x30303030), kff = _mm256_set1_epi32(0x00FF00FF);
+  // qword of the two unpacked scale vectors (below) that holds row r's 8 scale bytes
+  int qsel[8];
+  for (int r = 0; r < 8; r++) qsel[r] = ((r & 3) < 2 ? 0 : 4) + 2 * (r >> 2) + (r & 1);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
+    const int nr = (int)std::min<int64_t>(8, nrows - r0);
+    const uint8_t* row[8];
+    panel_rows8(W, rb, r0, nr, row);
+    const uint8_t* pf = row[0] + PF_PANELS * panel;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+      prefetch_slice8(pf, pf_step, end);
+      const size_t bo = (size_t)i * sizeof(block_q4_K);
+      __m256i h[4];  // lane r: row r's d|dmin, scale bytes 0..3, 4..7, 8..11
+      load_t8x4(row, bo, h);
+      const __m256i sc_lo = _mm256_and_si256(h[1], k3f), m_lo = _mm256_and_si256(h[2], k3f);
+      const __m256i sc_hi = _mm256_or_si256(_mm256_and_si256(h[3], k0f), _mm256_and_si256(_mm256_srli_epi32(h[1], 2), k30));
+      const __m256i m_hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(h[3], 4), k0f),
+                                           _mm256_and_si256(_mm256_srli_epi32(h[2], 2), k30));
+      alignas(32) uint64_t sc8[8];  // row r's sc[0..7] at qword qsel[r]
+      _mm256_store_si256((__m256i*)sc8, _mm256_unpacklo_epi32(sc_lo, sc_hi));
+      _mm256_store_si256((__m256i*)(sc8 + 4), _mm256_unpackhi_epi32(sc_lo, sc_hi));
+      const int8_t* aq = a[i].qs;
+      __m256i s[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {  // hot loop: one block of one row
+        const uint8_t* qs = row[r] + bo + offsetof(block_q4_K, qs);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i*)(sc8 + qsel[r]))));
+        __m256i sr = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {  // 64 weights = sub-blocks 2c, 2c+1
+          const __m256i q = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
+          const __m256i p_lo = _mm256_maddubs_epi16(_mm256_and_si256(q, m4), _mm256_loadu_si256((const __m256i*)(aq + 64 * c)));
+          const __m256i p_hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                                    _mm256_loadu_si256((const __m256i*)(aq + 64 * c + 32)));
+          sr = _mm256_add_epi32(sr, _mm256_add_epi32(_mm256_madd_epi16(p_lo, _mm256_shuffle_epi8(sc16, sidx[2 * c])),
+                                                     _mm256_madd_epi16(p_hi, _mm256_shuffle_epi8(sc16, sidx[2 * c + 1]))));
+        }
+        s[r] = sr;
+      }
+      const __m256i sumi = reduce8(s);
+      // mins: lane r = sum_j m[j] * (bsums[2j] + bsums[2j+1]); i16 pairs (m[j], m[j+2])
+      int32_t bs[8];
+      for (int j = 0; j < 8; j++) bs[j] = a[i].bsums[2 * j] + a[i].bsums[2 * j + 1];
+      __m256i summs = _mm256_madd_epi16(_mm256_and_si256(m_lo, kff), _mm256_set1_epi32((int)pair16(bs[0], bs[2])));
+      summs = _mm256_add_epi32(summs, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(m_lo, 8), kff),
+                                                        _mm256_set1_epi32((int)pair16(bs[1], bs[3]))));
+      summs = _mm256_add_epi32(summs, _mm256_madd_epi16(_mm256_and_si256(m_hi, kff), _mm256_set1_epi32((int)pair16(bs[4], bs[6]))));
+      summs = _mm256_add_epi32(summs, _mm256_madd_epi16(_mm256_and_si256(_mm256_srli_epi32(m_hi, 8), kff),
+                                                        _mm256_set1_epi32((int)pair16(bs[5], bs[7]))));
+      const __m256 dw = low_halves_to_f32(h[0]);
+      const __m256 dminw = low_halves_to_f32(_mm256_srli_epi32(h[0], 16));
+      const __m256 da = _mm256_set1_ps(a[i].d);
+      const __m256 d = _mm256_mul_ps(dw, da), dm = _mm256_mul_ps(dminw, da);  // block_accum_kmin, lanewise
+      const __m256 xs = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi));
+      const __m256 ys = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(summs));
+      acc = _mm256_add_ps(acc, _mm256_sub_ps(xs, ys));
+    }
+    store_rows8(Y + r0, nr, acc);
+  }
+}
+
+void mv_q6_K_rows8_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* Y) {
+  const int64_t nb = n / QK_K;
+  const block_q8_K* a = (const block_q8_K*)act;
+  const uint8_t* const end = W + (size_t)nrows * rb;
+  const size_t panel = 8 * rb;
+  const size_t pf_step = (panel + (size_t)nb - 1) / (size_t)nb;
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  const __m256i km32 = _mm256_set1_epi16(-32);
+  __m256i sidx[4];
+  for (int k = 0; k < 4; k++) sidx[k] = q6_scale_idx(k);
+  for (int64_t r0 = 0; r0 < nrows; r0 += 8) {
+    const int nr = (int)std::min<int64_t>(8, nrows - r0);
+    const uint8_t* row[8];
+    panel_rows8(W, rb, r0, nr, row);
+    const uint8_t* pf = row[0] + PF_PANELS * panel;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+      prefetch_slice8(pf, pf_step, end);
+      const size_t bo = (size_t)i * sizeof(block_q6_K);
+      const int8_t* aq = a[i].qs;
+      const __m256i bsums = _mm256_loadu_si256((const __m256i*)a[i].bsums);
+      __m256i s[8];
+      alignas(16) uint16_t dh[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; r++) {  // hot loop: one block of one row
+        const block_q6_K* x = (const block_q6_K*)(row[r] + bo);
+        dh[r] = x->d;
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)x->scales));
+        // -32 * sum_j sc[j] * bsums[j], exact
+        __m256i sr = _mm256_madd_epi16(_mm256_mullo_epi16(sc16, km32), bsums);
+#pragma GCC unroll 2
+        for (int hh = 0; hh < 2; hh++) {  // 128 weights
+          const __m256i q0 = _mm256_loadu_si256((const __m256i*)(x->ql + 64 * hh));
+          const __m256i q1 = _mm256_loadu_si256((const __m256i*)(x->ql + 64 * hh + 32));
+          const __m256i hb = _mm256_loadu_si256((const __m256i*)(x->qh + 32 * hh));
+          __m256i v[4];
+          v[0] = _mm256_or_si256(_mm256_and_si256(q0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+          v[1] = _mm256_or_si256(_mm256_and_si256(q1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+          v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4), _mm256_and_si256(hb, m30));
+          v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                                 _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+          const __m256i sch = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i*)(x->scales + 8 * hh))));
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; k++) {
+            const __m256i p = _mm256_maddubs_epi16(v[k], _mm256_loadu_si256((const __m256i*)(aq + 128 * hh + 32 * k)));
+            sr = _mm256_add_epi32(sr, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sch, sidx[k])));
+          }
+        }
+        s[r] = sr;
+      }
+      const __m256i sumi = reduce8(s);
+      const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i*)dh));
+      const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(a[i].d));             // block_accum, lanewise:
+      acc = _mm256_add_ps(acc, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi)));  // acc + (dw*da)*sumi
+    }
+    store_rows8(Y + r0, nr, acc);
+  }
+}
+
+static void mv_q4_K_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t, int64_t, float* Y, int64_t) {
+  mv_q4_K_rows8_avx2(n, W, rb, nr, a, Y);
+}
+static void mv_q6_K_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t, int64_t, float* Y, int64_t) {
+  mv_q6_K_rows8_avx2(n, W, rb, nr, a, Y);
+}
+
 
 // ---- K-quant prefill (2+ tokens) for CPUs without VNNI: 8 rows x KT tokens register
 // tiles, lanes = rows — kernels_avxvnni.cpp's panel layout (each 8-row panel unpacked once
@@ -375,8 +577,6 @@ struct KPanel8 {
   __m256 d, dmin;   // rows' fp16 d / dmin as f32
 };
 thread_local std::vector<KPanel8> g_kpanel8;
-
-inline uint32_t pair16(int a, int b) { return (uint32_t)(uint16_t)(int16_t)a | ((uint32_t)(uint16_t)(int16_t)b << 16); }
 
 // 8 x 8 dword transpose: out[k] lane r = in[r] lane k.
 inline void transpose8(const __m256i in[8], __m256i out[8]) {
@@ -626,13 +826,10 @@ constexpr int KT8 = 8;  // token tile of the K-quant prefill kernel
 
 template <bool Q6>
 void mm_kquant8_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
-                     int64_t nt, float* Y, int64_t ldy, dot_fn dot) {
+                     int64_t nt, float* Y, int64_t ldy) {
   const int64_t nb = n / QK_K;
-  if (nt < 2) {  // decode: the dot kernel per row
-    for (int64_t t = 0; t < nt; t++) {
-      const void* a[1] = {act + (size_t)t * ab};
-      for (int64_t r = 0; r < nrows; r++) dot(n, W + (size_t)r * rb, a, 1, Y + t * ldy + r);
-    }
+  if (nt < 2) {  // decode: 8 rows per pass
+    for (int64_t t = 0; t < nt; t++) (Q6 ? mv_q6_K_rows8_avx2 : mv_q4_K_rows8_avx2)(n, W, rb, nrows, act + (size_t)t * ab, Y + t * ldy);
     return;
   }
   std::vector<KPanel8>& pb = g_kpanel8;
@@ -793,10 +990,10 @@ KNOT_NT_DISPATCH(dot_q4_0_q16_avx2, q4_0_q16_avx2)
 KNOT_NT_DISPATCH(dot_q8_0_q16_avx2, q8_0_q16_avx2)
 
 static void mm_q4_K_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
-  mm_kquant8_avx2<false>(n, W, rb, nr, a, ab, nt, Y, ldy, dot_q4_K_avx2);
+  mm_kquant8_avx2<false>(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 static void mm_q6_K_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
-  mm_kquant8_avx2<true>(n, W, rb, nr, a, ab, nt, Y, ldy, dot_q6_K_avx2);
+  mm_kquant8_avx2<true>(n, W, rb, nr, a, ab, nt, Y, ldy);
 }
 
 static void mm_q4_0_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nr, const uint8_t* a, size_t ab, int64_t nt, float* Y, int64_t ldy) {
@@ -844,6 +1041,8 @@ static constexpr DotKernels make_avx2_table() {
   k.quant_act[(int)ActFormat::Q16_0] = quant_q16_0_avx2;
   k.mv[type_index(DType::Q4_0)] = mv_q4_0_avx2;
   k.mv[type_index(DType::Q8_0)] = mv_q8_0_avx2;
+  k.mv[type_index(DType::Q4_K)] = mv_q4_K_avx2;
+  k.mv[type_index(DType::Q6_K)] = mv_q6_K_avx2;
   return k;
 }
 

@@ -10,7 +10,7 @@
 //     Prefill (2+ tokens) repacks each 8-row panel pair-major and runs 8-row x 4-token
 //     vpdpwssd tiles (mm_gemm8, no per-token reduction), same sums and combine.
 //   Q4_K / Q6_K x Q8_K prefill (2+ tokens): 8-row x 8-token vpdpbusd tiles (mm, below);
-//     one token goes to kDotAvx2's dot kernels.
+//     one token goes to kernels_avx2.cpp's 8-row decode mat-vecs (mv_q4_K_rows8_avx2).
 // Same schemes as the AVX-512 kernels in kernels_avx512.cpp, at half the width; in
 // decode (one token) the Q4_0/Q8_0 panel PF_PANELS ahead is prefetched, a slice per block.
 #if defined(__x86_64__) || defined(__i386__)
@@ -366,12 +366,8 @@ template <bool Q6>
 void mm_kquant8(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, size_t ab,
                 int64_t nt, float* Y, int64_t ldy) {
   const int64_t nb = n / QK_K;
-  if (nt < 2) {  // decode (mm_min_tokens is 1 for the Q4_0/Q8_0 kernels): the AVX2 dot per row
-    const dot_fn dot = pick_dot(kDotAvx2, Q6 ? DType::Q6_K : DType::Q4_K);
-    for (int64_t t = 0; t < nt; t++) {
-      const void* a[1] = {act + (size_t)t * ab};
-      for (int64_t r = 0; r < nrows; r++) dot(n, W + (size_t)r * rb, a, 1, Y + t * ldy + r);
-    }
+  if (nt < 2) {  // decode (mm_min_tokens is 1 for the Q4_0/Q8_0 kernels): the AVX2 8-row mat-vec
+    for (int64_t t = 0; t < nt; t++) (Q6 ? mv_q6_K_rows8_avx2 : mv_q4_K_rows8_avx2)(n, W, rb, nrows, act + (size_t)t * ab, Y + t * ldy);
     return;
   }
   std::vector<KPanel8>& pb = g_kpanel8;

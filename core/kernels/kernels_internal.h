@@ -114,6 +114,10 @@ extern const DotKernels kDotGeneric;
 #if defined(__x86_64__) || defined(__i386__)
 #define KNOT_HAVE_AVX2_TU 1
 extern const DotKernels kDotAvx2;
+// Q4_K / Q6_K x Q8_K decode mat-vecs (mv_fn), 8 rows per pass, bit for bit the dot kernels
+// (kernels_avx2.cpp; the AVX-VNNI table's one-token path too). AVX2+F16C CPUs only.
+void mv_q4_K_rows8_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* Y);
+void mv_q6_K_rows8_avx2(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_t* act, float* Y);
 // f16_to_f32_row with F16C (kernels_avx2.cpp); only valid when the CPU has AVX2+F16C.
 void f16_to_f32_row_f16c(const uint16_t* src, float* dst, size_t n);
 // AVX-512 F/BW/VL + AVX512-VNNI kernels (kernels_avx512.cpp); only valid when the CPU has them.

@@ -526,39 +526,42 @@ TEST(KernelsDot, EveryUsableSimdVariantMatchesScalar) {
 
 namespace {
 
-// A SIMD table's batched kernel (mm) on the first nrows rows of W (rows rpad bytes apart)
-// and nt activation rows of A (apad apart), for every nrows x nt given: each output equals
+// A SIMD table's batched kernel (mm) and, for one token, its decode mat-vec (mv) on the
+// first nrows rows of W (rows rpad bytes apart) and nt activation rows of A (apad apart),
+// for every nrows x nt given: each output equals
 // the scalar dot's bit for bit, and the cells of a wider output row (ldy = nrows + 5) past
-// nrows stay untouched. Returns the outputs checked (0 if the table has no batched kernel).
+// nrows stay untouched. Returns the outputs checked (0 if the table has neither kernel).
 int expect_tiles_match_scalar(const NamedKernels& tab, DType t, dot_fn scalar, int64_t cols, const std::vector<uint8_t>& W,
                               size_t rpad, const std::vector<uint8_t>& A, size_t apad, std::initializer_list<int64_t> row_counts,
                               std::initializer_list<int64_t> token_counts) {
-  const mm_fn mm = pick_mm_batch(*tab.table, t);
-  if (!mm) return 0;
+  const mm_fn mm = pick_mm_batch(*tab.table, t), mv = pick_mv(*tab.table, t);
+  if (!mm && !mv) return 0;
   int checked = 0;
   for (int64_t nrows : row_counts)
-    for (int64_t nt : token_counts) {
-      if (nt < tab.table->mm_min_tokens) continue;
-      const int64_t ldy = nrows + 5;
-      std::vector<float> Y((size_t)(ldy * nt), -7.f);
-      mm(cols, W.data(), rpad, nrows, A.data(), apad, nt, Y.data(), ldy);
-      for (int64_t k = 0; k < nt; k++)
-        for (int64_t r = 0; r < ldy; r++) {
-          const float got = Y[(size_t)(k * ldy + r)];
-          if (r >= nrows) {
-            EXPECT_EQ(got, -7.f) << tab.name << " wrote past row " << nrows;
-            if (got != -7.f) return checked;
-            continue;
+    for (int64_t nt : token_counts)
+      for (const mm_fn f : {mm, mv}) {
+        if (!f || (f == mm && nt < tab.table->mm_min_tokens) || (f == mv && nt != 1)) continue;
+        const char* slot = f == mm ? "mm" : "mv";
+        const int64_t ldy = nrows + 5;
+        std::vector<float> Y((size_t)(ldy * nt), -7.f);
+        f(cols, W.data(), rpad, nrows, A.data(), apad, nt, Y.data(), ldy);
+        for (int64_t k = 0; k < nt; k++)
+          for (int64_t r = 0; r < ldy; r++) {
+            const float got = Y[(size_t)(k * ldy + r)];
+            if (r >= nrows) {
+              EXPECT_EQ(got, -7.f) << tab.name << " " << slot << " wrote past row " << nrows;
+              if (got != -7.f) return checked;
+              continue;
+            }
+            const void* a[1] = {A.data() + k * apad};
+            float want = 0.f;
+            scalar(cols, W.data() + r * rpad, a, 1, &want);
+            EXPECT_TRUE(bit_equal(got, want)) << tab.name << " " << slot << " " << dtype_name(t) << " rows " << nrows << " tokens " << nt
+                                              << " at (" << k << "," << r << "): " << got << " vs " << want;
+            if (!bit_equal(got, want)) return checked;
+            checked++;
           }
-          const void* a[1] = {A.data() + k * apad};
-          float want = 0.f;
-          scalar(cols, W.data() + r * rpad, a, 1, &want);
-          EXPECT_TRUE(bit_equal(got, want)) << tab.name << " " << dtype_name(t) << " rows " << nrows << " tokens " << nt
-                                            << " at (" << k << "," << r << "): " << got << " vs " << want;
-          if (!bit_equal(got, want)) return checked;
-          checked++;
-        }
-    }
+      }
   return checked;
 }
 
@@ -602,9 +605,10 @@ TEST(KernelsDot, Q0PrefillTilesMatchScalarDotOnRaggedShapes) {
 }
 
 // Each usable table's Q4_K/Q6_K batched kernel (mm[]: on AVX-512 the 16-row decode
-// mat-vec for one token, 16-row x 8-token tiles for more; AVX2 / AVX-VNNI 8-row tiles)
+// mat-vec for one token, 16-row x 8-token tiles for more; AVX2 / AVX-VNNI 8-row tiles, and
+// for one token the 8-row decode mat-vec) and decode slot (mv[], AVX2's 8-row mat-vec)
 // called directly on Q8_K activation rows equals the scalar dot of each (row, token) bit
-// for bit: row counts off the 16-row panel (1, 7, 15, 16, 17, 33: tails repeat the last
+// for bit: row counts off the 8- and 16-row panels (1, 7, 8, 9, 15, 16, 17, 33: tails repeat the last
 // row and must not be stored), token tails, rows and activation rows with padding between
 // them, a wider ldy whose other cells stay untouched, and extreme blocks: Q4_K with every
 // scale and min 63 and every quant 15, Q6_K with scales -128 / 127 and quants 0 / 63,
@@ -646,7 +650,9 @@ TEST(KernelsDot, KQuantTilesMatchScalarDotOnRaggedShapes) {
     }
     int checked = 0;
     for (int v = 0; v < nv; v++)
-      checked += expect_tiles_match_scalar(tables[v], t, scalar, cols, W, rpad, A, apad, {1, 7, 15, 16, 17, 33}, {1, 2, 3, 8, 9, 17});
-    if (nv > 0) EXPECT_GT(checked, 0) << dtype_name(t);
+      checked += expect_tiles_match_scalar(tables[v], t, scalar, cols, W, rpad, A, apad, {1, 7, 8, 9, 15, 16, 17, 33}, {1, 2, 3, 8, 9, 17});
+    if (nv > 0) {
+      EXPECT_GT(checked, 0) << dtype_name(t);
+    }
   }
 }
