@@ -593,17 +593,26 @@ template <class F, int NT>
 inline void mm_tile(const int16_t* w, const int16_t* const* a, const float* const* adt,
                     const int16_t* const* apt, int sub, v128_t* acc) {
   for (int b = 0; b < F::NBI; b++) {
-    v128_t s[4][NT];
-    for (int r = 0; r < 4; r++)
-      for (int t = 0; t < NT; t++) s[r][t] = wasm_i32x4_splat(0);
     // Pointer bumps, rows reached by constant load offsets: V8 emits each wasm address
     // add as is (+12-25% over base+index adds). No clang unroll: it hoists the next
     // iterations' loads and V8 then spills the 8 accumulators (measured slower).
     const int16_t* wp = w + b * F::GPB * 8;
     const int16_t* ap[NT];
     for (int t = 0; t < NT; t++) ap[t] = a[t] + b * F::GPB * 8;
+    // The block's first 8 weights start the sums (no zeroing, no add): for Q8_0 / Q4_0
+    // (4 groups per float block) that is 2 of the ~13 vector ops per 8 products.
+    v128_t s[4][NT];
+    {
+      v128_t av[NT];
+      for (int t = 0; t < NT; t++) av[t] = wasm_v128_load(ap[t]), ap[t] += 8;
+      for (int r = 0; r < 4; r++) {
+        const v128_t wv = wasm_v128_load(wp + r * SB);
+        for (int t = 0; t < NT; t++) s[r][t] = wasm_i32x4_dot_i16x8(wv, av[t]);
+      }
+      wp += 8;
+    }
 #pragma clang loop unroll(disable)
-    for (int g = 0; g < F::GPB; g++) {  // hot loop: 8 weights x 4 rows x NT tokens
+    for (int g = 1; g < F::GPB; g++) {  // hot loop: 8 weights x 4 rows x NT tokens
       v128_t av[NT];
       for (int t = 0; t < NT; t++) av[t] = wasm_v128_load(ap[t]), ap[t] += 8;
       for (int r = 0; r < 4; r++) {
@@ -716,20 +725,39 @@ static void mm_q6_K_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nr, con
 
 // ---- Activation quantizers (byte-identical to quant.cpp's Q8_K / kernels.cpp's Q16_0;
 // blocks whose max is not finite go through the scalar code).
+// Every step is a single x64 instruction under V8 (f32x4.min/max/nearest and
+// i32x4.trunc_sat_f32x4 are NaN-safe multi-instruction sequences there):
+//  - amax: integer max of the |x| bit patterns. For non-NaN floats >= 0 the i32 order
+//    of the bits is the float order, so the max's bits are the largest magnitude's (a
+//    NaN's bits exceed inf's, so a NaN block still reads as not finite).
+//  - round: v + 1.5 * 2^23 rounds v to the nearest integer, ties to even (the sum's ulp
+//    is 1 and 1.5 * 2^23 is even), and its bits minus the constant's are that integer,
+//    exact for |v| < 2^22 (quant.cpp's nearest_int; here |v| <= ~32767).
+//  - clamp in i32 after the rounding (the bounds are integers, so clamping the integer
+//    valued float first gives the same value); Q16_0's +32767 bound is narrow's saturation.
 
-static inline float hmax_f32x4(v128_t v) {
-  v = wasm_f32x4_max(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));
-  v = wasm_f32x4_max(v, wasm_i32x4_shuffle(v, v, 1, 0, 3, 2));
-  return wasm_f32x4_extract_lane(v, 0);
+static inline v128_t abs_bits_f32x4(v128_t v) { return wasm_v128_and(v, wasm_i32x4_splat(0x7FFFFFFF)); }
+
+static inline float hmax_abs_bits(v128_t m) {  // m: |x| bits (max so far) -> the largest as float
+  m = wasm_i32x4_max(m, wasm_i32x4_shuffle(m, m, 2, 3, 0, 1));
+  m = wasm_i32x4_max(m, wasm_i32x4_shuffle(m, m, 1, 0, 3, 2));
+  return wasm_f32x4_extract_lane(m, 0);
+}
+
+constexpr float kRoundMagic = 12582912.f;  // 1.5 * 2^23
+
+static inline v128_t round_to_i32(v128_t v) {  // nearest integer, ties to even; |v| < 2^22
+  const v128_t magic = wasm_f32x4_splat(kRoundMagic);
+  return wasm_i32x4_sub(wasm_f32x4_add(v, magic), magic);
 }
 
 static void quant_q8_K_wasm(const float* x, void* dst, int64_t n) {
   block_q8_K* y = (block_q8_K*)dst;
   const float* x0 = x;
   for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-    v128_t m = wasm_f32x4_splat(0.f);
-    for (int j = 0; j < QK_K; j += 4) m = wasm_f32x4_max(m, wasm_f32x4_abs(wasm_v128_load(x + j)));
-    const float amax = hmax_f32x4(m);
+    v128_t m = wasm_i32x4_splat(0);
+    for (int j = 0; j < QK_K; j += 4) m = wasm_i32x4_max(m, abs_bits_f32x4(wasm_v128_load(x + j)));
+    const float amax = hmax_abs_bits(m);
     if (!(amax < INFINITY)) {  // inf or nan: the scalar quantizer throws, naming the row index
       quantize_row(DType::Q8_K, x0, dst, n);
       return;
@@ -740,12 +768,12 @@ static void quant_q8_K_wasm(const float* x, void* dst, int64_t n) {
     }
     int jm = 0;  // first element of largest magnitude (as the scalar scan picks it)
     while (std::fabs(x[jm]) != amax) jm++;
-    const float iscale = -127.f / x[jm];
+    const float iscale = -127.f / x[jm];  // |iscale * x| <= 127 (+ rounding)
     const v128_t vs = wasm_f32x4_splat(iscale), k127 = wasm_i32x4_splat(127);
     for (int g = 0; g < QK_K / 16; g++) {  // 16 values -> 16 int8 + their sum
       v128_t q[4];
       for (int k = 0; k < 4; k++)
-        q[k] = wasm_i32x4_min(wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(vs, wasm_v128_load(x + 16 * g + 4 * k)))), k127);
+        q[k] = wasm_i32x4_min(round_to_i32(wasm_f32x4_mul(vs, wasm_v128_load(x + 16 * g + 4 * k))), k127);
       const v128_t s = wasm_i32x4_add(wasm_i32x4_add(q[0], q[1]), wasm_i32x4_add(q[2], q[3]));
       y[i].bsums[g] = (int16_t)hsum_i32x4(s);
       const v128_t h0 = wasm_i16x8_narrow_i32x4(q[0], q[1]), h1 = wasm_i16x8_narrow_i32x4(q[2], q[3]);
@@ -758,15 +786,15 @@ static void quant_q8_K_wasm(const float* x, void* dst, int64_t n) {
 static void quant_q16_0_wasm(const float* x, void* dst, int64_t n) {
   block_q16_0* y = (block_q16_0*)dst;
   const float* x0 = x;
-  const v128_t lim = wasm_f32x4_splat(32767.f), nlim = wasm_f32x4_splat(-32767.f);
+  const v128_t nlim = wasm_i32x4_splat(-32767);
   for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
     v128_t v[8];
-    v128_t m = wasm_f32x4_splat(0.f);
+    v128_t m = wasm_i32x4_splat(0);
     for (int k = 0; k < 8; k++) {
       v[k] = wasm_v128_load(x + 4 * k);
-      m = wasm_f32x4_max(m, wasm_f32x4_abs(v[k]));
+      m = wasm_i32x4_max(m, abs_bits_f32x4(v[k]));
     }
-    const float amax = hmax_f32x4(m);
+    const float amax = hmax_abs_bits(m);
     if (!(amax < INFINITY)) {  // inf or nan: the scalar quantizer throws, naming the row index
       quantize_act_row(ActFormat::Q16_0, x0, dst, n);
       return;
@@ -776,14 +804,13 @@ static void quant_q16_0_wasm(const float* x, void* dst, int64_t n) {
       continue;
     }
     const float d = amax / 32767.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;  // |x * id| <= 32767 (+ rounding)
     y[i].d = d;
     const v128_t vid = wasm_f32x4_splat(id);
     for (int k = 0; k < 8; k += 2) {
-      v128_t a = wasm_f32x4_nearest(wasm_f32x4_mul(v[k], vid)), b = wasm_f32x4_nearest(wasm_f32x4_mul(v[k + 1], vid));
-      a = wasm_f32x4_max(wasm_f32x4_min(a, lim), nlim);
-      b = wasm_f32x4_max(wasm_f32x4_min(b, lim), nlim);
-      wasm_v128_store(y[i].qs + 4 * k, wasm_i16x8_narrow_i32x4(wasm_i32x4_trunc_sat_f32x4(a), wasm_i32x4_trunc_sat_f32x4(b)));
+      const v128_t a = wasm_i32x4_max(round_to_i32(wasm_f32x4_mul(v[k], vid)), nlim);
+      const v128_t b = wasm_i32x4_max(round_to_i32(wasm_f32x4_mul(v[k + 1], vid)), nlim);
+      wasm_v128_store(y[i].qs + 4 * k, wasm_i16x8_narrow_i32x4(a, b));  // saturates at +32767
     }
   }
 }
