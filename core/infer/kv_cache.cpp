@@ -96,10 +96,8 @@ void KvCache::append(int layer, int pos0, int ntok, const float* k, const float*
         }
       } else {
         fp16_t* base = reinterpret_cast<fp16_t*>(data_.get());
-        for (int d = 0; d < head_dim_; d++) {
-          base[ok + d] = fp32_to_fp16(ks[d]);
-          base[ov + d] = fp32_to_fp16(vs[d]);
-        }
+        fp32_to_fp16_row(ks, base + ok, (size_t)head_dim_);
+        fp32_to_fp16_row(vs, base + ov, (size_t)head_dim_);
       }
     }
   }

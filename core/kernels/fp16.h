@@ -74,4 +74,39 @@ fp16_t fp32_to_fp16(float f);
 float bf16_to_fp32(bf16_t h);
 bf16_t fp32_to_bf16(float f);
 
+// n f32 -> halves, branch-free (vector extensions, as half_to_float_row). Same bits as
+// fp32_to_fp16, element for element. With a = |x| bits:
+//  - normal halves: (a + 0xFFF + lsb) >> 13 rounds the 13 dropped bits to even (a carry
+//    bumps the exponent, so [65504, 65520) stays finite), - (112 << 10) rebiases;
+//  - below 2^-14: |x| * 2^24 is exact, and adding 1.5 * 2^23 rounds it to the integer
+//    (ties to even) that is the subnormal half's bits (1024 = the smallest normal);
+//  - >= 65520 -> inf; nan -> quiet nan keeping the payload's top 10 bits.
+inline void fp32_to_fp16_row(const float* src, uint16_t* dst, size_t n) {
+  typedef uint32_t v4u __attribute__((vector_size(16)));
+  typedef float v4f __attribute__((vector_size(16)));
+  typedef uint16_t v4h __attribute__((vector_size(8)));
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {  // hot loop: F16 KV cache appends
+    v4u x;
+    std::memcpy(&x, src + i, 16);
+    const v4u sign = (x >> 16) & 0x8000u;
+    const v4u a = x & 0x7FFFFFFFu;
+    const v4u norm = ((a + 0xFFFu + ((a >> 13) & 1u)) >> 13) - (112u << 10);
+    v4f af;
+    std::memcpy(&af, &a, 16);
+    const v4f sf = af * 0x1p24f + 12582912.f;
+    v4u sub;
+    std::memcpy(&sub, &sf, 16);
+    sub -= 0x4B400000u;  // the bits of 12582912.f
+    const v4u nan = 0x7E00u | ((a >> 13) & 0x3FFu);
+    const v4u is_sub = (v4u)(a < 0x38800000u), is_big = (v4u)(a >= 0x477FF000u), is_nan = (v4u)(a > 0x7F800000u);
+    v4u h = (is_sub & sub) | (~is_sub & norm);
+    h = (is_big & 0x7C00u) | (~is_big & h);
+    h = (is_nan & nan) | (~is_nan & h);
+    const v4h h16 = __builtin_convertvector(h | sign, v4h);
+    std::memcpy(dst + i, &h16, 8);
+  }
+  for (; i < n; i++) dst[i] = fp32_to_fp16(src[i]);
+}
+
 }  // namespace knot

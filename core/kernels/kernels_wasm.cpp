@@ -487,8 +487,12 @@ inline v128_t reduce4(v128_t a, v128_t b, v128_t c, v128_t d) {  // -> [sum a, s
   return wasm_i32x4_add(wasm_i32x4_shuffle(ab, cd, 0, 1, 4, 5), wasm_i32x4_shuffle(ab, cd, 2, 3, 6, 7));
 }
 
-void zero_row(int r) {
-  std::memset(wdec[r], 0, sizeof wdec[r]);
+void zero_row(int r, bool pairs) {  // pairs: the row-pair layout of the Q8_0 / Q4_0 tiles
+  if (pairs)
+    for (int k = 0; k < SB; k += 8) wasm_v128_store64_lane(&wdec[0][0] + (r & ~1) * SB + 4 * (r & 1) + 2 * k, wasm_i16x8_splat(0), 0),
+                                    wasm_v128_store64_lane(&wdec[0][0] + (r & ~1) * SB + 4 * (r & 1) + 2 * k + 8, wasm_i16x8_splat(0), 0);
+  else
+    std::memset(wdec[r], 0, sizeof wdec[r]);
   for (int b = 0; b < 8; b++) wd[b][r] = 0.f;
   wdm[r] = 0.f;
   std::memset(wm[r], 0, sizeof wm[r]);
@@ -557,6 +561,16 @@ struct FmtQ6K {  // Q6_K x Q8_K: weights (q - 32) * sc
   }
 };
 
+// Row-pair layout of the Q8_0 / Q4_0 tiles (in wdec's memory): rows 2p and 2p+1 of the
+// pass share one 2*SB run, by groups of 4 weights: [row 2p k..k+3 | row 2p+1 k..k+3] at
+// int16 offset 2p*SB + 2k, so one v128 load is 4 weights of 2 rows (see mm_tile_q16).
+inline int16_t* pair_base(int r) { return &wdec[0][0] + (r & ~1) * SB + 4 * (r & 1); }
+inline void store_pair8(int r, int k, v128_t v) {  // v: weights k..k+7 (k % 8 == 0) of row r
+  int16_t* p = pair_base(r) + 2 * k;
+  wasm_v128_store64_lane(p, v, 0);
+  wasm_v128_store64_lane(p + 8, v, 1);
+}
+
 struct FmtQ8_0 {  // 8 x block_q8_0 x Q16_0
   static constexpr int BE = 32, NBI = 8, GPB = 4;
   static constexpr bool KMIN = false, Q16 = true;
@@ -564,7 +578,7 @@ struct FmtQ8_0 {  // 8 x block_q8_0 x Q16_0
   static void decode(const uint8_t* p, int r) {
     const block_q8_0* x = (const block_q8_0*)p;
     for (int b = 0; b < 8; b++) {
-      for (int g = 0; g < 4; g++) wasm_v128_store(wdec[r] + 32 * b + 8 * g, wasm_i16x8_load8x8(x[b].qs + 8 * g));
+      for (int g = 0; g < 4; g++) store_pair8(r, 32 * b + 8 * g, wasm_i16x8_load8x8(x[b].qs + 8 * g));
       wd[b][r] = half_to_float(x[b].d);
     }
   }
@@ -580,8 +594,8 @@ struct FmtQ4_0 {  // 8 x block_q4_0 x Q16_0
     for (int b = 0; b < 8; b++) {
       for (int g = 0; g < 2; g++) {
         const v128_t q = wasm_u16x8_load8x8(x[b].qs + 8 * g);
-        wasm_v128_store(wdec[r] + 32 * b + 8 * g, wasm_i16x8_sub(wasm_v128_and(q, m4), k8));
-        wasm_v128_store(wdec[r] + 32 * b + 16 + 8 * g, wasm_i16x8_sub(wasm_u16x8_shr(q, 4), k8));
+        store_pair8(r, 32 * b + 8 * g, wasm_i16x8_sub(wasm_v128_and(q, m4), k8));
+        store_pair8(r, 32 * b + 16 + 8 * g, wasm_i16x8_sub(wasm_u16x8_shr(q, 4), k8));
       }
       wd[b][r] = half_to_float(x[b].d);
     }
@@ -593,17 +607,26 @@ template <class F, int NT>
 inline void mm_tile(const int16_t* w, const int16_t* const* a, const float* const* adt,
                     const int16_t* const* apt, int sub, v128_t* acc) {
   for (int b = 0; b < F::NBI; b++) {
-    v128_t s[4][NT];
-    for (int r = 0; r < 4; r++)
-      for (int t = 0; t < NT; t++) s[r][t] = wasm_i32x4_splat(0);
     // Pointer bumps, rows reached by constant load offsets: V8 emits each wasm address
     // add as is (+12-25% over base+index adds). No clang unroll: it hoists the next
     // iterations' loads and V8 then spills the 8 accumulators (measured slower).
     const int16_t* wp = w + b * F::GPB * 8;
     const int16_t* ap[NT];
     for (int t = 0; t < NT; t++) ap[t] = a[t] + b * F::GPB * 8;
+    // The block's first 8 weights start the sums (no zeroing, no add): for Q8_0 / Q4_0
+    // (4 groups per float block) that is 2 of the ~13 vector ops per 8 products.
+    v128_t s[4][NT];
+    {
+      v128_t av[NT];
+      for (int t = 0; t < NT; t++) av[t] = wasm_v128_load(ap[t]), ap[t] += 8;
+      for (int r = 0; r < 4; r++) {
+        const v128_t wv = wasm_v128_load(wp + r * SB);
+        for (int t = 0; t < NT; t++) s[r][t] = wasm_i32x4_dot_i16x8(wv, av[t]);
+      }
+      wp += 8;
+    }
 #pragma clang loop unroll(disable)
-    for (int g = 0; g < F::GPB; g++) {  // hot loop: 8 weights x 4 rows x NT tokens
+    for (int g = 1; g < F::GPB; g++) {  // hot loop: 8 weights x 4 rows x NT tokens
       v128_t av[NT];
       for (int t = 0; t < NT; t++) av[t] = wasm_v128_load(ap[t]), ap[t] += 8;
       for (int r = 0; r < 4; r++) {
@@ -632,6 +655,58 @@ inline void mm_tile(const int16_t* w, const int16_t* const* a, const float* cons
       }
     }
   }
+}
+
+// Q8_0 / Q4_0 (F::Q16): 4 rows (2 row pairs, w0 / w1) x NT <= 4 tokens per 32-weight
+// block. Per 4 weights: one load per row pair, the token's 4 activations splatted to both
+// halves (load64_splat), one dot_i16x8 = 2 rows x 4 weights; lanes [r0 r0 r1 r1] and
+// [r2 r2 r3 r3], so the block's 4 row sums are one shuffle pair + add (integer, exact)
+// instead of a 4x4 transpose, and 2 accumulators per token leave room for 4 tokens.
+template <int NT>
+inline void mm_tile_q16(const int16_t* w0, const int16_t* const* a, const float* const* adt, int sub, v128_t* acc) {
+  const int16_t* w1 = w0 + 2 * SB;
+  for (int b = 0; b < 8; b++) {
+    v128_t s0[NT], s1[NT];
+    const int16_t* wp0 = w0 + 64 * b;
+    const int16_t* wp1 = w1 + 64 * b;
+    const int16_t* ap[NT];
+    for (int t = 0; t < NT; t++) ap[t] = a[t] + 32 * b;
+    {  // the block's first 4 weights start the sums
+      const v128_t x0 = wasm_v128_load(wp0), x1 = wasm_v128_load(wp1);
+      for (int t = 0; t < NT; t++) {
+        const v128_t av = wasm_v128_load64_splat(ap[t]);
+        s0[t] = wasm_i32x4_dot_i16x8(x0, av);
+        s1[t] = wasm_i32x4_dot_i16x8(x1, av);
+        ap[t] += 4;
+      }
+      wp0 += 8, wp1 += 8;
+    }
+#pragma clang loop unroll(disable)
+    for (int g = 1; g < 8; g++) {  // hot loop: 4 weights x 4 rows x NT tokens
+      v128_t av[NT];
+      for (int t = 0; t < NT; t++) av[t] = wasm_v128_load64_splat(ap[t]), ap[t] += 4;
+      const v128_t x0 = wasm_v128_load(wp0);
+      for (int t = 0; t < NT; t++) s0[t] = wasm_i32x4_add(s0[t], wasm_i32x4_dot_i16x8(x0, av[t]));
+      const v128_t x1 = wasm_v128_load(wp1);
+      for (int t = 0; t < NT; t++) s1[t] = wasm_i32x4_add(s1[t], wasm_i32x4_dot_i16x8(x1, av[t]));
+      wp0 += 8, wp1 += 8;
+    }
+    const v128_t dw = wasm_v128_load(&wd[b][4 * sub]);
+    for (int t = 0; t < NT; t++) {  // block_accum, lanewise
+      const v128_t sumi = wasm_i32x4_add(wasm_i32x4_shuffle(s0[t], s1[t], 0, 2, 4, 6), wasm_i32x4_shuffle(s0[t], s1[t], 1, 3, 5, 7));
+      const v128_t d = wasm_f32x4_mul(dw, wasm_f32x4_splat(adt[t][b]));
+      acc[t] = wasm_f32x4_add(acc[t], wasm_f32x4_mul(d, wasm_f32x4_convert_i32x4(sumi)));
+    }
+  }
+}
+
+template <int NT>
+inline void mm_tiles_q16(int nsub, const MmScratch& m, int64_t n, int64_t nbe, int64_t nt, int64_t s, int64_t t) {
+  const int16_t* a[NT];
+  const float* adt[NT];
+  for (int i = 0; i < NT; i++) a[i] = m.a16.data() + (t + i) * n + s * SB, adt[i] = m.ad.data() + (t + i) * nbe + s * 8;
+  for (int sub = 0; sub < nsub; sub++)
+    mm_tile_q16<NT>(&wdec[0][0] + 4 * sub * SB, a, adt, sub, const_cast<v128_t*>(&m.acc[(size_t)(sub * nt + t)]));
 }
 
 template <class F>
@@ -670,9 +745,19 @@ void mm_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nrows, const uint8_
     for (int64_t s = 0; s < ns; s++) {
       for (int r = 0; r < 4 * nsub; r++) {
         if (r < nr) F::decode(W + (size_t)(r0 + r) * rb + (size_t)s * F::BYTES, r);
-        else zero_row(r);
+        else zero_row(r, F::Q16);
       }
       int64_t t = 0;
+      if constexpr (F::Q16) {
+        for (; t + 4 <= nt; t += 4) mm_tiles_q16<4>(nsub, m, n, nbe, nt, s, t);
+        switch (nt - t) {
+          case 3: mm_tiles_q16<3>(nsub, m, n, nbe, nt, s, t); break;
+          case 2: mm_tiles_q16<2>(nsub, m, n, nbe, nt, s, t); break;
+          case 1: mm_tiles_q16<1>(nsub, m, n, nbe, nt, s, t); break;
+          default: break;
+        }
+        continue;
+      }
       for (; t + 2 <= nt; t += 2) {
         const int16_t* a[2] = {m.a16.data() + t * n + s * SB, m.a16.data() + (t + 1) * n + s * SB};
         const float* adt[2] = {m.ad.data() + t * nbe + s * F::NBI, m.ad.data() + (t + 1) * nbe + s * F::NBI};
@@ -716,20 +801,39 @@ static void mm_q6_K_wasm(int64_t n, const uint8_t* W, size_t rb, int64_t nr, con
 
 // ---- Activation quantizers (byte-identical to quant.cpp's Q8_K / kernels.cpp's Q16_0;
 // blocks whose max is not finite go through the scalar code).
+// Every step is a single x64 instruction under V8 (f32x4.min/max/nearest and
+// i32x4.trunc_sat_f32x4 are NaN-safe multi-instruction sequences there):
+//  - amax: integer max of the |x| bit patterns. For non-NaN floats >= 0 the i32 order
+//    of the bits is the float order, so the max's bits are the largest magnitude's (a
+//    NaN's bits exceed inf's, so a NaN block still reads as not finite).
+//  - round: v + 1.5 * 2^23 rounds v to the nearest integer, ties to even (the sum's ulp
+//    is 1 and 1.5 * 2^23 is even), and its bits minus the constant's are that integer,
+//    exact for |v| < 2^22 (quant.cpp's nearest_int; here |v| <= ~32767).
+//  - clamp in i32 after the rounding (the bounds are integers, so clamping the integer
+//    valued float first gives the same value); Q16_0's +32767 bound is narrow's saturation.
 
-static inline float hmax_f32x4(v128_t v) {
-  v = wasm_f32x4_max(v, wasm_i32x4_shuffle(v, v, 2, 3, 0, 1));
-  v = wasm_f32x4_max(v, wasm_i32x4_shuffle(v, v, 1, 0, 3, 2));
-  return wasm_f32x4_extract_lane(v, 0);
+static inline v128_t abs_bits_f32x4(v128_t v) { return wasm_v128_and(v, wasm_i32x4_splat(0x7FFFFFFF)); }
+
+static inline float hmax_abs_bits(v128_t m) {  // m: |x| bits (max so far) -> the largest as float
+  m = wasm_i32x4_max(m, wasm_i32x4_shuffle(m, m, 2, 3, 0, 1));
+  m = wasm_i32x4_max(m, wasm_i32x4_shuffle(m, m, 1, 0, 3, 2));
+  return wasm_f32x4_extract_lane(m, 0);
+}
+
+constexpr float kRoundMagic = 12582912.f;  // 1.5 * 2^23
+
+static inline v128_t round_to_i32(v128_t v) {  // nearest integer, ties to even; |v| < 2^22
+  const v128_t magic = wasm_f32x4_splat(kRoundMagic);
+  return wasm_i32x4_sub(wasm_f32x4_add(v, magic), magic);
 }
 
 static void quant_q8_K_wasm(const float* x, void* dst, int64_t n) {
   block_q8_K* y = (block_q8_K*)dst;
   const float* x0 = x;
   for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
-    v128_t m = wasm_f32x4_splat(0.f);
-    for (int j = 0; j < QK_K; j += 4) m = wasm_f32x4_max(m, wasm_f32x4_abs(wasm_v128_load(x + j)));
-    const float amax = hmax_f32x4(m);
+    v128_t m = wasm_i32x4_splat(0);
+    for (int j = 0; j < QK_K; j += 4) m = wasm_i32x4_max(m, abs_bits_f32x4(wasm_v128_load(x + j)));
+    const float amax = hmax_abs_bits(m);
     if (!(amax < INFINITY)) {  // inf or nan: the scalar quantizer throws, naming the row index
       quantize_row(DType::Q8_K, x0, dst, n);
       return;
@@ -740,12 +844,12 @@ static void quant_q8_K_wasm(const float* x, void* dst, int64_t n) {
     }
     int jm = 0;  // first element of largest magnitude (as the scalar scan picks it)
     while (std::fabs(x[jm]) != amax) jm++;
-    const float iscale = -127.f / x[jm];
+    const float iscale = -127.f / x[jm];  // |iscale * x| <= 127 (+ rounding)
     const v128_t vs = wasm_f32x4_splat(iscale), k127 = wasm_i32x4_splat(127);
     for (int g = 0; g < QK_K / 16; g++) {  // 16 values -> 16 int8 + their sum
       v128_t q[4];
       for (int k = 0; k < 4; k++)
-        q[k] = wasm_i32x4_min(wasm_i32x4_trunc_sat_f32x4(wasm_f32x4_nearest(wasm_f32x4_mul(vs, wasm_v128_load(x + 16 * g + 4 * k)))), k127);
+        q[k] = wasm_i32x4_min(round_to_i32(wasm_f32x4_mul(vs, wasm_v128_load(x + 16 * g + 4 * k))), k127);
       const v128_t s = wasm_i32x4_add(wasm_i32x4_add(q[0], q[1]), wasm_i32x4_add(q[2], q[3]));
       y[i].bsums[g] = (int16_t)hsum_i32x4(s);
       const v128_t h0 = wasm_i16x8_narrow_i32x4(q[0], q[1]), h1 = wasm_i16x8_narrow_i32x4(q[2], q[3]);
@@ -758,15 +862,15 @@ static void quant_q8_K_wasm(const float* x, void* dst, int64_t n) {
 static void quant_q16_0_wasm(const float* x, void* dst, int64_t n) {
   block_q16_0* y = (block_q16_0*)dst;
   const float* x0 = x;
-  const v128_t lim = wasm_f32x4_splat(32767.f), nlim = wasm_f32x4_splat(-32767.f);
+  const v128_t nlim = wasm_i32x4_splat(-32767);
   for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0) {
     v128_t v[8];
-    v128_t m = wasm_f32x4_splat(0.f);
+    v128_t m = wasm_i32x4_splat(0);
     for (int k = 0; k < 8; k++) {
       v[k] = wasm_v128_load(x + 4 * k);
-      m = wasm_f32x4_max(m, wasm_f32x4_abs(v[k]));
+      m = wasm_i32x4_max(m, abs_bits_f32x4(v[k]));
     }
-    const float amax = hmax_f32x4(m);
+    const float amax = hmax_abs_bits(m);
     if (!(amax < INFINITY)) {  // inf or nan: the scalar quantizer throws, naming the row index
       quantize_act_row(ActFormat::Q16_0, x0, dst, n);
       return;
@@ -776,14 +880,13 @@ static void quant_q16_0_wasm(const float* x, void* dst, int64_t n) {
       continue;
     }
     const float d = amax / 32767.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;  // |x * id| <= 32767 (+ rounding)
     y[i].d = d;
     const v128_t vid = wasm_f32x4_splat(id);
     for (int k = 0; k < 8; k += 2) {
-      v128_t a = wasm_f32x4_nearest(wasm_f32x4_mul(v[k], vid)), b = wasm_f32x4_nearest(wasm_f32x4_mul(v[k + 1], vid));
-      a = wasm_f32x4_max(wasm_f32x4_min(a, lim), nlim);
-      b = wasm_f32x4_max(wasm_f32x4_min(b, lim), nlim);
-      wasm_v128_store(y[i].qs + 4 * k, wasm_i16x8_narrow_i32x4(wasm_i32x4_trunc_sat_f32x4(a), wasm_i32x4_trunc_sat_f32x4(b)));
+      const v128_t a = wasm_i32x4_max(round_to_i32(wasm_f32x4_mul(v[k], vid)), nlim);
+      const v128_t b = wasm_i32x4_max(round_to_i32(wasm_f32x4_mul(v[k + 1], vid)), nlim);
+      wasm_v128_store(y[i].qs + 4 * k, wasm_i16x8_narrow_i32x4(a, b));  // saturates at +32767
     }
   }
 }

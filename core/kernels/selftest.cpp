@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -683,6 +684,39 @@ void check_act_quant(Ctx& c, uint64_t seed) {
   }
 }
 
+// fp32_to_fp16_row (fp16.h, vector code) == fp32_to_fp16 for bits: every sign, exponent
+// and top-6 mantissa bits, with the low mantissa bits at the rounding edges (0, 1, just
+// below / at / above the half-way point, all ones) and random; and a row tail of 3.
+void check_fp16_row(Ctx& c, uint64_t seed) {
+  Rng r{seed + 17};
+  const uint32_t lows[] = {0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x3000, 0x1FFFF, 0x20000};
+  std::vector<float> x;
+  for (uint32_t hi = 0; hi < (1u << 15); hi++)  // bits 31..17
+    for (uint32_t lo : lows) {
+      const uint32_t b = (hi << 17) | (lo & 0x1FFFF);
+      const uint32_t br = (hi << 17) | (uint32_t)(r.next() & 0x1FFFF);
+      float f;
+      std::memcpy(&f, &b, 4), x.push_back(f);
+      std::memcpy(&f, &br, 4), x.push_back(f);
+    }
+  for (int k = 0; k <= 1024; k++)  // subnormal halves' ties and neighbours, both signs
+    for (float f : {std::ldexp(k + 0.5f, -24), std::nextafter(std::ldexp(k + 0.5f, -24), 0.f), std::ldexp((float)k, -24)})
+      x.push_back(f), x.push_back(-f);
+  x.resize(x.size() / 4 * 4 + 3);  // scalar tail
+  std::vector<uint16_t> h(x.size());
+  fp32_to_fp16_row(x.data(), h.data(), x.size());
+  for (size_t i = 0; i < x.size(); i++)
+    if (h[i] != fp32_to_fp16(x[i])) {
+      uint32_t b;
+      std::memcpy(&b, &x[i], 4);
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "fp32_to_fp16_row(0x%08x) = 0x%04x, fp32_to_fp16 = 0x%04x", b, h[i], fp32_to_fp16(x[i]));
+      c.fail(buf);
+      return;
+    }
+  c.ok("fp32_to_fp16_row == fp32_to_fp16, " + std::to_string(x.size()) + " bit patterns");
+}
+
 void check_roundtrip(Ctx& c, uint64_t seed) {
   Rng r{seed + 99};
   const int64_t n = 2048;
@@ -738,6 +772,7 @@ int kernel_selftest(uint64_t seed, std::string* report) {
   }
   guarded("roundtrip", [&] { check_roundtrip(c, seed); });
   guarded("activation quantizers", [&] { check_act_quant(c, seed); });
+  guarded("fp16 row", [&] { check_fp16_row(c, seed); });
   if (report) *report += std::to_string(c.failures) + " failure(s)\n";
   return c.failures;
 }
