@@ -45,9 +45,9 @@ struct Drafter {
 
 Table<Drafter> g_drafters;
 
-// What an F32 draft KV must leave free of the linear memory (the coordinator's temporaries,
+// What an F16InF32 draft KV must leave free of the linear memory (the coordinator's temporaries,
 // draftFits' margin twice over); below it the draft falls back to F16.
-constexpr uint64_t kDraftF32Spare = 16ull << 20;
+constexpr uint64_t kDraftF16InF32Spare = 16ull << 20;
 
 Drafter& drafter(int h, const char* fn) { return g_drafters.get(h, fn); }
 
@@ -96,14 +96,14 @@ int kw_drafter_new(int32_t draft_model, int32_t target_model, const char* opts, 
     const uint64_t room = kLinearCap - std::min<uint64_t>(kLinearCap, heap_in_use());
     const uint64_t dists = (uint64_t)draft_n * std::max(0, c.n_vocab) * 12;
     // The fast mode's draft keeps its KV as F16InF32 (the F16 values held as f32: the same
-    // drafts as on F16) when that fits with kDraftF32Spare bytes to spare: attention then
+    // drafts as on F16) when that fits with kDraftF16InF32Spare bytes to spare: attention then
     // reads its rows in place, where an F16 cache is converted whole per KV head and step
     // (most of a small draft's step at a few hundred positions). Otherwise the mode's F16
     // (what the check below and draftFits count at least).
     if (eo.mode == knot::Mode::Fast && !eo.forward) {
       knot::EngineOptions e32 = eo;
       e32.forward = knot::ForwardOptions{knot::forward_options_for(eo.mode).kernel, knot::KvType::F16InF32};
-      if (knot::engine_bytes(c, e32) + dists + kDraftF32Spare <= room) eo = e32;
+      if (knot::engine_bytes(c, e32) + dists + kDraftF16InF32Spare <= room) eo = e32;
     }
     const knot::KvType kvt = eo.forward ? eo.forward->kv_type : knot::forward_options_for(eo.mode).kv_type;
     const uint64_t kv = 2ull * c.n_layer * c.n_head_kv * c.head_dim * knot::kv_elem_bytes(kvt) * (uint64_t)n_ctx;
