@@ -526,6 +526,16 @@ TEST(KernelsDot, EveryUsableSimdVariantMatchesScalar) {
 
 namespace {
 
+// quant_matrix's rows rpad bytes apart (the gaps filled with 0xA5: a kernel that reads
+// them changes its result).
+std::vector<uint8_t> padded_quant_matrix(DType t, int64_t rows, int64_t cols, uint32_t seed, size_t rpad) {
+  const size_t rb = row_bytes(t, cols);
+  const std::vector<uint8_t> Wq = quant_matrix(t, rows, cols, seed);
+  std::vector<uint8_t> W(rpad * (size_t)rows, 0xA5);
+  for (int64_t r = 0; r < rows; r++) std::memcpy(W.data() + r * rpad, Wq.data() + r * rb, rb);
+  return W;
+}
+
 // A SIMD table's batched kernel (mm) and, for one token, its decode mat-vec (mv) on the
 // first nrows rows of W (rows rpad bytes apart) and nt activation rows of A (apad apart),
 // for every nrows x nt given: each output equals
@@ -582,10 +592,8 @@ TEST(KernelsDot, Q0PrefillTilesMatchScalarDotOnRaggedShapes) {
     const dot_fn scalar = pick_mm_dot(kDotGeneric, t);
     ASSERT_NE(scalar, nullptr);
     const int64_t max_rows = 23;
-    const size_t rb = row_bytes(t, cols), rpad = rb + 36;  // rows not packed back to back
-    std::vector<uint8_t> Wq = quant_matrix(t, max_rows, cols, 11);
-    std::vector<uint8_t> W(rpad * max_rows, 0xA5);
-    for (int64_t r = 0; r < max_rows; r++) std::memcpy(W.data() + r * rpad, Wq.data() + r * rb, rb);
+    const size_t rpad = row_bytes(t, cols) + 36;  // rows not packed back to back
+    std::vector<uint8_t> W = padded_quant_matrix(t, max_rows, cols, 11, rpad);
     if (t == DType::Q8_0) {  // extreme quants in row 2: -128 and 127 alternate
       block_q8_0* b = (block_q8_0*)(W.data() + 2 * rpad);
       for (int j = 0; j < QK8_0; j++) b[1].qs[j] = (int8_t)(j % 2 ? 127 : -128);
@@ -621,10 +629,8 @@ TEST(KernelsDot, KQuantTilesMatchScalarDotOnRaggedShapes) {
     const dot_fn scalar = pick_mm_dot(kDotGeneric, t);
     ASSERT_NE(scalar, nullptr);
     const int64_t max_rows = 33;
-    const size_t rb = row_bytes(t, cols), rpad = rb + 20;  // rows not packed back to back
-    std::vector<uint8_t> Wq = quant_matrix(t, max_rows, cols, 13);
-    std::vector<uint8_t> W(rpad * max_rows, 0xA5);
-    for (int64_t r = 0; r < max_rows; r++) std::memcpy(W.data() + r * rpad, Wq.data() + r * rb, rb);
+    const size_t rpad = row_bytes(t, cols) + 20;  // rows not packed back to back
+    std::vector<uint8_t> W = padded_quant_matrix(t, max_rows, cols, 13, rpad);
     if (t == DType::Q4_K) {  // row 2, block 1: all scales / mins 63, all quants 15
       block_q4_K* b = (block_q4_K*)(W.data() + 2 * rpad) + 1;
       std::memset(b->scales, 0xFF, sizeof b->scales);
