@@ -21,8 +21,7 @@ import {tmpdir, cpus, loadavg} from "node:os";
 import {join, resolve, dirname} from "node:path";
 import {fileURLToPath} from "node:url";
 import * as kw from "../bindings/knotwork.mjs";
-import {Miniflare} from "miniflare";
-import {startMesh, meshWorkers} from "../deploy/miniflare.mjs";
+import {startMesh} from "../deploy/miniflare.mjs";
 import {topologyFromCounts} from "../workers/lib/topology.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -60,33 +59,7 @@ m.close();
 const config = (await kw.parseKnotHeader(kw.bytesSource(bytes, "bench.knot"))).config;
 const topology = topologyFromCounts(config, {knot: "model.knot", stations, shards});
 const names = topology.stations.map((s) => s.members[0].name);
-async function startProcesses() {
-  const workers = await meshWorkers(topology, {});
-  const own = new Set(names.map((n) => `knot-${n}`)), addr = {}, side = {};
-  for (const w of workers.filter((x) => own.has(x.name))) {
-    const mf = new Miniflare({workers: [w], host: "127.0.0.1", port: 0});
-    const url = await mf.ready;
-    await (await mf.getR2Bucket("MODELS")).put(topology.knot, bytes);
-    addr[w.name] = url.host;
-    side[w.name] = {mf, url};
-  }
-  const main = workers.filter((x) => !own.has(x.name)).map((x) => ({...x, serviceBindings: Object.fromEntries(
-    Object.entries(x.serviceBindings).map(([b, svc]) => [b, addr[svc] ? {external: {address: addr[svc], http: {}}} : svc]))}));
-  const mf = new Miniflare({workers: main});
-  await mf.ready;
-  await (await mf.getR2Bucket("MODELS")).put(topology.knot, bytes);
-  return {
-    async run(body) {
-      const res = await mf.dispatchFetch("http://mesh/v1/mesh/generate", {method: "POST", body: JSON.stringify(body)});
-      const events = (await res.text()).split("\n").filter(Boolean).map((l) => JSON.parse(l));
-      return {summary: events.find((e) => e.type === "summary"), error: events.find((e) => e.type === "error"),
-              telemetry: events.filter((e) => e.type === "telemetry")};
-    },
-    worker: async (name) => ({fetch: (u) => fetch(new URL(new URL(u).pathname, side[name].url))}),
-    close: async () => { await mf.dispose(); for (const x of Object.values(side)) await x.mf.dispose(); },
-  };
-}
-const mesh = processes ? await startProcesses() : await startMesh({knotBytes: bytes, topology});
+const mesh = await startMesh({knotBytes: bytes, topology, processes});
 const frameLogs = async () => {
   const out = {};
   for (const n of names) out[n] = (await (await (await mesh.worker(`knot-${n}`)).fetch("http://x/stats")).json()).stats.frameLog;
@@ -121,7 +94,7 @@ const singleTokS = median(singleRuns.slice(1).map((s) => s.prefillTokS));
 const sameIds = [...runs.sequential, ...runs.pipelined].every((x) => JSON.stringify(x.ids) === JSON.stringify(singleRuns[0].ids));
 const line = {
   bench: "prefill-pipeline", date: new Date().toISOString(), model: modelName,
-  workerd: processes ? "one process per station" : "one process (every isolate on one thread)", stations, shards, promptTokens: nPrompt, chunk,
+  workerd: processes ? "one process per station and shard" : "one process (every isolate on one thread)", stations, shards, promptTokens: nPrompt, chunk,
   chunks: C, runs: nRuns, sameIds,
   tokS: {sequential: seq.tokS, pipelined: pipe.tokS, single: singleTokS},
   speedup: pipe.tokS / seq.tokS,

@@ -14,6 +14,7 @@
 // runtime), acceptance (accepted / drafted), drafted, accepted, sameIds (lookup == plain ==
 // single process), draft: "lookup".
 // --mesh-draft: only the mesh's plain vs lookup vs draft model (the coordinator's DRAFT), below.
+// --processes (with --mesh-draft): each station member and shard in its own workerd process.
 // The single-process draft-model lines come from build/bin/knot generate (runtime "native") and the wasm API (runtime "wasm"):
 // plain vs lookup vs draft model, same runtime, same run: the q8_0 target stories260K-pad256 with its own q4_k_m as the draft,
 // and the synth llama in Q8_0 with its Q4_K_M twin as the draft (same shape: the draft is
@@ -36,6 +37,9 @@ const opt = (name, def) => { const i = args.indexOf(name); return i >= 0 ? args.
 const lookup = Number(opt("--lookup", 6)), nDecode = Number(opt("--decode", 48)), nRuns = Number(opt("--runs", 3));
 const stations = opt("--stations", "2,2").split(",").map(Number), shards = Number(opt("--shards", 2));
 const outFile = opt("--out", null), draftN = Number(opt("--draft-n", 4));
+// --processes (with --mesh-draft): each station member and shard in its own workerd process, so
+// the coordinator drafts while the stations verify, as isolates on separate machines would
+const processes = args.includes("--processes");
 const nativeOnly = args.includes("--native-only"), meshOnly = args.includes("--mesh-only"), singleOnly = args.includes("--single-only");
 const kinds = opt("--kinds", Object.keys(PROMPTS).join(",")).split(",");
 for (const k of kinds) if (!PROMPTS[k]) { console.error(`--kinds: unknown prompt kind ${k} (${Object.keys(PROMPTS).join(", ")})`); process.exit(2); }
@@ -77,7 +81,7 @@ if (args.includes("--mesh-draft")) {
   const topology = topologyFromCounts(config, {knot: "model.knot", stations: [2, 3], shards});
   for (const twin of opt("--draft-models", "q6_k,q4_k_m").split(",")) {
     const draftBytes = await knotOf(join(sharedDir, `stories260K-pad256-llama-${twin}.gguf`));
-    const mesh = await startMesh({knotBytes: target, topology, draftBytes, draft: {knot: "draft.knot", n: draftN}});
+    const mesh = await startMesh({knotBytes: target, topology, draftBytes, draft: {knot: "draft.knot", n: draftN}, processes});
     try {
       for (const [kind, ids] of Object.entries(promptIds)) {
         const options = {maxTokens: nDecode, temperature: 0, ignoreEos: true};
@@ -95,7 +99,7 @@ if (args.includes("--mesh-draft")) {
         const sp = (k) => r[k][0].speculative;
         const line = {
           bench: "speculative", date: new Date().toISOString(), model: "stories260K-pad256-llama-q8_0", prompt: kind, runtime: "mesh",
-          draft: "lookup+model", draftModel: `stories260K-pad256-llama-${twin}`, lookup, draftN, topology: {stations: [2, 3], shards},
+          workerd: processes ? "one process per station and shard" : "one process (every isolate on one thread)", draft: "lookup+model", draftModel: `stories260K-pad256-llama-${twin}`, lookup, draftN, topology: {stations: [2, 3], shards},
           promptTokens: ids.length, decodeTokens: nDecode, runs: nRuns,
           decodeTokS: {plain: med("plain"), lookup: med("lookup"), draft: med("draft")},
           speedup: {lookup: med("lookup") / med("plain"), draft: med("draft") / med("plain")},

@@ -7,6 +7,7 @@
 //
 //   const mesh = await startMesh({knotBytes, topology, testHooks: true});   // + describeDeployment's options
 //   draftBytes: the draft model's .knot, put under options.draft.knot
+//   processes: true — each station member and shard in its own workerd process (benchmarks of overlap)
 //   for await (const ev of mesh.generate({ids, options: {maxTokens: 16, temperature: 0}})) ...
 //   await mesh.close();
 import {Miniflare} from "miniflare";
@@ -41,14 +42,35 @@ export async function meshWorkers(topology, options = {}, root = ROOT) {
 }
 
 /** Start a mesh; the model's .knot bytes are put into local R2 under topology.knot. */
-export async function startMesh({knotBytes, draftBytes, topology, port, ...options}) {
+export async function startMesh({knotBytes, draftBytes, topology, port, processes = false, ...options}) {
   if (draftBytes && !options.draft?.knot) throw new Error("startMesh: draftBytes needs options.draft {knot, n?} (its key in the bucket)");
-  const mf = new Miniflare({workers: await meshWorkers(topology, options), ...(port !== undefined ? {host: "127.0.0.1", port} : {})});
+  const put = async (m) => {
+    const bucket = await m.getR2Bucket("MODELS");
+    if (knotBytes) await bucket.put(topology.knot, knotBytes);
+    if (draftBytes) await bucket.put(options.draft.knot, draftBytes);
+    return bucket;
+  };
+  let workers = await meshWorkers(topology, options);
+  // processes: every station member and shard in its own workerd process (its own Miniflare and
+  // local R2; the others reach it as an external HTTP service), as isolates on separate machines
+  // compute at the same time; one Miniflare runs every isolate on one thread
+  const side = new Map();
+  if (processes) {
+    const own = new Set([...topology.stations.flatMap((s) => s.members.filter((m) => !m.url).map((m) => m.name)), ...topology.shards.map((s) => s.name)]
+      .flatMap((n) => Array.from({length: topology.replicas ?? 1}, (_, r) => `knot-${r ? `${n}r${r}` : n}`)));
+    for (const w of workers.filter((x) => own.has(x.name))) {
+      const m = new Miniflare({workers: [w], host: "127.0.0.1", port: 0});
+      const u = await m.ready;
+      await put(m);
+      side.set(w.name, {mf: m, url: u});
+    }
+    workers = workers.filter((x) => !own.has(x.name)).map((x) => ({...x, serviceBindings: Object.fromEntries(
+      Object.entries(x.serviceBindings).map(([b, svc]) => [b, side.has(svc) ? {external: {address: side.get(svc).url.host, http: {}}} : svc]))}));
+  }
+  const mf = new Miniflare({workers, ...(port !== undefined ? {host: "127.0.0.1", port} : {})});
   const url = await mf.ready;
-  const bucket = await mf.getR2Bucket("MODELS");
-  if (knotBytes) await bucket.put(topology.knot, knotBytes);
-  if (draftBytes) await bucket.put(options.draft.knot, draftBytes);
-  const worker = (name) => mf.getWorker(name);
+  const bucket = await put(mf);
+  const worker = async (name) => side.has(name) ? {fetch: (u, init) => fetch(new URL(new URL(u).pathname, side.get(name).url), init)} : mf.getWorker(name);
   return {
     mf, topology, bucket, worker, url,
     /** NDJSON events of POST /v1/mesh/generate, parsed. */
@@ -91,6 +113,6 @@ export async function startMesh({knotBytes, draftBytes, topology, port, ...optio
       const r = await w.fetch("http://x/debug/fault", {method: "POST", body: JSON.stringify(f)});
       if (!r.ok) throw new Error(`fault ${name}: HTTP ${r.status}`);
     },
-    close: () => mf.dispose(),
+    close: async () => { await mf.dispose(); for (const x of side.values()) await x.mf.dispose(); },
   };
 }
