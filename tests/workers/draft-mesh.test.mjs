@@ -32,8 +32,10 @@ test("a draft model on the mesh: greedy ids == plain mesh == single process; tel
   const options = {maxTokens: 40, temperature: 0};
   const want = await single(p.target, STORY, options);
   assert.ok(want.ids.length >= 8, "a non-trivial continuation");
-  for (const counts of [{stations: [2, 3], shards: 2}, {stations: [1, 3, 1], shards: 2, chain: true}]) {
-    const mesh = await meshFor(p.target, counts, draftOpts(p.draft, 4));
+  // processes: each station and shard in its own workerd process (the coordinator drafts ahead while they compute)
+  for (const counts of [{stations: [2, 3], shards: 2}, {stations: [1, 3, 1], shards: 2, chain: true}, {stations: [2, 3], shards: 2, processes: true}]) {
+    const {processes, ...c} = counts;
+    const mesh = await meshFor(p.target, c, {...draftOpts(p.draft, 4), processes});
     const what = JSON.stringify(counts);
     try {
       const spec = await mesh.run({ids: want.promptIds, options});
@@ -54,6 +56,10 @@ test("a draft model on the mesh: greedy ids == plain mesh == single process; tel
       assert.ok(sp.draftWeightBytes > 0 && sp.draftKvBytes > 0, `the draft's memory is counted: ${JSON.stringify(sp)}`);
       assert.ok(spec.summary.coordinatorMemory.draftWeightBytes > 0);
       assert.ok(spec.summary.passes < plain.summary.passes, `${what}: fewer passes (${spec.summary.passes} vs ${plain.summary.passes})`);
+      // greedy: every pass drafts ahead while it is out; a pass after one whose drafts were all
+      // kept (and whose last row gave the first drafted-ahead token) takes them
+      if (processes) assert.ok(sp.ahead.passes > 0 && sp.ahead.drafted > 0 && sp.ahead.used > 0, `${what}: drafted ahead and used: ${JSON.stringify(sp.ahead)}`);
+      assert.ok(sp.ahead.used <= sp.ahead.drafted);
       const last = spec.tokens.at(-1).telemetry.speculative;
       assert.deepEqual(last, {drafted: sp.drafted, accepted: sp.accepted, acceptance: sp.acceptance});
       const started = spec.telemetry.find((e) => e.event === "decode_started");
@@ -81,6 +87,7 @@ test("a draft model on the mesh with seeded sampling: same seed, same draws; dra
     assert.deepEqual(a.summary.ids, b.summary.ids, "same seed, same draws");
     assert.equal(a.summary.ids.length, 32);
     assert.ok(a.summary.speculative.drafted > 0, JSON.stringify(a.summary.speculative));
+    assert.deepEqual(a.summary.speculative.ahead, {passes: 0, drafted: 0, used: 0}, "sampling drafts draw from the RNG: none ahead");
     const c = await mesh.run({prompt: STORY, options: {...options, seed: 6}});
     assert.notDeepEqual(c.summary.ids, a.summary.ids, "another seed, other draws");
   } finally { await mesh.close(); }

@@ -18,6 +18,7 @@ import {encodeFrame, decodeFrame, decodeTopK, decodeTopKs, splitTopRow, splitTop
 import {Counter, LinkError, gather} from "../lib/link.mjs";
 import {Generator, mergeTopK, topkLse, draftLookup, LookupBudget} from "../../bindings/generator.mjs";
 import {Drafter} from "../../bindings/drafter.mjs";
+import {DraftAhead} from "./ahead.mjs";
 import {linkBudget, replicaName, replicaCount} from "../lib/topology.mjs";
 import {RouteLinks, Health} from "./routes.mjs";
 import {EmbedRows} from "./rows.mjs";
@@ -109,7 +110,7 @@ export class MeshCoordinator {
     if (prefill !== "pipelined" && prefill !== "sequential") throw new MeshError(`prefill must be "pipelined" or "sequential", got ${JSON.stringify(prefill)}`);
     const lookup = opts.lookup ?? opts.options?.lookup ?? 0;
     if (!(Number.isInteger(lookup) && lookup >= 0 && lookup <= 64)) throw new MeshError(`lookup must be an integer in [0, 64], got ${JSON.stringify(opts.lookup)}`);
-    const spec = {drafted: 0, accepted: 0, passes: 0, draftMs: 0};
+    const spec = {drafted: 0, accepted: 0, passes: 0, draftMs: 0, ahead: {passes: 0, drafted: 0, used: 0}};
     const dm = opts.draftModel && opts.draft !== false ? opts.draftModel : null;
     const draftN = dm ? opts.draftN ?? dm.n : 0;
     if (dm && !(Number.isInteger(draftN) && draftN >= 1 && draftN <= dm.n)) throw new MeshError(`draftN must be an integer in [1, ${dm.n}] (the draft model's n), got ${JSON.stringify(opts.draftN)}`);
@@ -162,6 +163,9 @@ export class MeshCoordinator {
       // batch[i + 1] (a draft), the last row gives the next token. Plain decoding: one row.
       const hist = ids.slice();
       let rows = [next], batch = [null], qs = [null], passTokens = 0;
+      // greedy drafts are drafted ahead while a pass is out (ahead.mjs); ahead: the last pass's
+      const aheadOk = drafter !== null && !(gen.params.temperature > 0);
+      let ahead = null;
       for (;;) {
         let pending = null, done = false;
         for (let i = 0; i < rows.length; i++) {
@@ -198,21 +202,35 @@ export class MeshCoordinator {
           spec.acceptedAt = spec.accepted;
           const left = gen.params.n_predict >= 0 ? gen.params.n_predict - out.length : Infinity;
           const room = Math.min(nCtx - pos - 1, chunk - 1, left, drafter ? draftN : budget.size);
-          if (room > 0 && drafter) {
+          const early = room > 0 ? ahead?.take(hist, room) ?? [] : [];  // drafted while the last pass was out
+          spec.ahead.used += early.length;
+          if (room > early.length && drafter) {
             const td = Date.now();
-            ({ids: drafts, q: dq} = drafter.propose(hist, room, gen));  // drawn as gen samples; dq: their distributions (null: one-hot)
+            // drawn as gen samples; dq: their distributions (null: one-hot; always so after early drafts)
+            const p = drafter.propose(early.length ? hist.concat(early) : hist, room - early.length, gen);
+            drafts = early.concat(p.ids);
+            dq = early.length ? null : p.q;
             spec.draftMs += Date.now() - td;
-          } else if (room > 0) drafts = draftLookup(hist, room);
+          } else if (room > 0 && drafter) drafts = early;
+          else if (room > 0) drafts = draftLookup(hist, room);
         }
         spec.drafted += drafts.length;
         if (drafts.length) spec.passes++;
         batch = [pending, ...drafts];
         qs = [null, ...drafts.map((_, i) => dq?.[i] ?? null)];
-        rows = yield* live(q, (async () => {
+        const passing = (async () => {
           const want = shardK(gen.params, hist, logprobs);
           const x = await this.#feed(state, batch, pos, chunk, undefined, batch.length > 1);
           return batch.length > 1 ? this.#lmHeadRows(state, x, batch.length, want) : [await this.#lmHead(state, x, want)];
-        })());
+        })();
+        // the tokens after this pass's drafts (and the one its last row gives), drafted while it is out
+        ahead = aheadOk && drafts.length ? new DraftAhead(drafter, hist.concat(drafts), draftN + 1).start() : null;
+        try { rows = yield* live(q, passing); } finally {
+          if (ahead) {
+            await ahead.stop();
+            spec.ahead.passes++, spec.ahead.drafted += ahead.ids.length, spec.draftMs += ahead.ms;
+          }
+        }
         decodeMs += Date.now() - ts;
         passTokens++;
       }
@@ -221,7 +239,7 @@ export class MeshCoordinator {
       yield {type: "summary", ids: out, text, reason, promptIds: ids, nPrompt: ids.length, cachedTokens: cached, nGenerated: out.length, nDecoded,
              nCtx, shardK: state.maxK || "full", prefillMs, decodeMs, prefillTokS: (ids.length - cached) / (prefillMs / 1000),
              decodeTokS: nDecoded ? nDecoded / (decodeMs / 1000) : 0, mode: "mesh", prefill, passes: passTokens, hops: state.hops,
-             ...(lookup || dm ? {speculative: {...(dm ? {draft: dm.knot, draftN, draftMs: spec.draftMs, draftPrimeMs: spec.draftPrimeMs ?? 0, ...draftMemory(drafter, dm)} : {lookup}),
+             ...(lookup || dm ? {speculative: {...(dm ? {draft: dm.knot, draftN, draftMs: spec.draftMs, draftPrimeMs: spec.draftPrimeMs ?? 0, ahead: spec.ahead, ...draftMemory(drafter, dm)} : {lookup}),
                                                drafted: spec.drafted, accepted: spec.accepted, acceptance: spec.drafted ? spec.accepted / spec.drafted : 0,
                                                verifyPasses: spec.passes, ...(state.rows ? {rowsCached: state.rowsCached} : {})}} : {}),
              reprefills: state.reprefills, restores: state.restores, failovers: links.failovers, abstains: state.abstains, widened: state.widened, rowsPrefetched: state.rowsPrefetched, flaggedTokens: state.flagged, ...this.counter.snapshot()};

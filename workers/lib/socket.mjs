@@ -18,7 +18,10 @@ export async function messageBytes(data) {
 export function serveFrames(answer, onClose) {
   const [client, server] = Object.values(new WebSocketPair());
   server.accept();
-  server.addEventListener("close", onClose);
+  server.addEventListener("close", () => {
+    try { server.close(1000, "closed"); } catch {}  // the close handshake's answer: the peer's close completes
+    onClose();
+  });
   server.addEventListener("message", async (ev) => {
     const bytes = await messageBytes(ev.data);
     try {
