@@ -118,3 +118,32 @@ test("wasm: a Drafter (kw_drafter_*, a mesh coordinator's) proposes the draft mo
     assert.throws(() => d2.propose(hist, 2), /unknown or freed handle/);
   } finally { target.close(); draft.close(); }
 });
+
+test("wasm: drafting ahead (workers/coordinator/ahead.mjs) drafts the greedy tokens after a pass; taken only after base + its first", async (t) => {
+  if (!haveFiles(t, Q8, Q4)) return;
+  const {Drafter} = await import("../../bindings/drafter.mjs");
+  const {DraftAhead} = await import("../../workers/coordinator/ahead.mjs");
+  const target = await kw.openModel(await kw.fileSource(Q8)), draft = await kw.openModel(await kw.fileSource(Q4));
+  try {
+    const greedy = async (ids, n) => (await draft.complete(ids, {maxTokens: n, temperature: 0, ignoreEos: true})).ids;
+    const d = await Drafter.open(draft, target, {nCtx: 256, n: 4});
+    const hist = target.tokenize("Once upon a time, Lily");
+    const drafts = d.propose(hist, 4).ids;
+    const base = [...hist, ...drafts];
+    const a = await new Promise((resolve) => { const x = new DraftAhead(d, base, 5).start(); setTimeout(() => resolve(x), 200); });
+    await a.stop();
+    assert.deepEqual(a.ids, await greedy(base, 5), "n + 1 greedy tokens after the pass's drafts");
+    assert.deepEqual(a.take([...base, a.ids[0]], 4), a.ids.slice(1, 5), "every draft kept, the last row gave the first: the rest");
+    assert.deepEqual(a.take([...base, a.ids[0]], 2), a.ids.slice(1, 3), "at most room");
+    assert.equal(a.take([...base, (a.ids[0] + 1) % 256], 4), null, "the last row gave another token");
+    assert.equal(a.take([...hist, drafts[0], 7], 4), null, "a draft was rejected");
+    // the drafter continues from what it fed ahead: the same greedy proposals after the taken ones
+    const next = [...base, ...a.ids.slice(0, 5)];
+    assert.deepEqual(d.propose(next, 4).ids, await greedy(next, 4));
+    // stopped at once: no step runs after stop()
+    const b = new DraftAhead(d, base, 5).start();
+    await b.stop();
+    assert.deepEqual(b.ids, []);
+    d.free();
+  } finally { target.close(); draft.close(); }
+});
